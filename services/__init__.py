@@ -1,0 +1,1 @@
+"""The five TRACE services. Each is a process: `python -m services.<name>`."""

@@ -1,0 +1,1 @@
+"""Analysis service: contrastive capability analysis of stored trajectories."""

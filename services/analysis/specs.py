@@ -1,0 +1,39 @@
+"""Validated analysis job spec (pydantic), built from the proto by the servicer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from trace_common.specs import LlmEndpointModel, Strict, check_uri
+
+
+class AnalysisSpecModel(Strict):
+    rollout_uris: list[str] = Field(min_length=1, max_length=1000,
+                                    description="Trajectory artifacts (JSONL) from rollout jobs.")
+    mode: Literal["ANALYST_MODE_LLM", "ANALYST_MODE_DIAGNOSTICS"] = Field(
+        description="ANALYST_MODE_LLM (prompted LLM) or ANALYST_MODE_DIAGNOSTICS (environment diagnostics).")
+    llm: LlmEndpointModel | None = None
+    num_runs: int = Field(0, ge=0, le=100, description="N independent labeling runs; 0 means 10.")
+    min_passing_runs: int = Field(0, ge=0, le=100, description="K; 0 means 8.")
+    min_coverage: float = Field(0.0, ge=0.0, le=1.0, description="rho; 0 means 0.10.")
+    min_gap: float = Field(0.0, ge=0.0, le=1.0, description="delta; 0 means 0.20.")
+    max_candidates: int = Field(0, ge=0, le=50)
+    seed: int = 0
+    trajectory_char_budget: int = Field(0, ge=0, le=1_000_000)
+
+    @field_validator("rollout_uris")
+    @classmethod
+    def _uris(cls, v: list[str]) -> list[str]:
+        return [check_uri(u, f"rollout_uris[{i}]") for i, u in enumerate(v)]
+
+    @model_validator(mode="after")
+    def _llm(self) -> AnalysisSpecModel:
+        if self.mode == "ANALYST_MODE_LLM" and self.llm is None:
+            raise ValueError("mode ANALYST_MODE_LLM needs llm (base_url, model); or use ANALYST_MODE_DIAGNOSTICS")
+        runs = self.num_runs or 10
+        if (self.min_passing_runs or 8) > runs:
+            raise ValueError(f"min_passing_runs ({self.min_passing_runs or 8}) exceeds num_runs ({runs}); "
+                             "lower min_passing_runs or raise num_runs")
+        return self

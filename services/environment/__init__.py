@@ -1,0 +1,1 @@
+"""Environment service: generate, sandbox, validate and serve one environment per capability."""

@@ -1,0 +1,52 @@
+"""Validated generation job spec (pydantic), built from the proto by the servicer."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from trace_common.specs import EnvironmentRefModel, LlmEndpointModel, PolicyRefModel, Strict
+
+CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+
+
+class CapabilityModel(Strict):
+    name: str
+    description: str = ""
+    evidence: list[str] = Field(default_factory=list, max_length=50)
+    failed_task_ids: list[str] = Field(default_factory=list, max_length=10_000)
+
+    @field_validator("name")
+    @classmethod
+    def _snake(cls, v: str) -> str:
+        if not CAPABILITY_RE.match(v) or len(v) > 64:
+            raise ValueError(f"capability name {v!r} must be snake_case (e.g. precondition_verification), "
+                             "at most 64 characters")
+        return v
+
+
+class GenerationSpecModel(Strict):
+    capabilities: list[CapabilityModel] = Field(min_length=1, max_length=32)
+    target: EnvironmentRefModel
+    mode: Literal["GENERATION_MODE_LIBRARY", "GENERATION_MODE_LLM"]
+    llm: LlmEndpointModel | None = None
+    max_retries: int = Field(0, ge=0, le=20)
+    calibration_policy: PolicyRefModel | None = None
+    calibration_reward_min: float = Field(0.0, ge=0.0, le=1.0)
+    calibration_reward_max: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> GenerationSpecModel:
+        if self.mode == "GENERATION_MODE_LLM" and self.llm is None:
+            raise ValueError("mode GENERATION_MODE_LLM needs llm (base_url, model); or use GENERATION_MODE_LIBRARY")
+        lo, hi = self.calibration_reward_min or 0.2, self.calibration_reward_max or 0.6
+        if lo >= hi:
+            raise ValueError(f"calibration band [{lo}, {hi}] is empty; set calibration_reward_min < "
+                             "calibration_reward_max")
+        names = [c.name for c in self.capabilities]
+        if len(set(names)) != len(names):
+            raise ValueError(f"capabilities repeat a name ({names}); give each capability once")
+        return self

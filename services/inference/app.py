@@ -1,0 +1,21 @@
+"""Wires the inference service together: domain + servicer + metrics -> ServiceDefinition."""
+
+from __future__ import annotations
+
+from trace_common.grpc.server import ServiceDefinition
+from trace_common.proto.trace.v1 import inference_service_pb2_grpc as pb_grpc
+
+from .metrics import M
+from .service import Inference
+from .servicer import InferenceServicer
+from .settings import InferenceSettings
+
+
+def create_service(settings: InferenceSettings | None = None) -> ServiceDefinition:
+    settings = settings or InferenceSettings()
+    domain = Inference(settings)
+    return ServiceDefinition(
+        name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
+        add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),
+        on_stop=[],
+    )

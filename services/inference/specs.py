@@ -1,0 +1,63 @@
+"""Validated inference requests (pydantic), built from the proto by the servicer."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from trace_common.specs import SamplingModel, Strict, check_uri
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class AdapterRefModel(Strict):
+    name: str
+    uri: str
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        return check_uri(v, "adapter uri")
+
+
+class CompositionSpecModel(Strict):
+    name: str
+    base_model: str = Field(min_length=1)
+    adapters: list[AdapterRefModel] = Field(default_factory=list, max_length=64)
+    gates_uri: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"composition name {v!r} must be 1-128 characters of letters, digits, '_.:-'")
+        return v
+
+    @field_validator("gates_uri")
+    @classmethod
+    def _gates(cls, v: str) -> str:
+        return check_uri(v, "gates_uri", required=False)
+
+
+class ChatMessageModel(Strict):
+    role: str
+    content: str = ""
+    tool_calls: list[dict] = Field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, v: str) -> str:
+        if v not in {"system", "user", "assistant", "tool"}:
+            raise ValueError(f"role {v!r} must be one of system, user, assistant, tool")
+        return v
+
+
+class GenerateModel(Strict):
+    model: str = Field(min_length=1, description="Composition name (see ListCompositions).")
+    messages: list[ChatMessageModel] = Field(min_length=1, max_length=10_000)
+    tools: list[dict] = Field(default_factory=list)
+    sampling: SamplingModel = SamplingModel()
+    return_routing_trace: bool = False

@@ -1,0 +1,1 @@
+"""Rollout service: agents playing environment tasks; trajectories to the artifact store."""

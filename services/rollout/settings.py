@@ -1,0 +1,15 @@
+"""Settings of the rollout service (`TRACE_ROLLOUT_*`)."""
+
+from typing import ClassVar
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from trace_common.config import ServiceSettings
+
+
+class RolloutSettings(ServiceSettings):
+    service_name: ClassVar[str] = "rollout"
+    model_config = SettingsConfigDict(env_prefix="TRACE_ROLLOUT_", extra="ignore", validate_default=True)
+
+    default_concurrency: int = Field(8, ge=1, le=1024, description="Episodes played at once when a job says 0.")

@@ -1,0 +1,1 @@
+"""Trainer service: GRPO LoRA adapters per capability and MoE gate training, as jobs."""

@@ -1,0 +1,102 @@
+"""Service settings, read from `TRACE_<SERVICE>_*` environment variables.
+
+One pydantic-settings model per service subclasses `ServiceSettings`; the Helm chart renders
+the same variable names. Validation happens here, once, with messages that say how to fix
+the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SERVICE_NAMES = ("rollout", "analysis", "environment", "trainer", "inference")
+
+#: Default ports in a cluster (the chart uses the same). The embedded default binds port 0.
+DEFAULT_GRPC_PORTS = {"rollout": 50051, "analysis": 50052, "environment": 50053,
+                      "trainer": 50054, "inference": 50055}
+DEFAULT_METRICS_PORTS = {"rollout": 9101, "analysis": 9102, "environment": 9103,
+                         "trainer": 9104, "inference": 9105}
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every TRACE service shares. Subclasses set `service_name` and the env prefix.
+
+    Example: `TRACE_ROLLOUT_PORT=50051 TRACE_ROLLOUT_AUTH_TOKEN=... python -m services.rollout`.
+    """
+
+    service_name: ClassVar[str] = ""
+    model_config = SettingsConfigDict(extra="ignore", validate_default=True)
+
+    host: str = Field("127.0.0.1", description="Address the gRPC server binds; 0.0.0.0 in a pod.")
+    port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one (embedded default).")
+    metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 picks a free one; -1 is not allowed.")
+    auth_token: SecretStr | None = Field(
+        None, description="Bearer token required on every call except health/reflection. "
+        "In Kubernetes it comes from a Secret. Unset disables auth (embedded default only).")
+    tls_cert_file: Path | None = Field(None, description="PEM certificate chain; enables TLS with tls_key_file.")
+    tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file.")
+    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1 << 30,
+                                   description="Largest request/response message; artifacts travel by URI.")
+    artifact_root: str = Field("file://./.trace", description="Artifact store root: file:///abs/dir or s3://bucket[/prefix].")
+    s3_endpoint: str | None = Field(None, description="host:port of the S3 server (MinIO) for s3:// roots.")
+    s3_access_key: str | None = Field(None, description="S3 access key (from a Secret in Kubernetes).")
+    s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (from a Secret in Kubernetes).")
+    s3_region: str = Field("us-east-1", description="S3 region; MinIO and rclone accept us-east-1.")
+    s3_secure: bool = Field(False, description="Use HTTPS to reach the S3 server.")
+    max_concurrent_jobs: int = Field(4, ge=1, le=1024, description="Jobs running at once; more wait as PENDING.")
+    grace_seconds: float = Field(10.0, ge=0, le=600, description="On SIGTERM, in-flight RPCs get this long to finish.")
+    log_level: str = Field("INFO", description="Python logging level name.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.upper()
+        if v not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError(f"unknown log level {v!r}; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return v
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        if v.startswith("file://./"):  # relative convenience form for the embedded default
+            v = (Path.cwd() / v[len("file://./"):]).resolve().as_uri()
+        if not (v.startswith("file:///") or v.startswith("s3://")):
+            raise ValueError(f"artifact_root {v!r} must start with file:/// (absolute path) or s3://bucket; "
+                             "e.g. file:///var/lib/trace or s3://trace-artifacts")
+        return v
+
+    @model_validator(mode="after")
+    def _pairs(self) -> ServiceSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both to enable TLS, or neither")
+        if self.artifact_root.startswith("s3://") and not self.s3_endpoint:
+            raise ValueError(f"artifact_root is {self.artifact_root} but s3_endpoint is unset; "
+                             f"set TRACE_{self.service_name.upper()}_S3_ENDPOINT=host:port")
+        return self
+
+    def s3_settings(self):
+        """The artifact store's S3Settings, or None for file:// roots."""
+        if not self.artifact_root.startswith("s3://"):
+            return None
+        from trace_common.artifacts import S3Settings
+
+        return S3Settings(endpoint=self.s3_endpoint, access_key=self.s3_access_key or "",
+                          secret_key=self.s3_secret_key or SecretStr(""), region=self.s3_region,
+                          secure=self.s3_secure)
+
+
+def settings_class(service: str) -> type[ServiceSettings]:
+    """A ServiceSettings subclass reading `TRACE_<SERVICE>_*`."""
+    if service not in SERVICE_NAMES:
+        raise ValueError(f"unknown service {service!r}; expected one of {', '.join(SERVICE_NAMES)}")
+    prefix = f"TRACE_{service.upper()}_"
+    return type(f"{service.capitalize()}Settings", (ServiceSettings,), {
+        "service_name": service,
+        "model_config": SettingsConfigDict(env_prefix=prefix, extra="ignore", validate_default=True),
+        "__doc__": f"Settings of the {service} service, from {prefix}* environment variables.",
+    })

@@ -1,0 +1,151 @@
+"""Server bootstrap shared by the five services.
+
+`TraceServer` owns one grpc.aio server with: the service's own servicer(s), grpc.health.v1,
+reflection, interceptors (metrics -> auth -> error mapping), max message sizes, optional TLS,
+and a Prometheus /metrics endpoint on its own port. `run_forever` adds graceful stop on
+SIGTERM/SIGINT: health flips to NOT_SERVING, new calls are refused, in-flight calls get
+`grace_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from trace_common.config import ServiceSettings
+from trace_common.grpc.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
+from trace_common.metrics import MetricsServer, ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceDefinition:
+    """What a service contributes to a TraceServer. Built by `services/<name>/app.py`."""
+
+    name: str
+    #: Fully qualified gRPC service names, e.g. ["trace.v1.RolloutService"].
+    full_names: list[str]
+    metrics: ServiceMetrics
+    #: Adds the servicer(s) to the server.
+    add_to_server: Callable[[aio.Server], None]
+    #: Optional async hooks, e.g. starting the inference HTTP API or draining jobs.
+    on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+class TraceServer:
+    """One service's gRPC server + health + reflection + metrics endpoint."""
+
+    def __init__(self, settings: ServiceSettings, definition: ServiceDefinition):
+        self.settings = settings
+        self.definition = definition
+        self.port: int | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.health: health.aio.HealthServicer | None = None
+        self._server: aio.Server | None = None
+
+    def _build(self) -> aio.Server:
+        """grpc.aio objects bind to the running event loop, so they are built in `start`."""
+        settings, definition = self.settings, self.definition
+        self.health = health.aio.HealthServicer()
+        interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor(definition.metrics)]
+        if settings.auth_token is not None and settings.auth_token.get_secret_value():
+            interceptors.append(AuthInterceptor(settings.auth_token.get_secret_value()))
+        interceptors.append(ErrorMappingInterceptor())
+        server = aio.server(interceptors=interceptors, options=server_options(settings.max_message_bytes))
+        definition.add_to_server(server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            [*definition.full_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        return server
+
+    @property
+    def target(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    def _bind(self) -> int:
+        address = f"{self.settings.host}:{self.settings.port}"
+        s = self.settings
+        if s.tls_cert_file is not None and s.tls_key_file is not None:
+            creds = grpc.ssl_server_credentials([(s.tls_key_file.read_bytes(), s.tls_cert_file.read_bytes())])
+            port = self._server.add_secure_port(address, creds)
+        else:
+            port = self._server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"could not bind gRPC port {address}; is it in use?")
+        return port
+
+    async def start(self) -> None:
+        self._server = self._build()
+        self.port = self._bind()
+        self.metrics_server = MetricsServer(self.definition.metrics.registry, self.settings.metrics_host,
+                                            self.settings.metrics_port)
+        for hook in self.definition.on_start:
+            await hook()
+        await self._server.start()
+        for name in ("", *self.definition.full_names):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("%s serving gRPC on %s, metrics on %s", self.definition.name, self.target,
+                 self.metrics_server.url)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful stop: NOT_SERVING first, then refuse new calls, then wait for in-flight ones."""
+        if self._server is None:
+            return
+        await self.health.enter_graceful_shutdown()
+        grace = self.settings.grace_seconds if grace is None else grace
+        await self._server.stop(grace)
+        for hook in self.definition.on_stop:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 -- stopping must finish
+                log.exception("%s: stop hook failed", self.definition.name)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+
+    async def wait_for_termination(self) -> None:
+        await self._server.wait_for_termination()
+
+
+async def run_forever(servers: list[TraceServer], on_ready: Callable[[], None] | None = None) -> None:
+    """Start `servers`, then block until SIGTERM/SIGINT and stop them gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[TraceServer] = []
+    try:
+        for s in servers:
+            await s.start()
+            started.append(s)
+        if on_ready is not None:
+            on_ready()
+        await stop.wait()
+        log.info("signal received: stopping gracefully")
+    finally:
+        await asyncio.gather(*(s.stop() for s in started), return_exceptions=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
