@@ -158,7 +158,7 @@ class JobManager:
         self._jobs: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._by_request: dict[str, str] = {}
-        self._changed: dict[str, asyncio.Condition] = {}
+        self._watchers: dict[str, set[asyncio.Queue[JobRecord]]] = {}
         self._seq = itertools.count()
 
     # -- queries ---------------------------------------------------------------------------
@@ -194,30 +194,33 @@ class JobManager:
         return page, nxt
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
-        """Yield the job now and after every change, ending after a terminal state."""
+        """Yield the job now and then every change (none skipped), ending after a terminal state."""
         rec = self.get(job_id)
-        cond = self._changed[job_id]
-        last = -1
-        while True:
-            rec = self._jobs[job_id]
-            if rec.version != last:
-                last = rec.version
+        queue: asyncio.Queue[JobRecord] = asyncio.Queue()
+        watchers = self._watchers.setdefault(job_id, set())
+        watchers.add(queue)
+        try:
+            yield rec
+            while not rec.state.terminal:
+                rec = await queue.get()
                 yield rec
-            if rec.state.terminal:
-                return
-            async with cond:
-                if self._jobs[job_id].version == last:
-                    await cond.wait()
+        finally:
+            watchers.discard(queue)
 
     # -- commands --------------------------------------------------------------------------
+    @staticmethod
+    def validate_request(run_id: str, labels: dict[str, str] | None, request_id: str) -> dict[str, str]:
+        """Checks of the fields every Create…Job request has; call before any other work."""
+        validate_run_id(run_id)
+        if len(request_id) > 128:
+            raise InvalidArgument(field="request_id", expected="at most 128 characters", got=len(request_id))
+        return validate_labels(labels or {})
+
     def submit(self, kind: str, body: JobBody, *, run_id: str = "", labels: dict[str, str] | None = None,
                request_id: str = "") -> JobRecord:
         """Create a job and schedule its body. A repeated `request_id` returns the existing job."""
-        validate_run_id(run_id)
-        labels = validate_labels(labels or {})
+        labels = self.validate_request(run_id, labels, request_id)
         if request_id:
-            if len(request_id) > 128:
-                raise InvalidArgument(field="request_id", expected="at most 128 characters", got=len(request_id))
             if request_id in self._by_request:
                 return self._jobs[self._by_request[request_id]]
         active = sum(1 for j in self._jobs.values() if not j.state.terminal)
@@ -228,7 +231,6 @@ class JobManager:
         rec = JobRecord(job_id=job_id, kind=kind, state=JobState.PENDING, create_time=time.time(),
                         run_id=run_id, labels=labels, version=next(self._seq))
         self._jobs[job_id] = rec
-        self._changed[job_id] = asyncio.Condition()
         if request_id:
             self._by_request[request_id] = job_id
         if self._metrics:
@@ -306,12 +308,8 @@ class JobManager:
     def _update(self, job_id: str, **changes: Any) -> None:
         rec = replace(self._jobs[job_id], **changes, version=next(self._seq))
         self._jobs[job_id] = rec
-        cond = self._changed[job_id]
-
-        async def _notify() -> None:
-            async with cond:
-                cond.notify_all()
-        asyncio.get_running_loop().create_task(_notify())
+        for queue in self._watchers.get(job_id, ()):
+            queue.put_nowait(rec)
 
     def _evict(self) -> None:
         if len(self._jobs) <= self._retain:
@@ -319,4 +317,4 @@ class JobManager:
         done = sorted((j for j in self._jobs.values() if j.state.terminal), key=lambda j: j.create_time)
         for j in done[: len(self._jobs) - self._retain]:
             self._jobs.pop(j.job_id, None)
-            self._changed.pop(j.job_id, None)
+            self._watchers.pop(j.job_id, None)

@@ -1,0 +1,1 @@
+"""tracectl: the TRACE command line. It drives the pipeline through the services' gRPC APIs."""

@@ -17,5 +17,5 @@ def create_service(settings: AnalysisSettings | None = None) -> ServiceDefinitio
     return ServiceDefinition(
         name="analysis", full_names=["trace.v1.AnalysisService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_AnalysisServiceServicer_to_server(AnalysisServicer(domain), server),
-        on_stop=[domain.jobs.shutdown],
+        on_stop=[domain.jobs.shutdown], domain=domain,
     )

@@ -17,6 +17,7 @@ class Analyses:
 
     def create_job(self, spec: AnalysisSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
+        self.jobs.validate_request(run_id, labels, request_id)
         raise Unimplemented(
             f"analysis jobs are not implemented yet (mode {spec.mode}): discovery/labeling prompts, "
             "contrastive statistics and reports arrive with the analysis issue")

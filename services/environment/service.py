@@ -19,6 +19,7 @@ class Environments:
 
     def create_job(self, spec: GenerationSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
+        self.jobs.validate_request(run_id, labels, request_id)
         raise Unimplemented(
             f"generation jobs are not implemented yet ({len(spec.capabilities)} capabilities, mode {spec.mode}): "
             "the generation agent, the sandbox and validation arrive with the environment issue")

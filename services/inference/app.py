@@ -17,5 +17,5 @@ def create_service(settings: InferenceSettings | None = None) -> ServiceDefiniti
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),
-        on_stop=[],
+        on_stop=[], domain=domain,
     )

@@ -17,5 +17,5 @@ def create_service(settings: RolloutSettings | None = None) -> ServiceDefinition
     return ServiceDefinition(
         name="rollout", full_names=["trace.v1.RolloutService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(domain), server),
-        on_stop=[domain.jobs.shutdown],
+        on_stop=[domain.jobs.shutdown], domain=domain,
     )

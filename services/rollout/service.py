@@ -17,6 +17,7 @@ class Rollouts:
 
     def create_job(self, spec: RolloutSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
+        self.jobs.validate_request(run_id, labels, request_id)
         raise Unimplemented(
             f"rollout jobs are not implemented yet (requested environment {spec.environment.name!r}): the "
             "environment SDK, the built-in domain and the policy backends arrive with the rollout issue")

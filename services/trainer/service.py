@@ -18,6 +18,7 @@ class Training:
 
     def create_job(self, spec: TrainingSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
+        self.jobs.validate_request(run_id, labels, request_id)
         what = "GRPO adapter training" if spec.kind == "TRAINING_KIND_ADAPTER" else "MoE gate training"
         raise Unimplemented(f"{what} is not implemented yet (capability {spec.capability!r}): it arrives with "
                             f"the {'trainer' if spec.kind == 'TRAINING_KIND_ADAPTER' else 'MoE composition'} issue")

@@ -40,6 +40,8 @@ class ServiceDefinition:
     #: Optional async hooks, e.g. starting the inference HTTP API or draining jobs.
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    #: The service's domain object (tests and the embedded orchestrator reach it in-process).
+    domain: object = None
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:

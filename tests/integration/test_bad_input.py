@@ -1,0 +1,173 @@
+"""Bad input against every RPC of every service, over real gRPC on loopback.
+
+Each case: the documented status code, a message naming the problem, the server still
+healthy afterwards, and nothing written to the artifact store.
+"""
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from trace_common.grpc.client import SERVICES, messages
+from trace_common.proto.trace.v1 import types_pb2 as t
+
+pytestmark = pytest.mark.integration
+
+R, A, E, T, I = (messages(s) for s in ("rollout", "analysis", "environment", "trainer", "inference"))
+GOOD_POLICY = t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")
+GOOD_ENV = t.EnvironmentRef(name="store")
+
+# (service, method, request, code, message fragment)
+CASES = [
+    # rollout
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(), "INVALID_ARGUMENT", "spec.environment"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=t.EnvironmentRef(name="Bad Name!"), policy=GOOD_POLICY)), "INVALID_ARGUMENT", "environment name"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=GOOD_ENV, policy=t.PolicyRef(model="m"))), "INVALID_ARGUMENT", "spec.policy.backend"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=GOOD_ENV, policy=GOOD_POLICY, output_uri="ftp://x/y")), "INVALID_ARGUMENT", "output_uri"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=GOOD_ENV, policy=GOOD_POLICY, samples_per_task=-3)), "INVALID_ARGUMENT", "samples_per_task"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=GOOD_ENV, policy=t.PolicyRef(backend=2, model="m", endpoint="not a url"))),
+     "INVALID_ARGUMENT", "policy.endpoint"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=GOOD_ENV, policy=GOOD_POLICY)), "UNIMPLEMENTED", "rollout issue"),
+    ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(), "INVALID_ARGUMENT", "job_id"),
+    ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("rollout", "CancelRolloutJob", R.CancelRolloutJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("rollout", "ListRolloutJobs", R.ListRolloutJobsRequest(page_size=-1), "INVALID_ARGUMENT", "page_size"),
+    ("rollout", "ListRolloutJobs", R.ListRolloutJobsRequest(page_token="garbage!"), "INVALID_ARGUMENT", "page_token"),
+    ("rollout", "ListRolloutJobs", R.ListRolloutJobsRequest(filter=t.JobFilter(states=[42])), "INVALID_ARGUMENT",
+     "filter.states"),
+    # analysis
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(), "INVALID_ARGUMENT", "spec.rollout_uris"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["relative/path"], mode=A.ANALYST_MODE_DIAGNOSTICS)), "INVALID_ARGUMENT", "not a URI"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["s3:///nobucket"], mode=A.ANALYST_MODE_DIAGNOSTICS)), "INVALID_ARGUMENT", "no bucket"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_LLM)), "INVALID_ARGUMENT", "needs llm"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS, num_runs=5, min_passing_runs=8)),
+     "INVALID_ARGUMENT", "min_passing_runs"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS), run_id="bad run"),
+     "INVALID_ARGUMENT", "run_id"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS), labels={"Bad": "x"}),
+     "INVALID_ARGUMENT", "labels"),
+    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS)), "UNIMPLEMENTED", "analysis issue"),
+    ("analysis", "GetAnalysisJob", A.GetAnalysisJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("analysis", "CancelAnalysisJob", A.CancelAnalysisJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("analysis", "ListAnalysisJobs", A.ListAnalysisJobsRequest(page_size=100000), "INVALID_ARGUMENT", "page_size"),
+    # environment
+    ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(), "INVALID_ARGUMENT", "spec.capabilities"),
+    ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(spec=E.GenerationSpec(
+        capabilities=[t.Capability(name="NotSnake")], target=GOOD_ENV, mode=E.GENERATION_MODE_LIBRARY)),
+     "INVALID_ARGUMENT", "snake_case"),
+    ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(spec=E.GenerationSpec(
+        capabilities=[t.Capability(name="a_b"), t.Capability(name="a_b")], target=GOOD_ENV,
+        mode=E.GENERATION_MODE_LIBRARY)), "INVALID_ARGUMENT", "repeat a name"),
+    ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(spec=E.GenerationSpec(
+        capabilities=[t.Capability(name="a_b")], target=GOOD_ENV, mode=E.GENERATION_MODE_LIBRARY,
+        calibration_reward_min=0.7, calibration_reward_max=0.3)), "INVALID_ARGUMENT", "band"),
+    ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(spec=E.GenerationSpec(
+        capabilities=[t.Capability(name="a_b")], target=GOOD_ENV, mode=E.GENERATION_MODE_LIBRARY)),
+     "UNIMPLEMENTED", "environment issue"),
+    ("environment", "GetGenerationJob", E.GetGenerationJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("environment", "CancelGenerationJob", E.CancelGenerationJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("environment", "ListGenerationJobs", E.ListGenerationJobsRequest(filter=t.JobFilter(states=[9])),
+     "INVALID_ARGUMENT", "filter.states"),
+    ("environment", "GetEnvironment", E.GetEnvironmentRequest(), "INVALID_ARGUMENT", "name"),
+    ("environment", "GetEnvironment", E.GetEnvironmentRequest(name="ghost"), "NOT_FOUND", "ghost"),
+    ("environment", "ResetEpisode", E.ResetEpisodeRequest(), "INVALID_ARGUMENT", "environment.name"),
+    ("environment", "ResetEpisode", E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="ghost")),
+     "NOT_FOUND", "ghost"),
+    ("environment", "StepEpisode", E.StepEpisodeRequest(episode_id="nope"), "NOT_FOUND", "nope"),
+    ("environment", "CloseEpisode", E.CloseEpisodeRequest(), "INVALID_ARGUMENT", "episode_id"),
+    # trainer
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(), "INVALID_ARGUMENT", "spec.kind"),
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
+        kind=T.TRAINING_KIND_GATES, capability="moe", environments=[GOOD_ENV], policy=GOOD_POLICY)),
+     "INVALID_ARGUMENT", "adapter_uris"),
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
+        kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY,
+        resume_from_uri="nope")), "INVALID_ARGUMENT", "resume_from_uri"),
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
+        kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY)),
+     "UNIMPLEMENTED", "trainer issue"),
+    ("trainer", "GetTrainingJob", T.GetTrainingJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("trainer", "CancelTrainingJob", T.CancelTrainingJobRequest(), "INVALID_ARGUMENT", "job_id"),
+    ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id="nope"), "NOT_FOUND", "nope"),
+    ("trainer", "ListTrainingJobs", T.ListTrainingJobsRequest(page_token="AAAA"), "INVALID_ARGUMENT", "page_token"),
+    # inference
+    ("inference", "LoadComposition", I.LoadCompositionRequest(), "INVALID_ARGUMENT", "spec.name"),
+    ("inference", "LoadComposition", I.LoadCompositionRequest(spec=I.CompositionSpec(
+        name="c", base_model="micro", gates_uri="gates.safetensors")), "INVALID_ARGUMENT", "gates_uri"),
+    ("inference", "LoadComposition", I.LoadCompositionRequest(spec=I.CompositionSpec(
+        name="c", base_model="micro")), "UNIMPLEMENTED", "MoE composition issue"),
+    ("inference", "UnloadComposition", I.UnloadCompositionRequest(name="ghost"), "NOT_FOUND", "ghost"),
+    ("inference", "Generate", I.GenerateRequest(), "INVALID_ARGUMENT", "request.model"),
+    ("inference", "Generate", I.GenerateRequest(model="m", messages=[t.ChatMessage(role="wizard")]),
+     "INVALID_ARGUMENT", "role"),
+    ("inference", "Generate", I.GenerateRequest(model="ghost", messages=[t.ChatMessage(role="user", content="hi")]),
+     "NOT_FOUND", "ghost"),
+    ("inference", "GenerateStream", I.GenerateStreamRequest(model="ghost", messages=[
+        t.ChatMessage(role="user", content="hi")]), "NOT_FOUND", "ghost"),
+]
+
+STREAMING = {"WatchRolloutJob", "WatchAnalysisJob", "WatchGenerationJob", "WatchTrainingJob", "GenerateStream"}
+
+
+def _call(stub, method, request):
+    fn = getattr(stub, method)
+    if method in STREAMING:
+        return list(fn(request, timeout=10))
+    return fn(request, timeout=10)
+
+
+def _files(root):
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize(("service", "method", "request_msg", "code", "fragment"), CASES,
+                         ids=[f"{c[0]}.{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_input_gets_documented_status(embedded_stack, service, method, request_msg, code, fragment):
+    before = _files(embedded_stack.root)
+    with pytest.raises(grpc.RpcError) as info:
+        _call(embedded_stack.stub(service), method, request_msg)
+    err = info.value
+    assert err.code().name == code, err.details()
+    assert fragment in err.details()
+    assert "Traceback" not in err.details()
+    assert _files(embedded_stack.root) == before  # nothing half-written
+    ch = embedded_stack.channels[f"{service}:None"]
+    resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=SERVICES[service][3]))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("method", ["WatchRolloutJob", "WatchAnalysisJob", "WatchGenerationJob", "WatchTrainingJob"])
+def test_watch_unknown_job_is_not_found(embedded_stack, method):
+    service = {"WatchRolloutJob": "rollout", "WatchAnalysisJob": "analysis", "WatchGenerationJob": "environment",
+               "WatchTrainingJob": "trainer"}[method]
+    req_cls = getattr(messages(service), f"{method}Request")
+    with pytest.raises(grpc.RpcError) as info:
+        _call(embedded_stack.stub(service), method, req_cls(job_id="nope"))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_every_rpc_has_a_bad_input_case():
+    covered = {(c[0], c[1]) for c in CASES} | {("rollout", "WatchRolloutJob"), ("analysis", "WatchAnalysisJob"),
+                                               ("environment", "WatchGenerationJob"), ("trainer", "WatchTrainingJob")}
+    # Calls with no input to get wrong are exercised in test_grpc_services.py instead.
+    no_input = {("rollout", "ListRolloutEnvironments"), ("environment", "ListEnvironments"),
+                ("inference", "ListCompositions")}
+    missing = []
+    for service, (pb2, _g, _s, full) in SERVICES.items():
+        for m in pb2.DESCRIPTOR.services_by_name[full.rsplit(".", 1)[1]].methods:
+            if (service, m.name) not in covered | no_input:
+                missing.append(f"{service}.{m.name}")
+    assert not missing, f"RPCs without a bad-input case: {missing}"

@@ -1,0 +1,5 @@
+import sys
+
+from tracectl.cli import main
+
+sys.exit(main())

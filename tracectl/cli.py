@@ -1,0 +1,44 @@
+"""`tracectl`: drive TRACE from a terminal.
+
+  tracectl up [--once]         start all five services in this process (embedded default)
+  tracectl status              health of each service (embedded, or --target svc=host:port)
+  tracectl run|rollout|analyze|envs|train|serve|report   pipeline stages (filled by later work)
+  tracectl tau2 replay-gold    tau2-bench gold replay (where available)
+
+Every subcommand lives in `tracectl/commands/<name>.py` with a `register(subparsers)` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from tracectl import commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracectl", description="TRACE: capability-targeted training "
+                                     "from an agent's recurring failures.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"tracectl.commands.{mod.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

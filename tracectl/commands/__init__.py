@@ -1,0 +1,1 @@
+"""tracectl subcommands; each module exposes `register(subparsers)`."""

@@ -1,0 +1,75 @@
+"""The embedded default: all five services in one process on loopback ports, `file://` store.
+
+Used by `tracectl up` and by the test suite's `embedded_stack` fixture. The addresses are
+written to `<root>/embedded.json` so `tracectl status` (or any client) can find them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trace_common.config import SERVICE_NAMES
+from trace_common.grpc.launch import build
+from trace_common.grpc.server import TraceServer
+
+
+@dataclass
+class EmbeddedStack:
+    root: Path
+    host: str = "127.0.0.1"
+    token: str | None = None
+    #: Extra settings for every service (e.g. max_message_bytes), over the env vars.
+    overrides: dict = field(default_factory=dict)
+    servers: dict[str, TraceServer] = field(default_factory=dict)
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "embedded.json"
+
+    @property
+    def targets(self) -> dict[str, str]:
+        return {name: s.target for name, s in self.servers.items()}
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        return {name: s.metrics_server.url for name, s in self.servers.items() if s.metrics_server}
+
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        common = dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
+                      artifact_root=self.root.resolve().as_uri(), auth_token=self.token, **self.overrides)
+        try:
+            for name in SERVICE_NAMES:
+                settings, definition = build(name, **common)
+                server = TraceServer(settings, definition)
+                await server.start()
+                self.servers[name] = server
+        except BaseException:
+            await self.stop()
+            raise
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": self.root.resolve().as_uri(),
+                                   "targets": self.targets, "metrics": self.metrics_urls,
+                                   "auth": bool(self.token)}, indent=2))
+        os.replace(tmp, self.state_file)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        for server in list(self.servers.values())[::-1]:
+            await server.stop(grace)
+        self.servers.clear()
+        try:
+            state = json.loads(self.state_file.read_text())
+            if state.get("pid") == os.getpid():
+                self.state_file.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+def read_state(root: Path) -> dict | None:
+    try:
+        return json.loads((root / "embedded.json").read_text())
+    except (OSError, ValueError):
+        return None
