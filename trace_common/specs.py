@@ -61,7 +61,7 @@ class EnvironmentRefModel(Strict):
 
 
 class PolicyRefModel(Strict):
-    backend: Literal["POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP"] = Field(
+    backend: Literal["POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP", "POLICY_BACKEND_SCRIPTED"] = Field(
         description="Where completions come from.")
     model: str = Field(min_length=1, description="Base model dir/URI/built-in name or served model name.")
     adapter_uri: str = ""

@@ -23,6 +23,7 @@ class PolicyBackend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POLICY_BACKEND_UNSPECIFIED: _ClassVar[PolicyBackend]
     POLICY_BACKEND_IN_PROCESS: _ClassVar[PolicyBackend]
     POLICY_BACKEND_OPENAI_HTTP: _ClassVar[PolicyBackend]
+    POLICY_BACKEND_SCRIPTED: _ClassVar[PolicyBackend]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState
@@ -32,6 +33,7 @@ JOB_STATE_CANCELLED: JobState
 POLICY_BACKEND_UNSPECIFIED: PolicyBackend
 POLICY_BACKEND_IN_PROCESS: PolicyBackend
 POLICY_BACKEND_OPENAI_HTTP: PolicyBackend
+POLICY_BACKEND_SCRIPTED: PolicyBackend
 
 class Progress(_message.Message):
     __slots__ = ('completed', 'total', 'stage', 'message')
