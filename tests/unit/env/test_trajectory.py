@@ -1,0 +1,81 @@
+"""Trajectory records: validation and JSONL round trips."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from pydantic import ValidationError
+
+from tests.unit.env.toy_env import ToyEnv
+from trace_common.env import (
+    Message,
+    PolicyTurn,
+    Trajectory,
+    TurnRecord,
+    dumps_jsonl,
+    loads_jsonl,
+    read_jsonl,
+    run_episode,
+    write_jsonl,
+)
+from trace_common.errors import ArtifactCorrupted
+
+
+def _answer(messages, tools):
+    a, b = (int(x) for x in messages[1].content.removeprefix("What is ").removesuffix("?").split(" + "))
+    return PolicyTurn(message=Message.assistant(f"It is {a + b}."), completion_token_ids=[5, 6, 7],
+                      logprobs=[-0.1, -0.2, -0.3])
+
+
+def _trajectories() -> list[Trajectory]:
+    return [run_episode(ToyEnv(), _answer, seed) for seed in range(3)]
+
+
+def test_jsonl_round_trip_bytes_path_and_stream(tmp_path):
+    trajs = _trajectories()
+    assert loads_jsonl(dumps_jsonl(trajs)) == trajs
+    path = tmp_path / "t.jsonl"
+    assert write_jsonl(trajs, path) == 3
+    assert read_jsonl(path) == trajs
+    stream = io.StringIO()
+    write_jsonl(trajs, stream)
+    stream.seek(0)
+    assert read_jsonl(stream) == trajs
+    assert trajs[0].turns[0].logprobs == [-0.1, -0.2, -0.3]
+
+
+@pytest.mark.parametrize("bad_line, line_no", [("{not json", 2), ('{"task_id": "1"}', 2)])
+def test_corrupt_line_names_its_number(bad_line, line_no):
+    good = dumps_jsonl(_trajectories()[:1]).decode()
+    with pytest.raises(ArtifactCorrupted, match=f"src:{line_no}:"):
+        loads_jsonl(good + bad_line + "\n", source="src")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"success": True, "reward": 0.5}, "success means reward == 1.0"),
+    ({"reward": 1.5}, "less than or equal to 1"),
+    ({"termination": "crashed"}, "termination"),
+])
+def test_invalid_records(change, message):
+    data = _trajectories()[0].to_dict()
+    data.update(change)
+    with pytest.raises(ValidationError, match=message):
+        Trajectory.from_dict(data)
+
+
+def test_turn_record_requires_one_logprob_per_token():
+    with pytest.raises(ValidationError, match="one logprob per completion token"):
+        TurnRecord(message_index=2, completion_token_ids=[1, 2], logprobs=[-0.5])
+
+
+def test_messages_are_stored_in_openai_shape():
+    data = _trajectories()[0].to_dict()
+    assert data["messages"][2] == {"role": "assistant", "content": f"It is {sum(_toy_numbers(0))}."}
+    assert data["env"] == {"name": "toy", "version": "1.0.0", "params": {}}
+
+
+def _toy_numbers(seed):
+    env = ToyEnv()
+    env.reset(seed)
+    return env.a, env.b
