@@ -15,6 +15,8 @@ import importlib
 import pkgutil
 import sys
 
+import grpc
+
 from tracectl import commands
 
 
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
+    except grpc.RpcError as err:  # the service said no: show its reason, not a traceback
+        print(f"tracectl {args.command}: {err.code().name}: {err.details()}", file=sys.stderr)
+        code = 1
     return int(code or 0)
 
 

@@ -6,12 +6,16 @@ written to `<root>/embedded.json` so `tracectl status` (or any client) can find 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_common.config import SERVICE_NAMES
+from trace_common.grpc.client import Endpoint, open_channel, stub
 from trace_common.grpc.launch import build
 from trace_common.grpc.server import TraceServer
 
@@ -73,3 +77,67 @@ def read_state(root: Path) -> dict | None:
         return json.loads((root / "embedded.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+class BackgroundStack:
+    """An EmbeddedStack on its own event-loop thread, for blocking callers (tracectl, tests).
+
+    `stub(service)` gives a real gRPC stub to it; `call(coro)` runs a coroutine on the
+    servers' loop (to reach a service's domain object in-process)."""
+
+    def __init__(self, root: Path, token: str | None = None, overrides: dict | None = None):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="embedded-stack", daemon=True)
+        self.thread.start()
+        self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {})
+        self.token = token
+        self.channels: dict[str, object] = {}
+        try:
+            self.call(self.stack.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def call(self, coro, timeout: float = 60):
+        fut: Future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    @property
+    def root(self) -> Path:
+        return self.stack.root
+
+    @property
+    def targets(self) -> dict[str, str]:
+        return self.stack.targets
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        return self.stack.metrics_urls
+
+    def domain(self, service: str):
+        return self.stack.servers[service].definition.domain
+
+    def stub(self, service: str, token: str | None | bool = True):
+        """A stub with the stack's token (token=True), none (None) or the given one."""
+        tok = self.token if token is True else token
+        key = f"{service}:{tok}"
+        if key not in self.channels:
+            self.channels[key] = open_channel(Endpoint(self.targets[service], tok or None))
+        return stub(service, self.channels[key])
+
+    def _stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+        self.channels.clear()
+        self.call(self.stack.stop(grace=1.0))
+        self._stop_loop()
+
+    def __enter__(self) -> BackgroundStack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,26 +1,49 @@
-"""The rollout service's domain object: job table and job creation (no gRPC here)."""
+"""The rollout service's domain object: job table, job creation, environment listing (no gRPC)."""
 
 from __future__ import annotations
 
-from trace_common.errors import Unimplemented
+from trace_common.artifacts import ArtifactStore, open_store
+from trace_common.env import list_environments
 from trace_common.jobs import JobManager, JobRecord
 
+from . import runner
 from .metrics import M
 from .settings import RolloutSettings
 from .specs import RolloutSpecModel
 
 
 class Rollouts:
-    def __init__(self, settings: RolloutSettings):
+    def __init__(self, settings: RolloutSettings, store: ArtifactStore | None = None):
         self.settings = settings
         self.jobs = JobManager("rollout", M, max_concurrent=settings.max_concurrent_jobs)
+        self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
 
     def create_job(self, spec: RolloutSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
         self.jobs.validate_request(run_id, labels, request_id)
-        raise Unimplemented(
-            f"rollout jobs are not implemented yet (requested environment {spec.environment.name!r}): the "
-            "environment SDK, the built-in domain and the policy backends arrive with the rollout issue")
+        planned = runner.plan(spec)  # bad environment / tasks fail here, before a job exists
+        prefix = spec.output_uri
+
+        async def body(ctx):
+            key_prefix = f"runs/{run_id or 'adhoc'}/rollouts/{ctx.job_id}"
+            store = self.store
+            if prefix:
+                from trace_common.artifacts import open_uri
+
+                store, key_prefix = open_uri(prefix.rstrip("/"), self.settings.s3_settings(), M.artifact_observer)
+            return await runner.run(ctx, planned, store, key_prefix, self.settings.default_concurrency)
+
+        return self.jobs.submit("rollout", body, run_id=run_id, labels=labels, request_id=request_id)
 
     def environments(self) -> list[dict]:
-        return []
+        out = []
+        for spec in list_environments():
+            try:
+                env = spec.factory()
+            except Exception:  # noqa: BLE001 -- envs needing parameters (a data dir) are listed bare
+                out.append(dict(name=spec.name, version=spec.version, description=spec.description))
+                continue
+            out.append(dict(name=spec.name, version=spec.version, description=spec.description,
+                            split_sizes={k: len(v) for k, v in env.splits().items()},
+                            tools=env.tool_schemas()))
+        return out

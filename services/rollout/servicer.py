@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from trace_common.grpc import jobs_rpc
 from trace_common.grpc.protoconv import parse
 from trace_common.proto.trace.v1 import rollout_service_pb2 as pb
 from trace_common.proto.trace.v1 import rollout_service_pb2_grpc as pb_grpc
+from trace_common.proto.trace.v1 import types_pb2 as t
 
 from .service import Rollouts
 from .specs import RolloutSpecModel
@@ -21,7 +24,15 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         return pb.CreateRolloutJobResponse(job=jobs_rpc.job_to_proto(rec))
 
     async def GetRolloutJob(self, request, context):
-        return jobs_rpc.get(self.d.jobs, request, pb.GetRolloutJobResponse)
+        rec = self.d.jobs.get(request.job_id)
+        resp = pb.GetRolloutJobResponse(job=jobs_rpc.job_to_proto(rec))
+        if rec.result is not None:
+            s = rec.result
+            resp.summary.CopyFrom(pb.RolloutSummary(
+                episodes=s.episodes, successes=s.successes, pass_rate=s.pass_rate,
+                pass_rate_ci_low=s.pass_rate_ci_low, pass_rate_ci_high=s.pass_rate_ci_high,
+                reward_mean=s.reward_mean, errored_episodes=s.errored_episodes, terminations=s.terminations))
+        return resp
 
     async def WatchRolloutJob(self, request, context):
         async for msg in jobs_rpc.watch(self.d.jobs, request, pb.WatchRolloutJobResponse):
@@ -34,4 +45,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         return jobs_rpc.cancel(self.d.jobs, request, pb.CancelRolloutJobResponse)
 
     async def ListRolloutEnvironments(self, request, context):
-        return pb.ListRolloutEnvironmentsResponse(environments=[pb.EnvironmentInfo(**e) for e in self.d.environments()])
+        envs = []
+        for e in self.d.environments():
+            tools = [t.ToolSchema(json=json.dumps(x)) for x in e.pop("tools", [])]
+            envs.append(pb.EnvironmentInfo(**e, tools=tools))
+        return pb.ListRolloutEnvironmentsResponse(environments=envs)

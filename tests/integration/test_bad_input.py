@@ -33,7 +33,10 @@ CASES = [
         environment=GOOD_ENV, policy=t.PolicyRef(backend=2, model="m", endpoint="not a url"))),
      "INVALID_ARGUMENT", "policy.endpoint"),
     ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
-        environment=GOOD_ENV, policy=GOOD_POLICY)), "UNIMPLEMENTED", "rollout issue"),
+        environment=GOOD_ENV, policy=GOOD_POLICY, tasks=R.TaskSelection(limit=-1))), "INVALID_ARGUMENT",
+     "spec.tasks.limit"),
+    ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+        environment=t.EnvironmentRef(name="ghost"), policy=GOOD_POLICY)), "NOT_FOUND", "ghost"),
     ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(), "INVALID_ARGUMENT", "job_id"),
     ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("rollout", "CancelRolloutJob", R.CancelRolloutJobRequest(job_id="nope"), "NOT_FOUND", "nope"),

@@ -11,8 +11,6 @@ import sys
 
 PENDING = {
     "run": ("run the whole TRACE loop from a config", "the main-job issue (needs every service stage)"),
-    "rollout": ("run a rollout batch and print its pass rate", "the rollout issue (environment SDK, domain, "
-                "policy backends)"),
     "analyze": ("contrastive capability analysis of trajectories", "the analysis issue"),
     "envs": ("list / generate capability environments", "the environment issue"),
     "train": ("train capability adapters with GRPO", "the trainer issue"),

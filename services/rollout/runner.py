@@ -1,0 +1,183 @@
+"""A rollout job: tasks x samples of one environment played by one policy, concurrently.
+
+Semantics:
+    tasks    = spec.tasks.task_ids or env.splits()[spec.tasks.split][:limit]
+    episodes = [(t, k) for t in tasks for k in range(samples_per_task)]   # env seed = task seed
+    sampling seed of (t, k) = hash(spec.seed, t, k)                       # reproducible sampling
+    play episodes with at most `concurrency` in flight; trajectories sorted by (t, k)
+    publish trajectories.jsonl then summary.json (atomic, sha256) under the output prefix
+
+Outcomes: every episode ends in a trajectory (policy failures are failed episodes with
+their reason). The job fails -- and publishes nothing -- when every episode ended in a
+policy error (the backend is unusable) or on cancel; otherwise the file holds every
+episode, never a truncated set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from trace_common.artifacts import ArtifactStore
+from trace_common.env import (
+    Environment,
+    EnvSpec,
+    Termination,
+    Trajectory,
+    dumps_jsonl,
+    get_spec,
+    run_episode_async,
+)
+from trace_common.errors import InvalidArgument, NotFound, Unavailable
+from trace_common.jobs import JobContext, Output
+from trace_common.stats import wilson_interval
+
+from . import metrics as m
+from .policies import PolicyFactory, check_scripted, make_factory
+from .specs import RolloutSpecModel
+
+
+@dataclass
+class RolloutSummary:
+    episodes: int
+    successes: int
+    pass_rate: float
+    pass_rate_ci_low: float
+    pass_rate_ci_high: float
+    reward_mean: float
+    errored_episodes: int
+    terminations: dict[str, int] = field(default_factory=dict)
+    trajectories_uri: str = ""
+    wall_seconds: float = 0.0
+
+    @classmethod
+    def of(cls, trajs: list[Trajectory], uri: str = "", wall: float = 0.0) -> RolloutSummary:
+        n = len(trajs)
+        s = sum(t.success for t in trajs)
+        lo, hi = wilson_interval(s, n)
+        errored = sum(t.termination in (Termination.POLICY_ERROR, Termination.AGENT_ERROR) for t in trajs)
+        return cls(episodes=n, successes=s, pass_rate=s / n if n else 0.0, pass_rate_ci_low=lo, pass_rate_ci_high=hi,
+                   reward_mean=sum(t.reward for t in trajs) / n if n else 0.0, errored_episodes=errored,
+                   terminations=dict(Counter(str(t.termination) for t in trajs)), trajectories_uri=uri,
+                   wall_seconds=wall)
+
+
+@dataclass
+class PlannedRollout:
+    """A validated spec resolved against the registry, ready to run."""
+
+    spec: RolloutSpecModel
+    env_spec: EnvSpec
+    seeds: list[int]
+    samples: int
+
+    @property
+    def episodes(self) -> int:
+        return len(self.seeds) * self.samples
+
+
+def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec) -> dict:
+    params = dict(spec.environment.params)
+    if spec.environment.uri:
+        params.setdefault("data_dir", spec.environment.uri.removeprefix("file://"))
+    unknown = set(params) - set(env_spec.params)
+    if unknown:
+        raise InvalidArgument(field="spec.environment.params", expected=f"parameters of {env_spec.name!r}: "
+                              f"{sorted(env_spec.params) or 'none'}", got=sorted(unknown))
+    return params
+
+
+def plan(spec: RolloutSpecModel) -> PlannedRollout:
+    """Resolve environment and tasks now, so a bad request fails before a job exists."""
+    env_spec = get_spec(spec.environment.name, spec.environment.version or None)
+    env = env_spec.factory(**_env_params(spec, env_spec))
+    if spec.tasks.task_ids:
+        try:
+            seeds = [int(t) for t in spec.tasks.task_ids]
+        except ValueError:
+            raise InvalidArgument(field="spec.tasks.task_ids", expected="task ids of this environment (decimal "
+                                  "seeds for procedural domains)", got=spec.tasks.task_ids[:3]) from None
+    else:
+        splits = env.splits()
+        split = spec.tasks.split or "test"
+        if split not in splits:
+            raise NotFound(f"environment {env_spec.name!r} has no split {split!r}; splits: {sorted(splits)}")
+        rng = splits[split]
+        seeds = list(rng[: spec.tasks.limit] if spec.tasks.limit else rng)
+        if not spec.tasks.limit and len(seeds) > 100_000:
+            raise InvalidArgument(field="spec.tasks.limit", expected=f"a limit: split {split!r} has {len(seeds)} "
+                                  "tasks", fix="set spec.tasks.limit")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise InvalidArgument(field="spec.tasks.task_ids", expected="non-negative task seeds", got=s)
+    if not seeds:
+        raise InvalidArgument(field="spec.tasks", expected="at least one task", got=0)
+    if spec.policy.backend == "POLICY_BACKEND_SCRIPTED":
+        check_scripted(spec.policy.model, env_spec.name)
+    return PlannedRollout(spec, env_spec, seeds, spec.samples_per_task or 1)
+
+
+def sampling_seed(base: int, task_seed: int, k: int) -> int:
+    digest = hashlib.sha256(f"{base}:{task_seed}:{k}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_prefix: str,
+              default_concurrency: int) -> RolloutSummary:
+    spec = p.spec
+    env_name = p.env_spec.name
+    factory: PolicyFactory = make_factory(spec.policy, spec.sampling, env_name)
+    params = _env_params(spec, p.env_spec)
+    sem = asyncio.Semaphore(spec.concurrency or default_concurrency)
+    done = 0
+    ctx.progress(completed=0, total=p.episodes, stage="playing", message=f"{p.episodes} episodes of {env_name}")
+    started = time.perf_counter()
+
+    async def one(task_seed: int, k: int) -> Trajectory:
+        nonlocal done
+        async with sem:
+            env: Environment = p.env_spec.factory(**params)
+            policy = factory.for_episode(env, task_seed, k, sampling_seed(spec.seed, task_seed, k))
+            m.EPISODES_ACTIVE.inc()
+            try:
+                traj = await run_episode_async(env, policy, task_seed, spec.max_turns or None,
+                                               policy=factory.info, env_params=params, sample_index=k)
+            finally:
+                m.EPISODES_ACTIVE.dec()
+        outcome = "error" if traj.termination in (Termination.POLICY_ERROR, Termination.AGENT_ERROR) else (
+            "success" if traj.success else "failure")
+        m.EPISODES.labels(env_name, outcome).inc()
+        m.STEPS.labels(env_name).inc(traj.assistant_turns())
+        m.EPISODE_REWARD.labels(env_name).observe(traj.reward)
+        m.EPISODE_DURATION.labels(env_name).observe(traj.timings.get("total", 0.0))
+        if traj.error and traj.termination == Termination.POLICY_ERROR:
+            m.POLICY_ERRORS.labels(traj.error.split(":", 1)[0][:40]).inc()
+        done += 1
+        ctx.progress(completed=done)
+        return traj
+
+    try:
+        trajs = await asyncio.gather(*(one(s, k) for s in p.seeds for k in range(p.samples)))
+    finally:
+        await factory.close()
+    wall = time.perf_counter() - started
+    policy_errors = [t for t in trajs if t.termination == Termination.POLICY_ERROR]
+    if len(policy_errors) == len(trajs):
+        raise Unavailable(f"all {len(trajs)} episodes failed in the policy backend; first error: "
+                          f"{policy_errors[0].error}")
+    ctx.progress(stage="publishing", message="writing trajectories")
+    info = await asyncio.to_thread(store.put_bytes, f"{key_prefix}/trajectories.jsonl", dumps_jsonl(trajs))
+    ctx.add_output(Output(info.uri, info.sha256, info.size, "trajectories"))
+    summary = RolloutSummary.of(trajs, info.uri, wall)
+    sinfo = await asyncio.to_thread(store.put_bytes, f"{key_prefix}/summary.json",
+                                    json.dumps(asdict(summary), indent=2).encode())
+    ctx.add_output(Output(sinfo.uri, sinfo.sha256, sinfo.size, "rollout-summary"))
+    ctx.set_metrics({"pass_rate": summary.pass_rate, "reward_mean": summary.reward_mean,
+                     "episodes": summary.episodes, "errored_episodes": summary.errored_episodes})
+    ctx.progress(stage="done", message=f"pass rate {summary.pass_rate:.3f} "
+                 f"[{summary.pass_rate_ci_low:.3f}, {summary.pass_rate_ci_high:.3f}]")
+    return summary

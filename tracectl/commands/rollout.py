@@ -1,0 +1,76 @@
+"""`tracectl rollout`: play a batch of tasks with a policy and print the pass rate (95 % CI)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from trace_common.grpc.client import messages, new_request_id
+from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.connect import Connection, add_connection_args
+from tracectl.progress import follow, state_name
+
+BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEND_IN_PROCESS,
+            "http": t.POLICY_BACKEND_OPENAI_HTTP}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rollout", help="play tasks with a policy; print pass rate with a 95% interval")
+    p.add_argument("--env", default="store", help="environment name, or a tau2 data directory (default: store)")
+    p.add_argument("--split", default="test", help="task split (default: test)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0 = all)")
+    p.add_argument("--tasks", default="", help="comma-separated task ids instead of a split")
+    p.add_argument("--samples", type=int, default=1, help="samples per task")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="in-process", help="policy backend")
+    p.add_argument("--model", default="micro", help="model dir / built-in agent / served name / scripted policy")
+    p.add_argument("--adapter", default="", help="PEFT adapter URI (in-process) or served adapter name (http)")
+    p.add_argument("--endpoint", default="", help="OpenAI-compatible base URL (http backend)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--concurrency", type=int, default=0)
+    p.add_argument("--max-turns", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-id", default="")
+    add_connection_args(p)
+    p.set_defaults(func=cmd_rollout)
+
+
+def environment_ref(env: str) -> t.EnvironmentRef:
+    path = Path(env)
+    if "/" in env or path.is_dir():
+        if not (path / "tasks.json").is_file():
+            raise SystemExit(f"--env {env!r}: not a tau2 data directory (no tasks.json); give a registered "
+                             "environment name or a directory like ../shared/tau2/retail")
+        return t.EnvironmentRef(name=f"tau2-{path.resolve().name}", uri=path.resolve().as_uri())
+    return t.EnvironmentRef(name=env)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    R = messages("rollout")
+    adapter_kw = {"adapter_name": args.adapter} if args.backend == "http" else {"adapter_uri": args.adapter}
+    spec = R.RolloutSpec(
+        environment=environment_ref(args.env),
+        policy=t.PolicyRef(backend=BACKENDS[args.backend], model=args.model, endpoint=args.endpoint, **adapter_kw),
+        tasks=R.TaskSelection(split=args.split, limit=args.limit,
+                              task_ids=[x for x in args.tasks.split(",") if x]),
+        samples_per_task=args.samples, concurrency=args.concurrency, max_turns=args.max_turns, seed=args.seed,
+        sampling=t.SamplingParams(temperature=args.temperature))
+    console = Console(soft_wrap=True)
+    with Connection(args) as conn:
+        st = conn.stub("rollout")
+        job = st.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id=args.run_id,
+                                                            request_id=new_request_id())).job
+        final = follow(st.WatchRolloutJob(R.WatchRolloutJobRequest(job_id=job.job_id)), f"rollout {job.job_id}")
+        resp = st.GetRolloutJob(R.GetRolloutJobRequest(job_id=job.job_id))
+    if final is None or resp.job.state != t.JOB_STATE_SUCCEEDED:
+        print(f"rollout {job.job_id} {state_name(resp.job)}: {resp.job.error.code} {resp.job.error.message}",
+              file=sys.stderr)
+        return 1
+    s = resp.summary
+    console.print(f"pass rate [bold]{s.pass_rate:.3f}[/] (95% CI {s.pass_rate_ci_low:.3f}-{s.pass_rate_ci_high:.3f})"
+                  f" over {s.episodes} episodes; mean reward {s.reward_mean:.3f}; errored {s.errored_episodes}")
+    for out in resp.job.outputs:
+        console.print(f"  {out.kind}: {out.uri}")
+    return 0

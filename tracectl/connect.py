@@ -1,0 +1,62 @@
+"""How tracectl reaches the services: given addresses (a cluster) or an embedded stack.
+
+`--target SERVICE=HOST:PORT` (repeatable) or `TRACE_<SERVICE>_TARGET` selects a deployed
+service; a service with no address is served by an embedded stack started in this process
+(artifacts under `--root`, default ./.trace). Every stub call carries the client deadlines
+of `trace_common.grpc.client`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import ExitStack
+from pathlib import Path
+
+from trace_common.config import SERVICE_NAMES
+from trace_common.grpc.client import Endpoint, open_channel, stub
+from tracectl.embedded import BackgroundStack
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", action="append", default=[], metavar="SERVICE=HOST:PORT",
+                   help="use a deployed service (repeatable); others run embedded in this process")
+    p.add_argument("--token", default=os.environ.get("TRACE_AUTH_TOKEN"), help="bearer token ($TRACE_AUTH_TOKEN)")
+    p.add_argument("--root", type=Path, default=Path(".trace"), help="embedded artifact store dir (./.trace)")
+
+
+def parse_targets(items: list[str]) -> dict[str, str]:
+    targets = {s: os.environ[f"TRACE_{s.upper()}_TARGET"] for s in SERVICE_NAMES
+               if os.environ.get(f"TRACE_{s.upper()}_TARGET")}
+    for item in items:
+        name, sep, addr = item.partition("=")
+        if not sep or name not in SERVICE_NAMES or not addr:
+            raise SystemExit(f"--target {item!r}: expected SERVICE=HOST:PORT, SERVICE one of {', '.join(SERVICE_NAMES)}")
+        targets[name] = addr
+    return targets
+
+
+class Connection:
+    """Stubs for the services, remote where addressed, embedded otherwise."""
+
+    def __init__(self, args: argparse.Namespace):
+        self._targets = parse_targets(args.target)
+        self._token = args.token
+        self._root = args.root
+        self._exit = ExitStack()
+        self.embedded: BackgroundStack | None = None
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._exit.close()
+
+    def stub(self, service: str):
+        if service in self._targets:
+            ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], self._token)))
+            return stub(service, ch)
+        if self.embedded is None:
+            self.embedded = BackgroundStack(self._root)
+            self._exit.callback(self.embedded.close)
+        return self.embedded.stub(service)
