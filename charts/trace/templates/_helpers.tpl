@@ -1,0 +1,330 @@
+{{/*
+Shared helpers. Naming: every resource is <fullname>-<component>; components are the five
+services, vllm, minio, sandbox, training (Job pods) and buckets (hook Job).
+*/}}
+
+{{/* The five TRACE services, in port order. */}}
+{{- define "trace.services" -}}
+{{- list "rollout" "analysis" "environment" "trainer" "inference" | toJson -}}
+{{- end -}}
+
+{{- define "trace.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "trace.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* <fullname>-<component>; input: dict root, component. */}}
+{{- define "trace.componentName" -}}
+{{- printf "%s-%s" (include "trace.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels; input: dict root, component. Stable across upgrades (Deployment selectors are immutable). */}}
+{{- define "trace.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trace.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels; input: dict root, component. */}}
+{{- define "trace.labels" -}}
+{{ include "trace.selectorLabels" . }}
+app.kubernetes.io/part-of: trace
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels of objects a service creates at run time (training Jobs, sandbox pods); input: dict root, component, owner. */}}
+{{- define "trace.createdLabels" -}}
+{{ include "trace.selectorLabels" . }}
+app.kubernetes.io/part-of: trace
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: trace-{{ .owner }}
+{{- end -}}
+
+{{/*
+Image reference; input: dict root, image (repository, tag, pullPolicy), prefix (bool: apply
+imageRegistry). An empty tag means the chart's appVersion; "latest" is refused.
+*/}}
+{{- define "trace.image" -}}
+{{- $tag := .image.tag | default .root.Chart.AppVersion | toString -}}
+{{- if eq $tag "latest" -}}
+{{- fail (printf "image %s: the tag \"latest\" is not allowed; pin a version (empty = appVersion %s)" .image.repository .root.Chart.AppVersion) -}}
+{{- end -}}
+{{- $repo := .image.repository -}}
+{{- if and .prefix .root.Values.imageRegistry -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .root.Values.imageRegistry) $repo -}}
+{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{/* Pod-level restricted security context. */}}
+{{- define "trace.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.podSecurity.runAsUser }}
+runAsGroup: {{ .Values.podSecurity.runAsGroup }}
+fsGroup: {{ .Values.podSecurity.fsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Container-level restricted security context (read-only root; writable paths are emptyDirs). */}}
+{{- define "trace.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "trace.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* GPUs a workload requests (0 = none); input: dict root, gpu (enabled, pool, count), min. */}}
+{{- define "trace.gpuCount" -}}
+{{- if .gpu.enabled -}}
+{{- $pool := index .root.Values.gpuPools .gpu.pool -}}
+{{- $n := int (.gpu.count | default $pool.gpusPerPod) -}}
+{{- max $n (int (.min | default 0)) -}}
+{{- else -}}
+0
+{{- end -}}
+{{- end -}}
+
+{{/*
+nodeSelector / tolerations / affinity of a workload, with its GPU pool's added when gpu.enabled;
+input: dict root, v (block with nodeSelector, tolerations, affinity, gpu). The block's own
+nodeSelector entries win over the pool's on a key clash.
+*/}}
+{{- define "trace.scheduling" -}}
+{{- $ns := deepCopy (.v.nodeSelector | default dict) -}}
+{{- $tol := .v.tolerations | default list -}}
+{{- if and .v.gpu .v.gpu.enabled -}}
+{{- $pool := index .root.Values.gpuPools .v.gpu.pool -}}
+{{- $ns = merge $ns (deepCopy ($pool.nodeSelector | default dict)) -}}
+{{- $tol = concat $tol ($pool.tolerations | default list) -}}
+{{- end -}}
+{{- with $ns }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $tol }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Container resources plus nvidia.com/gpu (requests = limits) when count > 0; input: dict resources, count. */}}
+{{- define "trace.resources" -}}
+{{- $r := deepCopy (.resources | default dict) -}}
+{{- $n := int .count -}}
+{{- if gt $n 0 -}}
+{{- $limits := $r.limits | default dict -}}
+{{- $requests := $r.requests | default dict -}}
+{{- $_ := set $limits "nvidia.com/gpu" $n -}}
+{{- $_ := set $requests "nvidia.com/gpu" $n -}}
+{{- $_ := set $r "limits" $limits -}}
+{{- $_ := set $r "requests" $requests -}}
+{{- end -}}
+{{- toYaml $r -}}
+{{- end -}}
+
+{{/* Secret holding the auth token. */}}
+{{- define "trace.authSecretName" -}}
+{{- .Values.auth.existingSecret | default (include "trace.componentName" (dict "root" . "component" "auth")) -}}
+{{- end -}}
+
+{{/* host:port of the S3 server. */}}
+{{- define "trace.s3Endpoint" -}}
+{{- if and .Values.artifacts.s3.endpoint .Values.minio.enabled -}}
+{{- fail "artifacts.s3.endpoint is set and minio.enabled is true: pick one store (minio.enabled=false for an external S3 server)" -}}
+{{- else if .Values.artifacts.s3.endpoint -}}
+{{- .Values.artifacts.s3.endpoint -}}
+{{- else if .Values.minio.enabled -}}
+{{- printf "%s:%d" (include "trace.componentName" (dict "root" . "component" "minio")) (int .Values.minio.service.port) -}}
+{{- else -}}
+{{- fail "artifacts.s3.endpoint is empty and minio.enabled is false: set artifacts.s3.endpoint=host:port of your S3 server, or minio.enabled=true" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Secret holding the S3 credentials. */}}
+{{- define "trace.s3SecretName" -}}
+{{- if .Values.artifacts.s3.existingSecret -}}
+{{- .Values.artifacts.s3.existingSecret -}}
+{{- else if .Values.minio.enabled -}}
+{{- include "trace.componentName" (dict "root" . "component" "minio") -}}
+{{- else -}}
+{{- fail "artifacts.s3.existingSecret is empty: with an external S3 endpoint, name the Secret holding its credentials (keys artifacts.s3.accessKeyKey / secretKeyKey)" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "trace.artifactRoot" -}}
+{{- $p := .Values.artifacts.prefix | trimAll "/" -}}
+{{- if $p -}}
+{{- printf "s3://%s/%s" .Values.artifacts.bucket $p -}}
+{{- else -}}
+{{- printf "s3://%s" .Values.artifacts.bucket -}}
+{{- end -}}
+{{- end -}}
+
+{{/* In-cluster base URL of the vLLM server (…/v1). */}}
+{{- define "trace.vllmBaseUrl" -}}
+{{- printf "http://%s:%d/v1" (include "trace.componentName" (dict "root" . "component" "vllm")) (int .Values.vllm.service.port) -}}
+{{- end -}}
+
+{{- define "trace.vllmModelName" -}}
+{{- .Values.vllm.servedModelName | default .Values.vllm.model -}}
+{{- end -}}
+
+{{/*
+Artifact-store env vars (TRACE_<PREFIX>_*) with credentials by secretKeyRef only; input: dict root, prefix.
+*/}}
+{{- define "trace.artifactEnv" -}}
+{{- $p := .prefix -}}
+{{- $root := .root -}}
+- name: TRACE_{{ $p }}_ARTIFACT_ROOT
+  value: {{ include "trace.artifactRoot" $root | quote }}
+- name: TRACE_{{ $p }}_S3_ENDPOINT
+  value: {{ include "trace.s3Endpoint" $root | quote }}
+- name: TRACE_{{ $p }}_S3_REGION
+  value: {{ $root.Values.artifacts.s3.region | quote }}
+- name: TRACE_{{ $p }}_S3_SECURE
+  value: {{ $root.Values.artifacts.s3.secure | toString | quote }}
+- name: TRACE_{{ $p }}_S3_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "trace.s3SecretName" $root }}
+      key: {{ $root.Values.artifacts.s3.accessKeyKey }}
+- name: TRACE_{{ $p }}_S3_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "trace.s3SecretName" $root }}
+      key: {{ $root.Values.artifacts.s3.secretKeyKey }}
+{{- end -}}
+
+{{/*
+Env of a TRACE service container; input: dict root, name, v. Names follow
+trace_common.config.ServiceSettings and services/<name>/settings.py (TRACE_<SERVICE>_<FIELD>);
+the *_ADDRESS, LLM_*, VLLM_*, JOB_TEMPLATE and SANDBOX_* variables tell a service where its
+peers and templates are (ServiceSettings ignores names it does not know).
+*/}}
+{{- define "trace.serviceEnv" -}}
+{{- $root := .root -}}
+{{- $v := .v -}}
+{{- $P := upper .name -}}
+- name: TRACE_{{ $P }}_HOST
+  value: "0.0.0.0"
+- name: TRACE_{{ $P }}_PORT
+  value: {{ $v.service.port | quote }}
+- name: TRACE_{{ $P }}_METRICS_HOST
+  value: "0.0.0.0"
+- name: TRACE_{{ $P }}_METRICS_PORT
+  value: {{ $v.metrics.port | quote }}
+- name: TRACE_{{ $P }}_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "trace.authSecretName" $root }}
+      key: {{ $root.Values.auth.secretKey }}
+{{- if $root.Values.tls.enabled }}
+- name: TRACE_{{ $P }}_TLS_CERT_FILE
+  value: /etc/trace/tls/tls.crt
+- name: TRACE_{{ $P }}_TLS_KEY_FILE
+  value: /etc/trace/tls/tls.key
+{{- end }}
+{{ include "trace.artifactEnv" (dict "root" $root "prefix" $P) }}
+- name: TRACE_{{ $P }}_MAX_CONCURRENT_JOBS
+  value: {{ $v.maxConcurrentJobs | quote }}
+- name: TRACE_{{ $P }}_GRACE_SECONDS
+  value: {{ $v.graceSeconds | quote }}
+- name: TRACE_{{ $P }}_LOG_LEVEL
+  value: {{ $v.logLevel | quote }}
+{{- range $peer := include "trace.services" $root | fromJsonArray }}
+{{- $pv := index $root.Values $peer }}
+{{- if and $pv.enabled (ne $peer $.name) }}
+- name: TRACE_{{ $P }}_{{ upper $peer }}_ADDRESS
+  value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" $peer)) (int $pv.service.port) | quote }}
+{{- end }}
+{{- end }}
+{{- if has .name (list "analysis" "environment") }}
+{{- if or $root.Values.llm.baseUrl $root.Values.vllm.enabled }}
+- name: TRACE_{{ $P }}_LLM_BASE_URL
+  value: {{ $root.Values.llm.baseUrl | default (include "trace.vllmBaseUrl" $root) | quote }}
+- name: TRACE_{{ $P }}_LLM_MODEL
+  value: {{ $root.Values.llm.model | default (include "trace.vllmModelName" $root) | quote }}
+{{- end }}
+{{- with $root.Values.llm.apiKeySecret.name }}
+- name: TRACE_{{ $P }}_LLM_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $root.Values.llm.apiKeySecret.key }}
+{{- end }}
+{{- end }}
+{{- if and $root.Values.vllm.enabled (has .name (list "rollout" "trainer")) }}
+- name: TRACE_{{ $P }}_VLLM_BASE_URL
+  value: {{ include "trace.vllmBaseUrl" $root | quote }}
+- name: TRACE_{{ $P }}_VLLM_MODEL
+  value: {{ include "trace.vllmModelName" $root | quote }}
+{{- end }}
+{{- if eq .name "inference" }}
+- name: TRACE_INFERENCE_HTTP_PORT
+  value: {{ $v.http.port | quote }}
+{{- end }}
+{{- if eq .name "trainer" }}
+- name: TRACE_TRAINER_KUBERNETES_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: TRACE_TRAINER_JOB_IMAGE
+  value: {{ include "trace.image" (dict "root" $root "image" $v.image "prefix" true) | quote }}
+- name: TRACE_TRAINER_JOB_TEMPLATE
+  value: /etc/trace/templates/training-job.json
+{{- end }}
+{{- if eq .name "environment" }}
+- name: TRACE_ENVIRONMENT_SANDBOX_BACKEND
+  value: kubernetes
+- name: TRACE_ENVIRONMENT_SANDBOX_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: TRACE_ENVIRONMENT_SANDBOX_POD_TEMPLATE
+  value: /etc/trace/templates/sandbox-pod.json
+{{- end }}
+- name: HOME
+  value: /tmp
+- name: TMPDIR
+  value: /tmp
+- name: HF_HOME
+  value: /tmp/huggingface
+{{- with $v.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

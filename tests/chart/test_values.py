@@ -1,0 +1,164 @@
+"""values.yaml / values.schema.json: bad values are rejected by helm with a message naming the
+field, the service blocks share one shape, the README tables every top-level value, and the env
+the chart renders is accepted by the services' real settings models.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.chart.helm import CHART, FULLNAME, NAMESPACE, SERVICES, render, template
+
+VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+#: Keys only some service blocks have (everything else is the shared shape).
+SERVICE_EXTRAS = {"environment": {"sandbox"}, "trainer": {"jobs"}, "inference": {"http"}}
+
+# --set arguments helm must refuse, and the field path its message must name.
+BAD_VALUES = [
+    ("rollout.replicaCount=-1", "rollout.replicaCount"),
+    ("analysis.replicaCount=two", "analysis.replicaCount"),
+    ("rollout.image.tag=latest", "rollout.image.tag"),
+    ("vllm.image.tag=latest", "vllm.image.tag"),
+    ("trainer.image.pullPolicy=Sometimes", "trainer.image.pullPolicy"),
+    ("vllm.maxLoraRank=48", "vllm.maxLoraRank"),
+    ("vllm.tensorParallelSize=0", "vllm.tensorParallelSize"),
+    ("vllm.gpuMemoryUtilization=1.5", "vllm.gpuMemoryUtilization"),
+    ("inference.gpu.pool=tpu", "inference.gpu.pool"),
+    ("gpuPools.trainer.gpusPerPod=0", "gpuPools.trainer.gpusPerPod"),
+    (r"rollout.resources.limits.nvidia\.com/gpu=1", "rollout.resources.limits"),
+    ("rollout.service.port=70000", "rollout.service.port"),
+    ("inference.http.port=0", "inference.http.port"),
+    ("environment.logLevel=VERBOSE", "environment.logLevel"),
+    ("artifacts.bucket=Bad_Bucket", "artifacts.bucket"),
+    ("artifacts.s3.endpoint=http://minio:9000", "artifacts.s3.endpoint"),
+    ("minio.enabled=false", "artifacts.s3.endpoint"),
+    ("minio.enabled=false,artifacts.s3.endpoint=s3.example.com:443", "artifacts.s3.existingSecret"),
+    ("artifacts.s3.endpoint=s3.example.com:443", "artifacts.s3.endpoint"),  # with the in-chart MinIO on
+    ("tls.enabled=true", "tls.existingSecret"),
+    ("serviceMonitor.interval=30", "serviceMonitor.interval"),
+    ("podSecurity.runAsUser=0", "podSecurity.runAsUser"),
+    ("rollout.extraEnv[0].name=HF_TOKEN,rollout.extraEnv[0].value=hf_abc", "rollout.extraEnv.0"),
+    ("llm.baseUrl=llm.example.com", "llm.baseUrl"),
+    ("trainer.jobs.module=not a module", "trainer.jobs.module"),
+    ("trainer.surprise=1", "Additional property surprise"),
+    ("gpuPools.tpu.gpusPerPod=1", "Additional property tpu"),
+    ("replicas=3", "Additional property replicas"),
+]
+
+
+@pytest.mark.parametrize(("setting", "field"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_schema_rejects_bad_values_naming_the_field(setting, field):
+    proc = template("--set", setting)
+    assert proc.returncode != 0, f"helm accepted {setting}"
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert field in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("setting", [
+    "rollout.extraEnv[0].name=HF_TOKEN,rollout.extraEnv[0].valueFrom.secretKeyRef.name=hf,"
+    "rollout.extraEnv[0].valueFrom.secretKeyRef.key=token",
+    "rollout.extraEnv[0].name=PYTHONWARNINGS,rollout.extraEnv[0].value=ignore",
+    "vllm.maxLoraRank=128",
+    "artifacts.prefix=team-a/runs",
+    "minio.enabled=false,artifacts.s3.endpoint=s3.example.com:443,artifacts.s3.existingSecret=s3",
+])
+def test_schema_accepts_good_values(setting):
+    proc = template("--set", setting)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_values_yaml_matches_its_schema():
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+    assert SCHEMA["$schema"] == "http://json-schema.org/draft-07/schema#"
+    errors = [f"{e.json_path}: {e.message}" for e in jsonschema.Draft7Validator(SCHEMA).iter_errors(VALUES)]
+    assert not errors, errors
+    assert SCHEMA["additionalProperties"] is False
+    assert set(SCHEMA["properties"]) - {"global"} == set(VALUES)
+    for name in (*SERVICES, "vllm"):
+        block = SCHEMA["properties"][name]
+        assert block["additionalProperties"] is False, name
+        assert set(block["properties"]) == set(VALUES[name]), name
+        for key, prop in block["properties"].items():
+            assert prop.get("description") or "$ref" in prop, f"{name}.{key} has no description"
+
+
+def test_service_blocks_share_one_shape():
+    def shape(d):
+        return {k: shape(v) if isinstance(v, dict) and k in {"image", "service", "metrics", "gpu",
+                                                              "podDisruptionBudget", "probes"} else None
+                for k, v in d.items()}
+
+    shapes = {s: shape({k: v for k, v in VALUES[s].items() if k not in SERVICE_EXTRAS.get(s, set())})
+              for s in SERVICES}
+    first = shapes[SERVICES[0]]
+    for s in SERVICES:
+        assert shapes[s] == first, s
+    required = {"enabled", "replicaCount", "image", "resources", "nodeSelector", "tolerations", "affinity",
+                "service", "metrics", "gpu"}
+    assert required <= set(first)
+    assert set(first["image"]) == {"repository", "tag", "pullPolicy"}
+    assert set(first["metrics"]) == {"enabled", "port"} and set(first["gpu"]) == {"enabled", "pool", "count"}
+    assert set(VALUES["gpuPools"]) == {"rollout", "trainer", "inference"}
+    for pool in VALUES["gpuPools"].values():
+        assert set(pool) == {"nodeSelector", "tolerations", "gpusPerPod"}
+
+
+def test_readme_tables_every_top_level_value():
+    readme = (CHART / "README.md").read_text()
+    rows = set(re.findall(r"^\| `([A-Za-z]+)[.`]", readme, re.M))
+    missing = set(VALUES) - rows
+    assert not missing, f"README values table lacks {sorted(missing)}"
+
+
+def _settings_class(service: str):
+    """The service's own settings model (services/<name>/settings.py)."""
+    mod = importlib.import_module(f"services.{service}.settings")
+    return next(v for k, v in vars(mod).items() if k.endswith("Settings") and k != "ServiceSettings"
+                and isinstance(v, type))
+
+
+#: Env names the chart renders that are not (yet) settings fields: peers and templates.
+CHART_ONLY_ENV = re.compile(r"^(ROLLOUT|ANALYSIS|ENVIRONMENT|TRAINER|INFERENCE)_ADDRESS$|^LLM_(BASE_URL|MODEL|API_KEY)$"
+                            r"|^VLLM_(BASE_URL|MODEL)$|^JOB_TEMPLATE$|^SANDBOX_(BACKEND|NAMESPACE|POD_TEMPLATE)$")
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "external-minio", "gpu-off", "tls"])
+@pytest.mark.parametrize("service", SERVICES)
+def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, monkeypatch):
+    r = render(value_set)
+    (c,) = r.get("Deployment", f"{FULLNAME}-{service}")["spec"]["template"]["spec"]["containers"]
+    prefix = f"TRACE_{service.upper()}_"
+    cls = _settings_class(service)
+    for k in list(os.environ):
+        if k.startswith("TRACE_"):
+            monkeypatch.delenv(k)
+    unknown = []
+    for e in c["env"]:
+        if "valueFrom" in e:  # resolved by the kubelet: stand-ins of the right kind
+            value = NAMESPACE if "fieldRef" in e["valueFrom"] else "from-secret-" + "x" * 16
+        else:
+            value = e["value"]
+        monkeypatch.setenv(e["name"], value)
+        if e["name"].startswith(prefix):
+            field = e["name"][len(prefix):]
+            if field.lower() not in cls.model_fields and not CHART_ONLY_ENV.match(field):
+                unknown.append(e["name"])
+    assert not unknown, f"env vars no settings field reads: {unknown}"
+    s = cls()
+    grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+    metrics_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
+    assert (s.host, s.port, s.metrics_host, s.metrics_port) == ("0.0.0.0", grpc_port, "0.0.0.0", metrics_port)
+    assert s.auth_token is not None and s.artifact_root.startswith("s3://") and s.s3_endpoint
+    assert s.s3_access_key and s.s3_secret_key is not None
+    assert s.s3_secure is (value_set == "external-minio")
+    assert (s.tls_cert_file is not None) is (value_set == "tls")
+    if service == "inference":
+        assert s.http_port == 8000
