@@ -36,6 +36,7 @@ class Termination(StrEnum):
     USER_STOP = "user_stop"    # the user ended the conversation early (gave up, off-topic...)
     AGENT_ERROR = "agent_error"  # the agent's output could not be turned into an action
     POLICY_ERROR = "policy_error"  # the policy backend failed (unreachable, raised)
+    ENV_ERROR = "env_error"    # a dependency of the environment failed (e.g. its LLM user is unreachable)
     TIMEOUT = "timeout"        # the episode's wall-clock deadline passed
 
 
@@ -160,6 +161,11 @@ class Environment(ABC):
 
     def failure_reason(self) -> str | None:
         return None
+
+    def episode_info(self) -> dict[str, Any]:
+        """Optional end-of-episode facts for records and analysis (e.g. which DB records
+        differ, which checks failed), merged into `Trajectory.info`. JSON-able, small."""
+        return {}
 
     @property
     def termination(self) -> Termination:

@@ -28,7 +28,7 @@ from typing import Any
 from trace_common.env.environment import Diagnostic, Environment, Termination
 from trace_common.env.messages import Message, actions_from_message
 from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory, TurnRecord
-from trace_common.errors import InvalidArgument
+from trace_common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 
 
 @dataclass
@@ -108,10 +108,13 @@ class _EpisodeDriver:
                                          prompt_token_ids=turn.prompt_token_ids,
                                          completion_token_ids=turn.completion_token_ids, logprobs=turn.logprobs))
         t0 = time.perf_counter()
-        for action in actions_from_message(turn.message):
-            if self.env.done:
-                break
-            self.messages.extend(self.env.step(action).observation)
+        try:
+            for action in actions_from_message(turn.message):
+                if self.env.done:
+                    break
+                self.messages.extend(self.env.step(action).observation)
+        except (Unavailable, DeadlineExceeded) as exc:  # infrastructure, not a bug: end the episode, say why
+            self.termination, self.error = Termination.ENV_ERROR, f"{type(exc).__name__}: {exc}"
         self.t_env += time.perf_counter() - t0
 
     def trajectory(self) -> Trajectory:
@@ -130,7 +133,7 @@ class _EpisodeDriver:
             reward_breakdown=breakdown, failure_reason=None if reward >= 1.0 else failure,
             diagnostics=diagnostics, tools=self.tools, turns=self.turns,
             timings={"policy": self.t_policy, "env": self.t_env, "total": time.perf_counter() - self.start},
-            error=self.error, info=dict(self.obs.info), sample_index=self.sample_index)
+            error=self.error, info={**self.obs.info, **env.episode_info()}, sample_index=self.sample_index)
 
 
 def run_episode(env: Environment, policy_fn: PolicyFn, seed: int, max_turns: int | None = None, *,
@@ -143,7 +146,8 @@ def run_episode(env: Environment, policy_fn: PolicyFn, seed: int, max_turns: int
     the policy end the episode with termination `policy_error` (the message is kept in
     `error`); a reply that is not an assistant message ends it with `agent_error`;
     `deadline_s` (wall-clock seconds for the whole episode) ends it with `timeout`.
-    Exceptions from the environment are bugs and propagate.
+    Exceptions from the environment are bugs and propagate, except Unavailable/DeadlineExceeded
+    (a dependency such as an LLM user simulator failed), which end it with `env_error`.
     """
     d = _EpisodeDriver(env, policy_fn, seed, max_turns, policy=policy, env_params=env_params,
                        deadline_s=deadline_s, sample_index=sample_index)

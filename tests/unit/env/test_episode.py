@@ -131,3 +131,22 @@ def test_async_loop_deadline_bounds_a_hung_policy():
 
     traj = asyncio.run(run_episode_async(ToyEnv(), hangs, seed=1, deadline_s=0.2))
     assert traj.termination == Termination.TIMEOUT and traj.timings["total"] < 5
+
+
+class _FlakyUserEnv(ToyEnv):
+    """A toy env whose 'user' dependency fails on the first step, and that reports episode facts."""
+
+    def step(self, action):
+        from trace_common.errors import Unavailable
+
+        raise Unavailable("user simulator endpoint unreachable")
+
+    def episode_info(self):
+        return {"checked": ["db"]}
+
+
+def test_dependency_failure_ends_episode_with_env_error_and_info_is_merged():
+    traj = run_episode(_FlakyUserEnv(), solver, seed=2)
+    assert traj.termination == Termination.ENV_ERROR
+    assert "user simulator endpoint unreachable" in traj.error
+    assert traj.info["checked"] == ["db"]
