@@ -1,6 +1,11 @@
-"""Settings of the analysis service (`TRACE_ANALYSIS_*`)."""
+"""Settings of the analysis service (`TRACE_ANALYSIS_*`).
 
-from typing import ClassVar
+Per-job values in the AnalysisSpec (num_runs, thresholds, the LLM endpoint's timeout and
+concurrency) win over these; zero in the spec means "use the setting".
+"""
+
+from pathlib import Path
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -12,4 +17,26 @@ class AnalysisSettings(ServiceSettings):
     service_name: ClassVar[str] = "analysis"
     model_config = SettingsConfigDict(env_prefix="TRACE_ANALYSIS_", extra="ignore", validate_default=True)
 
-    llm_max_concurrency: int = Field(8, ge=1, le=1024, description="Analyst LLM requests in flight per job.")
+    llm_max_concurrency: int = Field(8, ge=1, le=1024, description="Analyst LLM requests in flight per job "
+                                     "(discovery and all labeling runs together).")
+    llm_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Per-request timeout of the analyst "
+                                       "LLM when the spec's llm.timeout_seconds is 0.")
+    llm_max_retries: int = Field(2, ge=0, le=10, description="Transport retries per request (connection "
+                                 "errors, 408/429/5xx), done by the OpenAI SDK with backoff.")
+    llm_max_attempts: int = Field(3, ge=1, le=10, description="Replies asked for per request when a reply is "
+                                  "not valid JSON or fails its schema (the error is fed back each time).")
+    llm_temperature: float = Field(0.6, ge=0, le=2, description="Sampling temperature of the analyst; runs "
+                                   "differ by seed and order, and sampling lets their labels differ too.")
+    llm_max_tokens: int = Field(2048, ge=64, le=65536, description="Completion token cap per request.")
+    llm_response_format: Literal["none", "json_object", "json_schema"] = Field(
+        "none", description="OpenAI response_format to request: none (prompt + validation only, works with "
+        "any endpoint), json_object, or json_schema (vLLM/OpenAI structured outputs with the request's schema).")
+    trajectory_char_budget: int = Field(6000, ge=600, le=1_000_000, description="Characters of one compacted "
+                                        "trajectory when the spec's trajectory_char_budget is 0.")
+    discovery_char_budget: int = Field(60_000, ge=2000, le=2_000_000, description="Characters of all "
+                                       "trajectories shown to discovery together.")
+    discovery_max_failed: int = Field(30, ge=1, le=1000, description="Failed trajectories shown to discovery.")
+    discovery_max_passed: int = Field(15, ge=0, le=1000, description="Passed trajectories shown to discovery.")
+    prompts_dir: Path | None = Field(None, description="Directory with discover.md and label.md; default "
+                                     "./prompts/analysis, else the source tree's prompts/analysis.")
+    plots: bool = Field(True, description="Render the PNG plots into the report directory.")

@@ -19,9 +19,19 @@ class AnalysisSpecModel(Strict):
     min_passing_runs: int = Field(0, ge=0, le=100, description="K; 0 means 8.")
     min_coverage: float = Field(0.0, ge=0.0, le=1.0, description="rho; 0 means 0.10.")
     min_gap: float = Field(0.0, ge=0.0, le=1.0, description="delta; 0 means 0.20.")
-    max_candidates: int = Field(0, ge=0, le=50)
-    seed: int = 0
-    trajectory_char_budget: int = Field(0, ge=0, le=1_000_000)
+    max_candidates: int = Field(0, ge=0, le=50, description="Candidates proposed by discovery; 0 means 10.")
+    seed: int = Field(0, description="Seeds discovery sampling, run order and bootstrap resamples.")
+    trajectory_char_budget: int = Field(0, ge=0, le=1_000_000,
+                                        description="Characters of one compacted trajectory; 0 means the "
+                                        "service setting (6000); otherwise at least 600.")
+
+    @field_validator("trajectory_char_budget")
+    @classmethod
+    def _budget(cls, v: int) -> int:
+        if 0 < v < 600:
+            raise ValueError(f"trajectory_char_budget={v} is too small for a trajectory's ids and one turn; "
+                             "use 0 (the default) or at least 600")
+        return v
 
     @field_validator("rollout_uris")
     @classmethod

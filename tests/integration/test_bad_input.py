@@ -13,7 +13,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 
 pytestmark = pytest.mark.integration
 
-R, A, E, T, I = (messages(s) for s in ("rollout", "analysis", "environment", "trainer", "inference"))
+R, A, E, T, INF = (messages(s) for s in ("rollout", "analysis", "environment", "trainer", "inference"))
 GOOD_POLICY = t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")
 GOOD_ENV = t.EnvironmentRef(name="store")
 
@@ -61,8 +61,6 @@ CASES = [
     ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
         rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS), labels={"Bad": "x"}),
      "INVALID_ARGUMENT", "labels"),
-    ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
-        rollout_uris=["file:///r.jsonl"], mode=A.ANALYST_MODE_DIAGNOSTICS)), "UNIMPLEMENTED", "analysis issue"),
     ("analysis", "GetAnalysisJob", A.GetAnalysisJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("analysis", "CancelAnalysisJob", A.CancelAnalysisJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("analysis", "ListAnalysisJobs", A.ListAnalysisJobsRequest(page_size=100000), "INVALID_ARGUMENT", "page_size"),
@@ -107,18 +105,18 @@ CASES = [
     ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("trainer", "ListTrainingJobs", T.ListTrainingJobsRequest(page_token="AAAA"), "INVALID_ARGUMENT", "page_token"),
     # inference
-    ("inference", "LoadComposition", I.LoadCompositionRequest(), "INVALID_ARGUMENT", "spec.name"),
-    ("inference", "LoadComposition", I.LoadCompositionRequest(spec=I.CompositionSpec(
+    ("inference", "LoadComposition", INF.LoadCompositionRequest(), "INVALID_ARGUMENT", "spec.name"),
+    ("inference", "LoadComposition", INF.LoadCompositionRequest(spec=INF.CompositionSpec(
         name="c", base_model="micro", gates_uri="gates.safetensors")), "INVALID_ARGUMENT", "gates_uri"),
-    ("inference", "LoadComposition", I.LoadCompositionRequest(spec=I.CompositionSpec(
+    ("inference", "LoadComposition", INF.LoadCompositionRequest(spec=INF.CompositionSpec(
         name="c", base_model="micro")), "UNIMPLEMENTED", "MoE composition issue"),
-    ("inference", "UnloadComposition", I.UnloadCompositionRequest(name="ghost"), "NOT_FOUND", "ghost"),
-    ("inference", "Generate", I.GenerateRequest(), "INVALID_ARGUMENT", "request.model"),
-    ("inference", "Generate", I.GenerateRequest(model="m", messages=[t.ChatMessage(role="wizard")]),
+    ("inference", "UnloadComposition", INF.UnloadCompositionRequest(name="ghost"), "NOT_FOUND", "ghost"),
+    ("inference", "Generate", INF.GenerateRequest(), "INVALID_ARGUMENT", "request.model"),
+    ("inference", "Generate", INF.GenerateRequest(model="m", messages=[t.ChatMessage(role="wizard")]),
      "INVALID_ARGUMENT", "role"),
-    ("inference", "Generate", I.GenerateRequest(model="ghost", messages=[t.ChatMessage(role="user", content="hi")]),
+    ("inference", "Generate", INF.GenerateRequest(model="ghost", messages=[t.ChatMessage(role="user", content="hi")]),
      "NOT_FOUND", "ghost"),
-    ("inference", "GenerateStream", I.GenerateStreamRequest(model="ghost", messages=[
+    ("inference", "GenerateStream", INF.GenerateStreamRequest(model="ghost", messages=[
         t.ChatMessage(role="user", content="hi")]), "NOT_FOUND", "ghost"),
 ]
 
