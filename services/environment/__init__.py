@@ -1,1 +1,16 @@
-"""Environment service: generate, sandbox, validate and serve one environment per capability."""
+"""Environment service: generate, sandbox, validate and serve one environment per capability.
+
+Modules (domain code has no gRPC; `servicer.py` only translates):
+
+- `library/`: TRACE's reference environments, one family per capability reported on tau2-bench
+  (`kit.py` + one module per family; `bundle()` makes a self-contained module per target).
+- `targets.py`: the target environment's tools, id formats and prompt frame (explicit tables for
+  `store` and `tau2-retail`).
+- `generation.py`: mode library (bundle) and mode llm (prompt -> module -> validation -> feedback).
+- `sandbox_worker.py` (`python -m services.environment.sandbox_worker`), `isolation.py`,
+  `sandbox.py`, `sandbox_env.py`: the locked-down worker process and its parent-side client.
+- `validation.py`, `policies.py`, `calibration.py`: the checks and the validation report.
+- `registry.py`: environments in the artifact store (code, manifest, validation report, sha256).
+- `episodes.py`: instances served by seed from sandbox workers; `remote_env.py`: the same over gRPC.
+- `service.py` (domain object), `servicer.py`, `app.py`, `settings.py`, `specs.py`, `metrics.py`.
+"""

@@ -17,5 +17,5 @@ def create_service(settings: EnvironmentSettings | None = None) -> ServiceDefini
     return ServiceDefinition(
         name="environment", full_names=["trace.v1.EnvironmentService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_EnvironmentServiceServicer_to_server(EnvironmentServicer(domain), server),
-        on_stop=[domain.jobs.shutdown], domain=domain,
+        on_stop=[domain.close], domain=domain,
     )

@@ -9,9 +9,10 @@ _r = M.registry
 
 VALIDATIONS = Counter("trace_environment_validations", "Candidate environments validated, by mode "
                       "(library, llm) and status (accepted, rejected).", ["mode", "status"], registry=_r)
-SANDBOX_VIOLATIONS = Counter("trace_environment_sandbox_violations", "Sandbox limits hit, by kind "
-                             "(cpu, memory, processes, file_size, timeout, network, output).", ["kind"],
-                             registry=_r)
+SANDBOX_VIOLATIONS = Counter("trace_environment_sandbox_violations", "Sandbox limits hit or forbidden operations "
+                             "blocked, by kind (cpu, memory, processes, file_size, timeout, network, output, "
+                             "filesystem, limits, native, introspection, environment, syscall, crash, protocol; "
+                             "see services/environment/sandbox.py).", ["kind"], registry=_r)
 SANDBOX_STEP_DURATION = Histogram("trace_environment_sandbox_step_duration_seconds",
                                   "Round-trip time of one env call through the sandbox.",
                                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5),

@@ -1,51 +1,185 @@
-"""The environment service's domain object: jobs, registry and episodes (no gRPC here)."""
+"""The environment service's domain object: generation jobs, the registry, episodes (no gRPC here).
+
+A generation job takes one or more capabilities and a target; per capability, in
+parallel, it obtains a candidate (library bundle or LLM-written module, see
+generation.py), validates it in sandbox workers (validation.py) and registers it --
+accepted or rejected, with its validation report -- in the artifact store (registry.py).
+The job succeeds when every capability got a verdict; `environments_of(job_id)` lists the
+records as they are registered. Bad requests (unknown target, a library target whose
+tools do not fit, a capability the library lacks, a calibration backend not wired in)
+fail at creation, before a job exists.
+
+Calibration policy. `spec.calibration_policy` with backend SCRIPTED and model
+`skill-mixture[@p]` uses `policies.ScriptedSkillFactory(p)` (default p:
+`calibration_skill_p`), also used when the spec names none; other backends go through
+`calibration_factories`, a callable (PolicyRefModel -> factory maker) the integrator passes
+to plug in the base agent (in-process micro model, vLLM, the rollout service).
+"""
 
 from __future__ import annotations
 
-from trace_common.errors import InvalidArgument, NotFound, Unimplemented
-from trace_common.jobs import JobManager, JobRecord
+import asyncio
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
 
+from trace_common.artifacts import ArtifactStore, open_store
+from trace_common.errors import InvalidArgument, Unimplemented
+from trace_common.jobs import JobManager, JobRecord, Output
+from trace_common.llm import ChatClient, LlmConfig
+from trace_common.specs import PolicyRefModel
+
+from . import library
+from . import metrics as m
+from .episodes import EpisodeTable, StepOutcome
+from .generation import MODE_LIBRARY, GenerationResult, generate_library, generate_llm, load_prompt
 from .metrics import M
+from .policies import ScriptedSkillFactory
+from .registry import EnvironmentRecord, EnvironmentRegistry
 from .settings import EnvironmentSettings
 from .specs import GenerationSpecModel
+from .targets import TargetInfo, resolve_target
+from .validation import ValidationConfig, ValidationReport, validate
+
+FactoryMaker = Callable[[], Any]
+_SCRIPTED = re.compile(r"^skill-mixture(?:@(?P<p>0(?:\.\d+)?|1(?:\.0+)?))?$")
 
 
 class Environments:
-    def __init__(self, settings: EnvironmentSettings):
+    def __init__(self, settings: EnvironmentSettings, store: ArtifactStore | None = None,
+                 calibration_factories: Callable[[PolicyRefModel], FactoryMaker] | None = None):
         self.settings = settings
         self.jobs = JobManager("environment", M, max_concurrent=settings.max_concurrent_jobs)
-        self.registry: dict[tuple[str, str], dict] = {}
-        self.episodes: dict[str, object] = {}
+        self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
+        self.registry = EnvironmentRegistry(self.store)
+        self.registry.load()
+        self.sandbox = settings.sandbox_config()
+        self.episodes = EpisodeTable(self.registry, self.sandbox, max_open=settings.max_open_episodes,
+                                     idle_timeout_s=settings.episode_idle_timeout_s,
+                                     idle_workers=settings.idle_workers_per_env)
+        self.prompt = load_prompt(settings.prompt_path or None)
+        self.calibration_factories = calibration_factories
+        self._job_envs: dict[str, list[EnvironmentRecord]] = {}
+
+    # -- generation jobs ---------------------------------------------------------------------
+    def calibration_maker(self, policy: PolicyRefModel | None) -> FactoryMaker:
+        if policy is None:
+            p = self.settings.calibration_skill_p
+            return lambda: ScriptedSkillFactory(p)
+        if policy.backend == "POLICY_BACKEND_SCRIPTED":
+            match = _SCRIPTED.match(policy.model)
+            if match is None:
+                raise InvalidArgument(field="spec.calibration_policy.model",
+                                      expected="'skill-mixture' or 'skill-mixture@<p>' with p in [0, 1]",
+                                      got=policy.model)
+            p = float(match["p"]) if match["p"] else self.settings.calibration_skill_p
+            return lambda: ScriptedSkillFactory(p)
+        if self.calibration_factories is None:
+            raise Unimplemented(f"calibration with policy backend {policy.backend} is not wired into the environment "
+                                "service yet: pass calibration_factories to Environments (services/environment/"
+                                "service.py), or use a SCRIPTED 'skill-mixture@<p>' calibration policy")
+        return self.calibration_factories(policy)
 
     def create_job(self, spec: GenerationSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
         self.jobs.validate_request(run_id, labels, request_id)
-        raise Unimplemented(
-            f"generation jobs are not implemented yet ({len(spec.capabilities)} capabilities, mode {spec.mode}): "
-            "the generation agent, the sandbox and validation arrive with the environment issue")
+        ref = spec.target
+        target = resolve_target(ref.name, ref.version, ref.uri, dict(ref.params))
+        library_mode = spec.mode == MODE_LIBRARY
+        client = None
+        if library_mode:
+            for cap in spec.capabilities:  # fail now, not inside the job
+                target.library_params(library.roles(library.require_family(cap.name)))
+        else:
+            assert spec.llm is not None
+            client = ChatClient(LlmConfig(base_url=spec.llm.base_url, model=spec.llm.model,
+                                          api_key_env=spec.llm.api_key_env,
+                                          timeout_seconds=spec.llm.timeout_seconds or self.settings.llm_timeout_s))
+        maker = self.calibration_maker(spec.calibration_policy)
+        vconfig = self.settings.validation_config(band=spec.band, seed=spec.seed)
+        retries = spec.max_retries or self.settings.default_max_retries
 
-    def list_environments(self, capability: str, include_rejected: bool) -> list[dict]:
-        return [r for r in self.registry.values()
-                if (not capability or r["capability"] == capability)
-                and (include_rejected or r["status"] == "accepted")]
+        async def body(ctx):
+            records = self._job_envs.setdefault(ctx.job_id, [])
+            cancel = threading.Event()
+            total = len(spec.capabilities)
+            ctx.progress(completed=0, total=total, stage="generating",
+                         message=f"{total} capabilities, mode {spec.mode.removeprefix('GENERATION_MODE_').lower()}")
 
-    def get_environment(self, name: str, version: str) -> dict:
-        if not name:
-            raise InvalidArgument(field="name", expected="a registered environment name", got=name)
-        matches = [r for (n, v), r in self.registry.items() if n == name and (not version or v == version)]
-        if not matches:
-            raise NotFound(f"no registered environment {name!r}{' version ' + version if version else ''}; "
-                           "run a generation job or list environments")
-        return matches[-1]
+            async def one(cap) -> EnvironmentRecord:
+                async def check(source: str) -> ValidationReport:
+                    return await asyncio.to_thread(validate, source, target, vconfig, self.sandbox, maker(),
+                                                   label=cap.name, cancel=cancel)
+                if library_mode:
+                    result = await generate_library(cap.name, target, check)
+                else:
+                    result = await generate_llm(cap.model_dump(), target, client, check, vconfig, max_retries=retries,
+                                                prompt=self.prompt, max_tokens=self.settings.llm_max_tokens,
+                                                temperature=self.settings.llm_temperature, seed=spec.seed or None)
+                record = await asyncio.to_thread(self._register, run_id, result, target)
+                records.append(record)
+                for kind, art in (("environment-code", record.code), ("validation-report", record.validation),
+                                  ("environment-manifest", record.manifest)):
+                    ctx.add_output(Output(art["uri"], art["sha256"], int(art["size"]), kind))
+                ctx.progress(completed=len(records), message=f"{cap.name}: {record.status.lower()}")
+                return record
 
-    def reset_episode(self, name: str, version: str, seed: int):
-        self.get_environment(name, version)
-        raise Unimplemented("episodes in sandbox workers arrive with the environment issue")
+            try:
+                done = await asyncio.gather(*(one(c) for c in spec.capabilities))
+            except BaseException:
+                cancel.set()
+                raise
+            finally:
+                if client is not None:
+                    await client.close()
+            accepted = sum(r.accepted for r in done)
+            ctx.set_metrics({"accepted": accepted, "rejected": len(done) - accepted})
+            ctx.progress(stage="done", message=f"{accepted} of {len(done)} accepted")
+            return done
 
-    def episode(self, episode_id: str):
-        if not episode_id:
-            raise InvalidArgument(field="episode_id", expected="an id returned by ResetEpisode", got=episode_id)
-        try:
-            return self.episodes[episode_id]
-        except KeyError:
-            raise NotFound(f"no open episode {episode_id!r}; it was closed, timed out, or never opened") from None
+        return self.jobs.submit("generation", body, run_id=run_id, labels=labels, request_id=request_id)
+
+    def _register(self, run_id: str, result: GenerationResult, target: TargetInfo) -> EnvironmentRecord:
+        report = result.report
+        m.VALIDATIONS.labels("library" if result.mode == MODE_LIBRARY else "llm", report.status.lower()).inc()
+        return self.registry.register(
+            run_id=run_id, capability=result.capability, mode=result.mode, source=result.source,
+            report=report.model_dump(mode="json"), target=target.summary(),
+            tool_schemas=list(report.candidate.get("tool_schemas") or []),
+            extra={"family": result.family, "extracted": result.extracted,
+                   "kit_sha256": library.kit_sha256() if result.mode == MODE_LIBRARY else None,
+                   "calibration_policy": report.calibration_policy})
+
+    def environments_of(self, job_id: str) -> list[EnvironmentRecord]:
+        self.jobs.get(job_id)
+        return list(self._job_envs.get(job_id, []))
+
+    # -- registry ------------------------------------------------------------------------------
+    def list_environments(self, capability: str, include_rejected: bool) -> list[EnvironmentRecord]:
+        return self.registry.list(capability, include_rejected)
+
+    def get_environment(self, name: str, version: str) -> EnvironmentRecord:
+        return self.registry.get(name, version)
+
+    def validation_config(self) -> ValidationConfig:
+        return self.settings.validation_config()
+
+    # -- episodes ------------------------------------------------------------------------------
+    async def reset_episode(self, name: str, version: str, seed: int):
+        record = self.registry.get(name, version, accepted_only=True)
+        return await self.episodes.reset(record, seed)
+
+    def check_episode(self, episode_id: str) -> None:
+        """Raise InvalidArgument / NotFound unless `episode_id` names an open episode."""
+        self.episodes.get(episode_id)
+
+    async def step_episode(self, episode_id: str, action: dict[str, Any]) -> StepOutcome:
+        return await self.episodes.step(episode_id, action)
+
+    async def close_episode(self, episode_id: str) -> None:
+        await self.episodes.close(episode_id)
+
+    async def close(self) -> None:
+        await self.jobs.shutdown()
+        await asyncio.to_thread(self.episodes.shutdown)

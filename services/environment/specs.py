@@ -38,6 +38,11 @@ class GenerationSpecModel(Strict):
     calibration_reward_max: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
 
+    @property
+    def band(self) -> tuple[float, float]:
+        """The calibration band, 0 meaning the defaults 0.2 and 0.6."""
+        return self.calibration_reward_min or 0.2, self.calibration_reward_max or 0.6
+
     @model_validator(mode="after")
     def _check(self) -> GenerationSpecModel:
         if self.mode == "GENERATION_MODE_LLM" and self.llm is None:

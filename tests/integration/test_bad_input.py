@@ -77,7 +77,7 @@ CASES = [
         calibration_reward_min=0.7, calibration_reward_max=0.3)), "INVALID_ARGUMENT", "band"),
     ("environment", "CreateGenerationJob", E.CreateGenerationJobRequest(spec=E.GenerationSpec(
         capabilities=[t.Capability(name="a_b")], target=GOOD_ENV, mode=E.GENERATION_MODE_LIBRARY)),
-     "UNIMPLEMENTED", "environment issue"),
+     "FAILED_PRECONDITION", "no environment for capability"),
     ("environment", "GetGenerationJob", E.GetGenerationJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("environment", "CancelGenerationJob", E.CancelGenerationJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("environment", "ListGenerationJobs", E.ListGenerationJobsRequest(filter=t.JobFilter(states=[9])),

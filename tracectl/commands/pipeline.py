@@ -11,7 +11,6 @@ import sys
 
 PENDING = {
     "run": ("run the whole TRACE loop from a config", "the main-job issue (needs every service stage)"),
-    "envs": ("list / generate capability environments", "the environment issue"),
     "train": ("train capability adapters with GRPO", "the trainer issue"),
     "serve": ("serve a composition with token-level routing", "the MoE composition issue"),
     "report": ("re-render a run's report", "the main-job issue"),

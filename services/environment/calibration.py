@@ -1,0 +1,114 @@
+"""Calibration of a candidate environment with the base policy: is it learnable by GRPO from here?
+
+GRPO learns only from groups whose rewards differ (DESIGN.md, "GRPO"), so an environment
+is useful for training a policy only when that policy sometimes succeeds and sometimes
+fails on the same instance. Calibration plays `groups` seeds, `group_size` times each,
+with the base policy and measures:
+
+Semantics:
+    rewards[g][k]      = reward of sample k on seed g          # [groups, group_size]
+    mean               = mean over all g, k
+    informative(g)     = max_k rewards[g][k] - min_k rewards[g][k] > 1e-9
+    informative_frac   = mean over g of informative(g)
+    passed             = band_lo <= mean <= band_hi  and  informative_frac >= min_informative
+
+The policy comes from a factory with the rollout service's `PolicyFactory` shape
+(`for_episode(env, seed, sample_index, sampling_seed) -> async policy`, `info`, `close()`),
+so the integrator can pass the base agent (in-process micro model, vLLM, the rollout
+service) where tests pass `policies.ScriptedSkillFactory`. Episodes of a group run
+concurrently on one event loop (a model backend can batch them); the environment side
+runs in the sandbox worker through `SandboxEnvironment`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import statistics
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trace_common.env import run_episode_async
+from trace_common.errors import Cancelled
+
+from .sandbox_env import SandboxEnvironment
+
+
+@dataclass
+class CalibrationResult:
+    policy: str
+    seeds: list[int]
+    group_size: int
+    rewards: list[list[float]]                      # [groups, group_size]
+    mean: float
+    informative_fraction: float
+    band: tuple[float, float]
+    min_informative: float
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def in_band(self) -> bool:
+        return self.band[0] <= self.mean <= self.band[1]
+
+    @property
+    def informative_ok(self) -> bool:
+        return self.informative_fraction >= self.min_informative
+
+    @property
+    def passed(self) -> bool:
+        return self.in_band and self.informative_ok and not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "in_band": self.in_band, "informative_ok": self.informative_ok,
+                "passed": self.passed}
+
+
+def sampling_seed(base: int, seed: int, k: int) -> int:
+    digest = hashlib.sha256(f"calibration:{base}:{seed}:{k}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def summarise(rewards: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(mean reward, informative-group fraction) of a [groups, group_size] table."""
+    flat = [r for group in rewards for r in group]
+    if not flat:
+        return 0.0, 0.0
+    informative = [max(g) - min(g) > 1e-9 for g in rewards if g]
+    return statistics.fmean(flat), sum(informative) / len(informative)
+
+
+async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, seeds: Sequence[int], group_size: int,
+                    band: tuple[float, float], min_informative: float, *, base_seed: int = 0,
+                    max_turns: int | None = None, deadline_s: float | None = 120.0,
+                    cancel: threading.Event | None = None) -> CalibrationResult:
+    """Play the groups and summarise them (see module docstring)."""
+    rewards: list[list[float]] = []
+    errors: list[str] = []
+    try:
+        for seed in seeds:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("calibration cancelled")
+
+            async def one(k: int, seed: int = seed) -> float:
+                env = make_env()
+                try:
+                    policy = factory.for_episode(env, seed, k, sampling_seed(base_seed, seed, k))
+                    traj = await run_episode_async(env, policy, seed, max_turns, policy=factory.info,
+                                                   deadline_s=deadline_s, sample_index=k)
+                    if traj.error:
+                        errors.append(f"seed {seed} sample {k}: {traj.error}")
+                    return traj.reward
+                finally:
+                    env.close()
+
+            rewards.append(list(await asyncio.gather(*(one(k) for k in range(group_size)))))
+    finally:
+        close = getattr(factory, "close", None)
+        if close is not None:
+            await close()
+    mean, frac = summarise(rewards)
+    return CalibrationResult(policy=factory.info.model, seeds=list(seeds), group_size=group_size, rewards=rewards,
+                             mean=mean, informative_fraction=frac, band=band, min_informative=min_informative,
+                             errors=errors[:10])

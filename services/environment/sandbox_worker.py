@@ -1,0 +1,410 @@
+"""The sandbox worker: hosts one environment module (generated or library) in a locked-down process.
+
+Run as `python -m services.environment.sandbox_worker [--config JSON] [--module PATH]`.
+The environment service starts it as a child process (`sandbox.SandboxWorker`); in
+Kubernetes the same command is the entrypoint of the sandbox pod (Dockerfile.sandbox), and
+the service talks to it over the pod's attached stdin/stdout. Either way:
+
+1. Startup (trusted code only): parse the config (`--config`, else `$TRACE_SANDBOX_CONFIG`,
+   else defaults with scratch = `$TMPDIR` or the working directory), keep private duplicates
+   of stdin/stdout for the protocol, pre-import the modules environment code may use (after
+   the uid drop the interpreter's own directory may be unreadable), read `--module PATH` if
+   given, then `isolation.lock_down(...)`. From here on fd 0 is /dev/null and fds 1/2 go to
+   `<scratch>/output.log` (capped by RLIMIT_FSIZE), so `print` in environment code cannot
+   corrupt the protocol.
+2. Protocol: JSON Lines. Each request is one line `{"id": n, "op": ..., ...}`; each
+   response one line `{"id": n, "ok": true, "result": ..., "violations": [...]}` or
+   `{"id": n, "ok": false, "error": {"type", "code", "message"}, "violations": [...]}`.
+
+   | op           | request fields                     | result                                          |
+   |--------------|------------------------------------|-------------------------------------------------|
+   | hello        |                                    | isolation report, pid, python, limits           |
+   | load         | source, params? (or --module)      | env name, version, class, tool_schemas, has_solve, has_solve_unskilled, splits |
+   | reset        | instance, seed                     | observation {messages, task_id, seed, tools, info} |
+   | step         | instance, action {name, arguments, call_id} or {message} | {observation, done, info} |
+   | result       | instance                           | {reward, breakdown, failure_reason, diagnostics, done, termination, task_id} |
+   | reward / diagnostics / tool_schemas / splits | instance | the one value                      |
+   | solve / solve_unskilled | seed                    | list of action dicts                            |
+   | close        | instance                           | null                                            |
+   | shutdown     |                                    | null, then the worker exits                     |
+
+   `violations` lists what the audit hook blocked while serving the request
+   ({"kind", "detail"}; kinds: network, processes, filesystem, limits, native,
+   introspection, environment) plus memory (MemoryError), file_size (EFBIG) and output
+   (a response larger than `max_output_bytes`). The parent treats any violation as fatal
+   for this worker. CPU-time and wall-clock overruns are seen by the parent (the process
+   dies of SIGXCPU or is killed at its deadline).
+
+A module is loaded with `compile` + `exec` into a fresh module named `sandbox_env`; its
+environment class is `ENVIRONMENT` if set, else the single concrete `Environment`
+subclass defined in it; `solve(seed)` (required for validation) and `solve_unskilled(seed)`
+(optional) are module-level functions returning action dicts.
+"""
+
+from __future__ import annotations
+
+# Pre-imported before lockdown: after the uid drop the interpreter's stdlib directory may be
+# unreadable, so environment code may import exactly these (validation checks it statically).
+import abc  # noqa: F401
+import argparse
+import bisect  # noqa: F401
+import collections  # noqa: F401
+import collections.abc  # noqa: F401
+import copy  # noqa: F401
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import encodings.idna  # noqa: F401
+import enum  # noqa: F401
+import errno
+import fractions  # noqa: F401
+import functools  # noqa: F401
+import hashlib  # noqa: F401
+import heapq  # noqa: F401
+import inspect
+import itertools  # noqa: F401
+import json
+import linecache
+import math  # noqa: F401
+import numbers  # noqa: F401
+import operator  # noqa: F401
+import os
+import random  # noqa: F401
+import re  # noqa: F401
+import site
+import statistics  # noqa: F401
+import string  # noqa: F401
+import sys
+import sysconfig
+import textwrap  # noqa: F401
+import traceback
+import types
+import typing  # noqa: F401
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+import trace_common
+import trace_common.env
+from trace_common.env import (
+    Environment,
+    Message,
+    Observation,
+    StepResult,
+    action_from_dict,
+)
+from trace_common.errors import TraceError
+
+from .isolation import IsolationReport, Limits, lock_down
+
+WORKER_VERSION = "1"
+MODULE_NAME = "sandbox_env"
+
+#: Top-level modules environment code may import (checked statically by validation too).
+ALLOWED_IMPORTS = ("__future__", "abc", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal",
+                   "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers",
+                   "operator", "random", "re", "statistics", "string", "textwrap", "typing", "pydantic",
+                   "trace_common.env", "trace_common.errors")
+
+
+@dataclass
+class WorkerConfig:
+    """What the parent passes on the command line (JSON). Defaults suit a pod."""
+
+    scratch: str = ""
+    limits: dict[str, int] = field(default_factory=dict)
+    network_namespace: bool = True
+    mount_namespace: bool = True
+    drop_privileges: bool = True
+    seccomp: bool = True
+    audit_hook: bool = True
+    #: No lockdown at all (the benchmark's plain-subprocess baseline). Never for untrusted code.
+    plain: bool = False
+    max_output_bytes: int = 1 << 20
+    max_request_bytes: int = 8 << 20
+    max_instances: int = 64
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerConfig:
+        data = json.loads(text) if text else {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise SystemExit(f"sandbox_worker: unknown config keys {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)
+
+
+class _Fatal(Exception):
+    """A violation after which this worker must not serve more requests."""
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, out_fd: int):
+        self.config = config
+        self.out_fd = out_fd
+        self.violations: list[dict[str, str]] = []
+        self.isolation = IsolationReport()
+        self.env_cls: type[Environment] | None = None
+        self.module: types.ModuleType | None = None
+        self.params: dict[str, Any] = {}
+        self.instances: dict[str, Environment] = {}
+
+    def record(self, kind: str, detail: str) -> None:
+        if len(self.violations) < 50:
+            self.violations.append({"kind": kind, "detail": detail[:300]})
+
+    # -- module ----------------------------------------------------------------------------
+    def load(self, source: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        if self.module is not None:
+            raise UsageError("a module is already loaded; start a new worker for another module")
+        module = types.ModuleType(MODULE_NAME)
+        module.__file__ = "env.py"
+        sys.modules[MODULE_NAME] = module
+        linecache.cache["env.py"] = (len(source), None, source.splitlines(keepends=True), "env.py")
+        code = compile(source, "env.py", "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102 - this is the sandbox's whole purpose
+        self.module = module
+        cls = getattr(module, "ENVIRONMENT", None)
+        if cls is None:
+            found = [v for v in vars(module).values()
+                     if isinstance(v, type) and issubclass(v, Environment) and v.__module__ == MODULE_NAME
+                     and not inspect.isabstract(v)]
+            if len(found) != 1:
+                raise UsageError(f"the module must define exactly one concrete Environment subclass (found "
+                             f"{[c.__name__ for c in found]}) or name it in ENVIRONMENT")
+            cls = found[0]
+        if not (isinstance(cls, type) and issubclass(cls, Environment)):
+            raise UsageError(f"ENVIRONMENT is {cls!r}, not an Environment subclass")
+        self.env_cls = cls
+        self.params = dict(params or {})
+        probe = cls(**self.params)
+        return {"name": getattr(cls, "name", ""), "version": getattr(cls, "version", ""), "class": cls.__name__,
+                "description": getattr(cls, "description", ""),
+                "default_max_turns": int(getattr(cls, "default_max_turns", 20)),
+                "doc": (module.__doc__ or "")[:4000], "tool_schemas": probe.tool_schemas(),
+                "splits": _splits(probe.splits()),
+                "has_solve": callable(getattr(module, "solve", None)),
+                "has_solve_unskilled": callable(getattr(module, "solve_unskilled", None))}
+
+    def instance(self, req: dict[str, Any], create: bool = False) -> Environment:
+        key = str(req.get("instance", "0"))
+        env = self.instances.get(key)
+        if env is None:
+            if not create:
+                raise UsageError(f"no instance {key!r}: call reset first")
+            if self.env_cls is None:
+                raise UsageError("no module loaded: send a load request first")
+            if len(self.instances) >= self.config.max_instances:
+                raise UsageError(f"too many instances ({self.config.max_instances}); close some")
+            env = self.env_cls(**self.params)
+            self.instances[key] = env
+        return env
+
+    def solve(self, name: str, seed: Any) -> list[dict[str, Any]]:
+        fn = getattr(self.module, name, None)
+        if not callable(fn):
+            raise UsageError(f"the module has no {name}(seed) function")
+        actions = fn(seed)
+        out = []
+        for a in list(actions):
+            action = action_from_dict(a)  # validates the shape
+            out.append(action.to_dict())
+        return out
+
+    # -- dispatch --------------------------------------------------------------------------
+    def handle(self, req: dict[str, Any]) -> Any:
+        op = req.get("op")
+        if op == "hello":
+            return {"isolation": self.isolation.to_dict(), "pid": os.getpid(), "python": sys.version.split()[0],
+                    "worker_version": WORKER_VERSION, "plain": self.config.plain}
+        if op == "load":
+            source = req.get("source")
+            if not isinstance(source, str):
+                raise UsageError("load needs 'source' (the module text)")
+            return self.load(source, req.get("params"))
+        if op == "reset":
+            obs = self.instance(req, create=True).reset(req.get("seed"))
+            if not isinstance(obs, Observation):
+                raise UsageError(f"reset() returned {type(obs).__name__}, not an Observation")
+            return {"messages": [m.to_dict() for m in obs.messages], "task_id": obs.task_id, "seed": obs.seed,
+                    "tools": obs.tools, "info": obs.info}
+        if op == "step":
+            env = self.instance(req)
+            result = env.step(action_from_dict(req.get("action")))
+            if not isinstance(result, StepResult):
+                raise UsageError(f"step() returned {type(result).__name__}, not a StepResult")
+            return {"observation": [m.to_dict() for m in result.observation], "done": bool(env.done),
+                    "info": result.info}
+        if op == "result":
+            env = self.instance(req)
+            reward = env.reward()
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not 0.0 <= reward <= 1.0:
+                raise UsageError(f"reward() returned {reward!r}; it must be a float in [0, 1]")
+            return {"reward": float(reward), "breakdown": env.reward_breakdown(),
+                    "failure_reason": env.failure_reason(), "diagnostics": env.diagnostics(),
+                    "done": bool(env.done), "termination": str(env.termination), "task_id": env.task_id}
+        if op == "reward":
+            return float(self.instance(req).reward())
+        if op == "diagnostics":
+            return self.instance(req).diagnostics()
+        if op == "tool_schemas":
+            return self.instance(req, create=True).tool_schemas()
+        if op == "splits":
+            return _splits(self.instance(req, create=True).splits())
+        if op in ("solve", "solve_unskilled"):
+            return self.solve(op, req.get("seed"))
+        if op == "close":
+            self.instances.pop(str(req.get("instance", "0")), None)
+            return None
+        if op == "shutdown":
+            return None
+        raise UsageError(f"unknown op {op!r}")
+
+    def respond(self, rid: Any, payload: dict[str, Any]) -> None:
+        payload = {"id": rid, **payload, "violations": self.violations}
+        self.violations = []
+        try:
+            line = json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            line = json.dumps({"id": rid, "ok": False, "violations": payload["violations"],
+                               "error": {"type": "TypeError", "code": "",
+                                         "message": f"the environment returned data that is not JSON: {exc}"}})
+        data = (line + "\n").encode()
+        if len(data) > self.config.max_output_bytes:
+            data = (json.dumps({"id": rid, "ok": False, "violations": [
+                {"kind": "output", "detail": f"response of {len(data)} bytes exceeds {self.config.max_output_bytes}"}],
+                "error": {"type": "OutputLimit", "code": "", "message": "response too large"}}) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self.out_fd, view)
+            view = view[written:]
+
+    def serve(self, stream) -> None:
+        while True:
+            raw = stream.readline(self.config.max_request_bytes + 1)
+            if not raw:
+                return
+            try:
+                req = json.loads(raw)
+                if not isinstance(req, dict):
+                    raise ValueError("not an object")
+            except ValueError as exc:
+                self.respond(None, {"ok": False, "error": {"type": "ProtocolError", "code": "",
+                                                           "message": f"bad request line: {exc}"}})
+                continue
+            rid = req.get("id")
+            fatal = False
+            try:
+                result = self.handle(req)
+                payload: dict[str, Any] = {"ok": True, "result": result}
+            except MemoryError:
+                self.record("memory", f"MemoryError during {req.get('op')} (address-space limit "
+                            f"{self.isolation.rlimits.get('memory_bytes', 'unset')} bytes)")
+                payload, fatal = {"ok": False, "error": {"type": "MemoryError", "code": "", "message":
+                                                         "memory limit reached"}}, True
+            except BaseException as exc:  # noqa: BLE001 - everything the module raises is reported, typed
+                if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+                    self.record("file_size", str(exc))
+                    fatal = True
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    self.record("crash", f"environment code raised {type(exc).__name__}")
+                    fatal = True
+                payload = {"ok": False, "error": _error(exc)}
+            if self.violations:
+                fatal = True
+            self.respond(rid, payload)
+            if fatal or req.get("op") == "shutdown":
+                return
+
+
+class UsageError(Exception):
+    """Contract misuse by the environment module or the caller (reported, not fatal)."""
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    # lookup_lines=False: reading other source files would trip the sandbox; env.py's lines
+    # are in linecache already (put there by load), so only its frames show code.
+    frames = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__), lookup_lines=False)
+    where = ""
+    for frame in reversed(frames):
+        if frame.filename == "env.py":
+            where = f"env.py line {frame.lineno} in {frame.name}: {frame.line or ''}".strip()
+            break
+    code = exc.code if isinstance(exc, TraceError) else ""
+    return {"type": type(exc).__name__, "code": code, "message": str(exc)[:2000], "where": where[:300]}
+
+
+def _splits(splits: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, seeds in dict(splits).items():
+        if isinstance(seeds, range):
+            out[str(name)] = {"range": [seeds.start, seeds.stop, seeds.step]}
+        else:
+            out[str(name)] = [int(s) for s in list(seeds)[:100_000]]
+    return out
+
+
+def _read_roots() -> list[str]:
+    roots = {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"), sysconfig.get_path("purelib"),
+             sysconfig.get_path("platlib"), os.path.dirname(trace_common.__file__),
+             os.path.dirname(os.path.dirname(pydantic.__file__)), sys.prefix, sys.base_prefix}
+    roots.update(site.getsitepackages())
+    return sorted(r for r in roots if r)
+
+
+def _warm_up() -> None:
+    """Exercise the pydantic models once, so their lazy imports happen before lockdown."""
+    obs = Observation(messages=[Message.system("s"), Message.user("u")], task_id="0", seed=0, tools=[])
+    StepResult(observation=[Message.tool("c", "t")], done=False).model_dump()
+    json.dumps([m.to_dict() for m in obs.messages])
+    action_from_dict({"name": "x", "arguments": "{\"a\": 1}"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.environment.sandbox_worker",
+                                     description="Sandbox worker for TRACE environments (JSON Lines on stdin/stdout).")
+    parser.add_argument("--config", default=os.environ.get("TRACE_SANDBOX_CONFIG", ""),
+                        help="JSON WorkerConfig (default: $TRACE_SANDBOX_CONFIG, else defaults)")
+    parser.add_argument("--module", default="", help="load this module file at startup (pod mode)")
+    args = parser.parse_args(argv)
+    config = WorkerConfig.from_json(args.config)
+    scratch = os.path.realpath(config.scratch or os.environ.get("TMPDIR") or os.getcwd())
+    os.makedirs(scratch, exist_ok=True)
+
+    # private protocol descriptors; the standard ones are re-pointed after lockdown
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    stream = os.fdopen(in_fd, "rb", buffering=1 << 16)
+    preload = ""
+    if args.module:
+        with open(args.module, encoding="utf-8") as fh:
+            preload = fh.read()
+    _warm_up()
+    worker = Worker(config, out_fd)
+    if not config.plain:
+        worker.isolation = lock_down(
+            scratch, Limits(**config.limits), network_namespace=config.network_namespace,
+            mount_namespace=config.mount_namespace, drop_privileges=config.drop_privileges,
+            seccomp=config.seccomp, audit_hook=config.audit_hook, read_roots=_read_roots(),
+            list_roots=[p for p in sys.path if p], record=worker.record)
+    else:
+        os.chdir(scratch)
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != scratch]
+    log_fd = os.open(os.path.join(scratch, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(null_fd)
+    os.close(log_fd)
+    if preload:
+        try:
+            worker.load(preload, None)
+        except BaseException as exc:  # noqa: BLE001 - reported on the first request instead
+            worker.record("crash", f"--module failed to load: {type(exc).__name__}: {exc}")
+    worker.serve(stream)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

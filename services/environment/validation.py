@@ -1,0 +1,392 @@
+"""Validation of one candidate environment module; the result is a JSON validation report.
+
+Checks, in order (a failed check that leaves nothing to run stops the sequence; every
+other check still runs so the generation agent gets all reasons at once):
+
+| check         | passes when                                                                                  |
+|---------------|----------------------------------------------------------------------------------------------|
+| static        | the module parses; imports only ALLOWED_IMPORTS; no eval/exec/open/compile/__import__ calls; has a module docstring of >= 200 characters (why skill transfers) and a module-level `solve(seed)` |
+| loads         | the module loads in a sandbox worker and yields exactly one Environment class                 |
+| tools         | 3-5 tools (configurable); every tool name is a target tool; every argument is one of that tool's arguments with the same JSON type; every argument the target requires is present |
+| deterministic | for each sampled seed, a second worker with a different PYTHONHASHSEED gives the same oracle actions, the same observations for them (tool outputs, user replies) and the same reward; distinct seeds give distinct instances |
+| oracle        | `solve(seed)` reaches reward 1 on every sampled seed                                          |
+| noop          | a policy that only says it cannot help scores mean <= noop_max_mean, success <= trivial_max_success |
+| random        | `policies.RandomPolicy` scores mean <= random_max_mean, success <= trivial_max_success         |
+| calibration   | the base policy's mean reward is inside the band and >= min_informative of groups are informative (see calibration.py) |
+
+The final status is ACCEPTED when every check passed, else REJECTED with one reason line
+per failed check. A sandbox violation or an exception in the module fails the check
+during which it happened (reason names the violation kind); it never escapes.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import random
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trace_common.env import run_episode
+from trace_common.errors import Cancelled, TraceError
+
+from .calibration import CalibrationResult, calibrate
+from .policies import ActionScript, RandomPolicy, noop_policy
+from .sandbox import SandboxConfig, SandboxViolation, SandboxWorker
+from .sandbox_env import LoadedModule, SandboxEnvironment, load_module
+from .sandbox_worker import ALLOWED_IMPORTS
+from .targets import TargetInfo
+
+FORBIDDEN_CALLS = ("eval", "exec", "compile", "open", "__import__", "breakpoint", "input", "globals")
+_TYPE_ALIASES = {"integer": "number"}
+
+
+class ValidationConfig(BaseModel):
+    """Thresholds of the checks (service settings provide defaults; a job may set the band)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seeds: int = Field(8, ge=2, le=500, description="Seeds sampled for the determinism and oracle checks.")
+    trivial_episodes: int = Field(16, ge=1, le=1000, description="Episodes each for the no-op and random policies.")
+    noop_max_mean: float = Field(0.1, ge=0, le=1, description="Highest mean reward allowed to the no-op policy.")
+    random_max_mean: float = Field(0.25, ge=0, le=1, description="Highest mean reward allowed to the random policy.")
+    trivial_max_success: float = Field(0.1, ge=0, le=1, description="Highest success rate of either trivial policy.")
+    band: tuple[float, float] = Field((0.2, 0.6), description="Calibration mean-reward band.")
+    groups: int = Field(16, ge=1, le=1000, description="Calibration groups (seeds).")
+    group_size: int = Field(8, ge=2, le=256, description="Calibration samples per seed.")
+    min_informative: float = Field(0.5, ge=0, le=1, description="Lowest informative-group fraction.")
+    min_tools: int = Field(3, ge=1, le=64, description="Fewest tools a candidate may expose.")
+    max_tools: int = Field(5, ge=1, le=64, description="Most tools a candidate may expose.")
+    max_turns: int = Field(0, ge=0, le=1000, description="Turn budget per episode (0: the env's default).")
+    episode_deadline_s: float = Field(120.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode.")
+    seed: int = Field(0, description="Seed of the seed sampling and the random policy.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ValidationConfig:
+        lo, hi = self.band
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ValueError(f"band {self.band} must satisfy 0 <= low < high <= 1, e.g. (0.2, 0.6)")
+        if self.min_tools > self.max_tools:
+            raise ValueError(f"min_tools {self.min_tools} > max_tools {self.max_tools}: set min_tools <= max_tools")
+        return self
+
+
+class Check(BaseModel):
+    name: str
+    passed: bool
+    reason: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class ValidationReport(BaseModel):
+    """The validation report artifact (validation.json)."""
+
+    status: Literal["ACCEPTED", "REJECTED"]
+    reasons: list[str]
+    checks: list[Check]
+    numbers: dict[str, float] = Field(default_factory=dict)
+    candidate: dict[str, Any] = Field(default_factory=dict)
+    target: dict[str, Any] = Field(default_factory=dict)
+    isolation: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    calibration_policy: str = ""
+    seconds: float = 0.0
+    mode: str = Field("", description="How the candidate was obtained (GENERATION_MODE_LIBRARY / _LLM).")
+    attempts: list[dict[str, Any]] = Field(default_factory=list, description="Every generation attempt.")
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True).encode()
+
+    def summary(self) -> str:
+        n = self.numbers
+        parts = [f"{k}={n[k]:.2f}" for k in ("oracle_mean", "noop_mean", "random_mean", "calibration_mean",
+                                              "informative_fraction") if k in n]
+        return f"{self.status} ({', '.join(parts)})" + (f": {'; '.join(self.reasons)}" if self.reasons else "")
+
+
+# -- static checks -------------------------------------------------------------------------------
+
+def _allowed(module: str) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in ALLOWED_IMPORTS)
+
+
+def static_check(source: str, min_doc: int = 200) -> Check:
+    """Parse-level checks (nothing is executed)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return Check(name="static", passed=False, reason=f"syntax error at line {exc.lineno}: {exc.msg}")
+    problems: list[str] = []
+    doc = ast.get_docstring(tree) or ""
+    if len(doc) < min_doc:
+        problems.append(f"the module docstring has {len(doc)} characters; write >= {min_doc} explaining the task, "
+                        "the reward and why skill on it transfers to the target")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad = [a.name for a in node.names if not _allowed(a.name)]
+            if bad:
+                problems.append(f"line {node.lineno}: import of {', '.join(bad)} is not allowed")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                problems.append(f"line {node.lineno}: relative imports are not allowed")
+            elif not _allowed(node.module or ""):
+                problems.append(f"line {node.lineno}: import from {node.module} is not allowed")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
+            problems.append(f"line {node.lineno}: call of {node.func.id}() is not allowed")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__") \
+                and node.attr not in ("__init__", "__name__", "__class__", "__doc__", "__dict__"):
+            problems.append(f"line {node.lineno}: access to {node.attr} is not allowed")
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "solve" for n in tree.body):
+        problems.append("no module-level function solve(seed) returning the oracle's actions")
+    if any("not allowed" in p for p in problems):
+        problems.append(f"allowed imports: {', '.join(ALLOWED_IMPORTS)}")
+    return Check(name="static", passed=not problems, reason="; ".join(problems[:12]),
+                 details={"docstring_chars": len(doc), "lines": source.count("\n") + 1})
+
+
+# -- tool shapes ---------------------------------------------------------------------------------
+
+def _jtype(spec: dict[str, Any]) -> str:
+    kind = spec.get("type", "")
+    return _TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else json.dumps(kind)
+
+
+def tool_check(schemas: Sequence[dict[str, Any]], target: TargetInfo, min_tools: int, max_tools: int) -> Check:
+    problems: list[str] = []
+    names: list[str] = []
+    for schema in schemas:
+        fn = schema.get("function") if isinstance(schema, dict) else None
+        if not isinstance(fn, dict) or schema.get("type") != "function" or not isinstance(fn.get("name"), str):
+            problems.append(f"not an OpenAI function schema: {json.dumps(schema)[:120]}")
+            continue
+        name = fn["name"]
+        names.append(name)
+        ref = target.schema(name)
+        if ref is None:
+            problems.append(f"tool {name!r} is not a tool of {target.name} (its tools: {', '.join(target.tool_names())})")
+            continue
+        params = fn.get("parameters") or {}
+        ref_params = ref["function"].get("parameters") or {}
+        props, ref_props = params.get("properties") or {}, ref_params.get("properties") or {}
+        for arg, spec in props.items():
+            if arg not in ref_props:
+                problems.append(f"{name}: argument {arg!r} is not an argument of the target's {name} "
+                                f"({', '.join(ref_props) or 'none'})")
+            elif _jtype(spec) != _jtype(ref_props[arg]):
+                problems.append(f"{name}.{arg}: type {spec.get('type')!r} differs from the target's "
+                                f"{ref_props[arg].get('type')!r}")
+        missing = [a for a in ref_params.get("required") or [] if a not in props]
+        if missing:
+            problems.append(f"{name}: lacks the target's required argument(s) {', '.join(missing)}")
+    if len(set(names)) != len(names):
+        problems.append("a tool name appears twice")
+    if not min_tools <= len(names) <= max_tools:
+        problems.append(f"{len(names)} tools; reuse between {min_tools} and {max_tools} of the target's tools")
+    return Check(name="tools", passed=not problems, reason="; ".join(problems[:10]), details={"tools": names})
+
+
+# -- episodes --------------------------------------------------------------------------------------
+
+def _transcript(env: SandboxEnvironment, seed: int, actions: list[dict[str, Any]], max_turns: int | None) -> dict:
+    traj = run_episode(env, ActionScript(actions), seed, max_turns or max(env.default_max_turns, len(actions) + 1))
+    return {"messages": [m.to_dict() for m in traj.messages], "reward": traj.reward,
+            "breakdown": traj.reward_breakdown, "done": env.done, "failure_reason": traj.failure_reason}
+
+
+def _first_difference(a: dict, b: dict) -> str:
+    for i, (x, y) in enumerate(zip(a["messages"], b["messages"], strict=False)):
+        if x != y:
+            return f"message {i} ({x.get('role')}): {json.dumps(x.get('content'))[:80]} vs " \
+                   f"{json.dumps(y.get('content'))[:80]}"
+    if len(a["messages"]) != len(b["messages"]):
+        return f"{len(a['messages'])} vs {len(b['messages'])} messages"
+    return f"reward {a['reward']} vs {b['reward']}"
+
+
+def sample_seeds(module: LoadedModule, n: int, rng: random.Random, exclude: Sequence[int] = ()) -> list[int]:
+    splits = module.splits
+    name = "dev" if "dev" in splits else ("train" if "train" in splits else next(iter(splits), None))
+    pool = splits[name] if name else range(0, 10_000)
+    skip = set(exclude)
+    candidates = [s for s in pool if s not in skip] if not isinstance(pool, range) else pool
+    k = min(n + len(skip), len(candidates))
+    picked = [s for s in rng.sample(candidates, k) if s not in skip][:n]
+    return [int(s) for s in picked]
+
+
+class _Stop(Exception):
+    """A check failed in a way that leaves nothing for later checks to run on."""
+
+
+def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox: SandboxConfig,
+             policy_factory: Any, *, label: str = "candidate", cancel: threading.Event | None = None,
+             params: dict[str, Any] | None = None) -> ValidationReport:
+    """Run every check on `source` (see module docstring). Never raises for the candidate's faults."""
+    started = time.perf_counter()
+    checks: list[Check] = []
+    numbers: dict[str, float] = {}
+    candidate: dict[str, Any] = {"chars": len(source)}
+    isolation: dict[str, Any] = {}
+    workers: list[SandboxWorker] = []
+    rng = random.Random(config.seed)
+
+    def run_check(name: str, fn) -> Any:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(f"validation of {label} cancelled")
+        t0 = time.perf_counter()
+        try:
+            check, value = fn()
+        except SandboxViolation as exc:  # the worker is gone: nothing further can run
+            checks.append(Check(name=name, passed=False, reason=str(exc), details={"violation": exc.kind},
+                                seconds=round(time.perf_counter() - t0, 3)))
+            raise _Stop from None
+        except TraceError as exc:
+            if isinstance(exc, Cancelled):
+                raise
+            check, value = Check(name=name, passed=False, reason=str(exc)), None
+        check.seconds = round(time.perf_counter() - t0, 3)
+        checks.append(check)
+        if not check.passed and name in ("static", "loads", "deterministic", "oracle") and value is None:
+            raise _Stop
+        return value
+
+    def new_worker(hash_seed: int) -> SandboxWorker:
+        worker = SandboxWorker(sandbox.model_copy(update={"hash_seed": hash_seed}), label=label)
+        workers.append(worker)
+        hello = worker.start()
+        isolation.update(hello["isolation"])
+        return worker
+
+    try:
+        def static():
+            check = static_check(source)
+            return check, (True if check.passed else None)
+        run_check("static", static)
+
+        def loads():
+            worker = new_worker(1)
+            module = load_module(worker, source, params)
+            candidate.update(name=module.name, version=module.version, cls=module.info.get("class"),
+                             has_solve=module.has_solve, has_solve_unskilled=module.has_solve_unskilled,
+                             tools=[s.get("function", {}).get("name") for s in module.tool_schemas],
+                             tool_schemas=module.tool_schemas,
+                             splits={k: len(v) for k, v in module.splits.items()})
+            problems = []
+            if not module.has_solve:
+                problems.append("the module has no solve(seed)")
+            if not module.splits:
+                problems.append("splits() is empty")
+            if problems:
+                return Check(name="loads", passed=False, reason="; ".join(problems)), None
+            return Check(name="loads", passed=True, details={"class": module.info.get("class")}), (worker, module)
+        worker, module = run_check("loads", loads)
+
+        run_check("tools", lambda: (tool_check(module.tool_schemas, target, config.min_tools, config.max_tools), True))
+        seeds = sample_seeds(module, config.seeds, rng)
+        max_turns = config.max_turns or None
+
+        def deterministic():
+            other = new_worker(2)
+            other_module = load_module(other, source, params)
+            transcripts = {}
+            problems = []
+            for seed in seeds:
+                actions = SandboxEnvironment(worker, module).solve(seed)
+                env_a, env_b = SandboxEnvironment(worker, module), SandboxEnvironment(other, other_module)
+                if env_b.solve(seed) != actions:
+                    problems.append(f"seed {seed}: solve() differs between processes")
+                    continue
+                ta, tb = _transcript(env_a, seed, actions, max_turns), _transcript(env_b, seed, actions, max_turns)
+                env_a.close()
+                env_b.close()
+                if json.dumps(ta, sort_keys=True) != json.dumps(tb, sort_keys=True):
+                    problems.append(f"seed {seed}: two instances differ at {_first_difference(ta, tb)}")
+                transcripts[seed] = ta
+            openings = {json.dumps(t["messages"][:3], sort_keys=True) for t in transcripts.values()}
+            if len(transcripts) >= 2 and len(openings) < 2:
+                problems.append(f"{len(transcripts)} seeds gave the same instance: reset(seed) ignores the seed")
+            other.close()
+            check = Check(name="deterministic", passed=not problems, reason="; ".join(problems[:5]),
+                          details={"seeds": seeds, "distinct_instances": len(openings)})
+            return check, transcripts
+        transcripts = run_check("deterministic", deterministic) or {}
+
+        def oracle():
+            rewards = {seed: t["reward"] for seed, t in transcripts.items()}
+            numbers["oracle_mean"] = statistics.fmean(rewards.values()) if rewards else 0.0
+            below = {s: (r, transcripts[s]["failure_reason"]) for s, r in rewards.items() if r < 1.0 - 1e-9}
+            reason = "; ".join(f"oracle reached reward {r:.2f} on seed {s} (must be 1): {why}"
+                               for s, (r, why) in list(below.items())[:4])
+            ok = bool(rewards) and not below
+            return Check(name="oracle", passed=ok, reason=reason or ("" if rewards else "no seed was solvable"),
+                         details={"rewards": {str(s): r for s, r in rewards.items()}}), True
+        run_check("oracle", oracle)
+
+        trivial_seeds = sample_seeds(module, config.trivial_episodes, rng, exclude=seeds)
+
+        def trivial(name: str, make_policy, max_mean: float):
+            def run():
+                rewards = []
+                for i, seed in enumerate(trivial_seeds):
+                    env = SandboxEnvironment(worker, module)
+                    traj = run_episode(env, make_policy(i), seed, max_turns)
+                    env.close()
+                    rewards.append(traj.reward)
+                mean = statistics.fmean(rewards)
+                success = sum(r >= 1.0 for r in rewards) / len(rewards)
+                numbers[f"{name}_mean"], numbers[f"{name}_success"] = mean, success
+                problems = []
+                if mean > max_mean:
+                    problems.append(f"{name} policy scores mean {mean:.2f} (max {max_mean:.2f})")
+                if success > config.trivial_max_success:
+                    problems.append(f"{name} policy succeeds in {success:.0%} of episodes "
+                                    f"(max {config.trivial_max_success:.0%})")
+                if problems:
+                    problems.append("the reward must depend on what the agent does")
+                return Check(name=name, passed=not problems, reason="; ".join(problems),
+                             details={"rewards": rewards}), True
+            return run
+        run_check("noop", trivial("noop", lambda i: noop_policy, config.noop_max_mean))
+        run_check("random", trivial("random", lambda i: RandomPolicy(config.seed * 7919 + i), config.random_max_mean))
+
+        def calibration():
+            if policy_factory is None:
+                return Check(name="calibration", passed=False, reason="no calibration policy configured"), True
+            cal_seeds = sample_seeds(module, config.groups, rng, exclude=[*seeds, *trivial_seeds])
+            result: CalibrationResult = asyncio.run(calibrate(
+                lambda: SandboxEnvironment(worker, module), policy_factory, cal_seeds, config.group_size,
+                config.band, config.min_informative, base_seed=config.seed, max_turns=max_turns,
+                deadline_s=config.episode_deadline_s, cancel=cancel))
+            numbers["calibration_mean"] = result.mean
+            numbers["informative_fraction"] = result.informative_fraction
+            problems = []
+            if not result.in_band:
+                problems.append(f"base policy mean reward {result.mean:.2f} outside the band "
+                                f"[{config.band[0]:.2f}, {config.band[1]:.2f}]")
+            if not result.informative_ok:
+                problems.append(f"only {result.informative_fraction:.0%} of groups informative "
+                                f"(need {config.min_informative:.0%})")
+            problems += result.errors[:3]
+            return Check(name="calibration", passed=not problems, reason="; ".join(problems),
+                         details=result.to_dict()), True
+        run_check("calibration", calibration)
+    except _Stop:
+        pass
+    finally:
+        for w in workers:
+            w.close()
+    reasons = [f"{c.name}: {c.reason}" for c in checks if not c.passed]
+    return ValidationReport(
+        status="ACCEPTED" if checks and all(c.passed for c in checks) and len(checks) == 8 else "REJECTED",
+        reasons=reasons, checks=checks, numbers={k: round(v, 4) for k, v in numbers.items()},
+        candidate=candidate, target=target.summary(), isolation=isolation,
+        config=config.model_dump(mode="json"),
+        calibration_policy=getattr(getattr(policy_factory, "info", None), "model", "") if policy_factory else "",
+        seconds=round(time.perf_counter() - started, 3))

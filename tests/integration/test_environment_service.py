@@ -1,0 +1,215 @@
+"""The environment service over gRPC (embedded stack): library and llm generation jobs, the
+registry, episodes served from sandbox workers, containment while serving, `tracectl envs`."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.environment.metrics import M
+from services.environment.remote_env import RemoteEnvironment
+from tests.support.fake_openai import FakeOpenAI, completion
+from tests.unit.environment.helpers import bundled, make_env, patched, tau2_retail_dir
+from trace_common.artifacts import open_uri
+from trace_common.env import run_episode
+from trace_common.grpc.client import Endpoint, messages, open_channel
+from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.cli import main as tracectl_main
+
+pytestmark = pytest.mark.integration
+E = messages("environment")
+FAMILIES = ("structured_data_reasoning", "multi_step_task_completion", "precondition_verification",
+            "tool_call_precision")
+
+
+def _generate(stub, spec, run_id="envtest"):
+    job = stub.CreateGenerationJob(E.CreateGenerationJobRequest(spec=spec, run_id=run_id)).job
+    states = [m.job.state for m in stub.WatchGenerationJob(E.WatchGenerationJobRequest(job_id=job.job_id),
+                                                           timeout=300)]
+    return stub.GetGenerationJob(E.GetGenerationJobRequest(job_id=job.job_id)), states
+
+
+def _scripted(actions):
+    from services.environment.policies import ActionScript
+
+    return ActionScript(actions)
+
+
+@pytest.fixture(scope="module")
+def library_job(embedded_stack):
+    spec = E.GenerationSpec(capabilities=[t.Capability(name=c) for c in FAMILIES], target=t.EnvironmentRef(name="store"),
+                            mode=E.GENERATION_MODE_LIBRARY)
+    return _generate(embedded_stack.stub("environment"), spec)
+
+
+def test_library_job_registers_accepted_environments(embedded_stack, library_job):
+    resp, states = library_job
+    assert states[-1] == t.JOB_STATE_SUCCEEDED, resp.job.error
+    assert sorted(r.name for r in resp.environments) == sorted(FAMILIES)
+    for record in resp.environments:
+        assert record.status == E.VALIDATION_STATUS_ACCEPTED and record.mode == E.GENERATION_MODE_LIBRARY
+        assert 0.2 <= record.calibration_reward_mean <= 0.6 and record.calibration_informative_fraction >= 0.5
+        assert f"/runs/envtest/environments/{record.capability}/v" in record.code.uri
+        store, key = open_uri(record.validation_report.uri)
+        report = json.loads(store.get_bytes(key))  # sha256-verified read
+        assert report["status"] == "ACCEPTED" and report["mode"] == "GENERATION_MODE_LIBRARY"
+        assert report["isolation"]["network"] in ("netns", "seccomp")
+        code_store, code_key = open_uri(record.code.uri)
+        assert code_store.stat(code_key).sha256 == record.code.sha256
+    kinds = sorted(o.kind for o in resp.job.outputs)
+    assert kinds.count("environment-manifest") == 4 and kinds.count("validation-report") == 4
+    assert resp.job.metrics["accepted"] == 4
+    assert M.registry.get_sample_value("trace_environment_validations_total",
+                                       {"mode": "library", "status": "accepted"}) >= 4
+
+
+def test_list_and_get_environments(embedded_stack, library_job):
+    stub = embedded_stack.stub("environment")
+    listed = {r.name for r in stub.ListEnvironments(E.ListEnvironmentsRequest()).environments}
+    assert set(FAMILIES) <= listed
+    only = stub.ListEnvironments(E.ListEnvironmentsRequest(capability="tool_call_precision")).environments
+    assert {r.capability for r in only} == {"tool_call_precision"}
+    got = stub.GetEnvironment(E.GetEnvironmentRequest(name="precondition_verification"))
+    assert [json.loads(s.json)["function"]["name"] for s in got.tools] == [
+        "find_user_id_by_email", "get_order_details", "cancel_pending_order"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_episodes_served_by_seed_reach_the_oracle_reward(embedded_stack, library_job, family):
+    env = RemoteEnvironment(embedded_stack.stub("environment"), family)
+    local = make_env(family, "store")  # trusted library code: computes the oracle's actions here
+    for seed in (1_000_001, 1_000_002):
+        traj = run_episode(env, _scripted(local.script(seed, skilled=True)), seed)
+        assert traj.reward == 1.0 and env.done
+        obs_local = local.reset(seed)
+        assert traj.messages[1].content == obs_local.messages[1].content  # same instance as in-process
+    unskilled = run_episode(env, _scripted(local.script(1_000_003, skilled=False)), 1_000_003)
+    assert unskilled.reward < 1.0
+    env.close()
+
+
+def test_step_after_close_and_bad_actions(embedded_stack, library_job):
+    stub = embedded_stack.stub("environment")
+    r = stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="tool_call_precision"), seed=3))
+    out = stub.StepEpisode(E.StepEpisodeRequest(episode_id=r.episode_id, tool_call=t.ToolCall(
+        id="c9", name="get_order_details", arguments_json="{not json")))
+    assert out.observation.role == "tool" and out.observation.tool_call_id == "c9"
+    assert out.observation.content.startswith("Error") and not out.done
+    with pytest.raises(grpc.RpcError) as err:
+        stub.StepEpisode(E.StepEpisodeRequest(episode_id=r.episode_id))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    stub.CloseEpisode(E.CloseEpisodeRequest(episode_id=r.episode_id))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.StepEpisode(E.StepEpisodeRequest(episode_id=r.episode_id, message="hi"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_tau2_target_library_job(embedded_stack):
+    spec = E.GenerationSpec(capabilities=[t.Capability(name="argument_formatting")],
+                            target=t.EnvironmentRef(name="tau2-retail", uri="file://" + tau2_retail_dir()),
+                            mode=E.GENERATION_MODE_LIBRARY)
+    resp, states = _generate(embedded_stack.stub("environment"), spec, run_id="envtau2")
+    assert states[-1] == t.JOB_STATE_SUCCEEDED, resp.job.error
+    (record,) = resp.environments
+    assert record.name == "argument_formatting" and record.status == E.VALIDATION_STATUS_ACCEPTED
+    r = embedded_stack.stub("environment").ResetEpisode(E.ResetEpisodeRequest(
+        environment=t.EnvironmentRef(name="argument_formatting", version=record.version), seed=10))
+    assert r.messages[0].content.startswith("<instructions>")
+    assert r.messages[1].role == "assistant" and r.messages[1].content == "Hi! How can I help you today?"
+    embedded_stack.stub("environment").CloseEpisode(E.CloseEpisodeRequest(episode_id=r.episode_id))
+
+
+GOOD = bundled("precondition_verification", "store")
+WRONG_TOOL = GOOD + 'TARGET["tools"]["cancel"]["function"]["name"] = "cancel_order"\n'
+TRAPPED = patched(GOOD, "        rng = random.Random(seed)\n        world",
+                  "        if seed == 1_000_013:\n            while True:\n                __builtins__['__import__']"
+                  "('os').fork()\n        rng = random.Random(seed)\n        world")
+
+
+def _llm_spec(fake, name, retries):
+    return E.GenerationSpec(capabilities=[t.Capability(name=name, description="check before writing",
+                                                       evidence=["cancelled a delivered order"])],
+                            target=t.EnvironmentRef(name="store"), mode=E.GENERATION_MODE_LLM,
+                            llm=t.LlmEndpoint(base_url=fake.base_url, model="fake-generator"), max_retries=retries)
+
+
+@pytest.mark.parametrize(("name", "replies", "retries", "status", "attempts"), [
+    ("llm_check_before_write", [WRONG_TOOL, GOOD], 2, E.VALIDATION_STATUS_ACCEPTED, 2),
+    ("llm_hopeless", [WRONG_TOOL, "no code, sorry"], 1, E.VALIDATION_STATUS_REJECTED, 2),
+])
+def test_llm_job_validates_what_the_model_writes(embedded_stack, name, replies, retries, status, attempts):
+    fake = FakeOpenAI(script=[{"json": completion(f"```python\n{r}```" if "TARGET" in r else r)} for r in replies])
+    try:
+        resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, name, retries), run_id="envllm")
+        assert len(fake.requests) == attempts
+    finally:
+        fake.close()
+    assert states[-1] == t.JOB_STATE_SUCCEEDED, resp.job.error
+    (record,) = resp.environments
+    assert record.mode == E.GENERATION_MODE_LLM and record.status == status
+    store, key = open_uri(record.validation_report.uri)
+    report = json.loads(store.get_bytes(key))
+    assert len(report["attempts"]) == attempts and report["mode"] == "GENERATION_MODE_LLM"
+    if status == E.VALIDATION_STATUS_REJECTED:
+        assert any("extract" in r for r in record.rejection_reasons)
+        listed = embedded_stack.stub("environment").ListEnvironments(E.ListEnvironmentsRequest(include_rejected=True))
+        assert name in {r.name for r in listed.environments}
+        with pytest.raises(grpc.RpcError) as err:
+            embedded_stack.stub("environment").ResetEpisode(E.ResetEpisodeRequest(
+                environment=t.EnvironmentRef(name=name), seed=1))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_violating_episode_leaves_the_service_healthy(embedded_stack):
+    fake = FakeOpenAI(script=[{"json": completion(f"```python\n{TRAPPED}```")}])
+    try:
+        resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, "llm_trapped", 0),
+                                 run_id="envtrap")
+    finally:
+        fake.close()
+    assert resp.environments[0].status == E.VALIDATION_STATUS_ACCEPTED  # the trap hides outside the dev seeds
+    stub = embedded_stack.stub("environment")
+    before = M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "processes"}) or 0
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="llm_trapped"), seed=1_000_013))
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "processes" in err.value.details()
+    assert M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "processes"}) == \
+        before + 1
+    with open_channel(Endpoint(embedded_stack.targets["environment"])) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="")).status
+    assert status == health_pb2.HealthCheckResponse.SERVING
+    ok = stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="llm_trapped"), seed=1_000_014))
+    assert ok.episode_id
+    stub.CloseEpisode(E.CloseEpisodeRequest(episode_id=ok.episode_id))
+
+
+@pytest.mark.parametrize(("spec", "code", "fragment"), [
+    (E.GenerationSpec(capabilities=[t.Capability(name="empathy")], target=t.EnvironmentRef(name="store"),
+                      mode=E.GENERATION_MODE_LIBRARY), "FAILED_PRECONDITION", "no environment for capability"),
+    (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="ghost"),
+                      mode=E.GENERATION_MODE_LIBRARY), "NOT_FOUND", "ghost"),
+    (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
+                      mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(
+                          backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")), "UNIMPLEMENTED", "calibration_factories"),
+    (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
+                      mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(
+                          backend=t.POLICY_BACKEND_SCRIPTED, model="expert")), "INVALID_ARGUMENT", "skill-mixture"),
+])
+def test_bad_generation_requests_fail_before_a_job_exists(embedded_stack, spec, code, fragment):
+    with pytest.raises(grpc.RpcError) as err:
+        embedded_stack.stub("environment").CreateGenerationJob(E.CreateGenerationJobRequest(spec=spec))
+    assert err.value.code().name == code and fragment in err.value.details()
+
+
+def test_tracectl_envs_lists_with_validation_summary(embedded_stack, library_job, capsys):
+    target = f"environment={embedded_stack.targets['environment']}"
+    assert tracectl_main(["envs", "list", "--all", "--target", target]) == 0
+    out = capsys.readouterr().out
+    for family in FAMILIES:
+        assert family[:8] in out
+    assert "ACCEPTED" in out
+    assert tracectl_main(["envs", "show", "precondition_verification", "--target", target]) == 0
+    assert "find_user_id_by_email, get_order_details, cancel_pending_order" in capsys.readouterr().out

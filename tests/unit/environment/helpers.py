@@ -1,0 +1,62 @@
+"""Shared helpers of the environment-service tests: targets, bundles, in-process play, planted modules.
+
+The tau2 target reads the real tau2-bench retail data (`$TRACE_TAU2_DATA` or ../shared/tau2);
+when it is missing the tests that use it fail -- they are never skipped.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from services.environment import library
+from services.environment.sandbox import SandboxConfig
+from services.environment.targets import TargetInfo, resolve_target
+from services.environment.validation import ValidationConfig
+from trace_common.domains.tau2.data import default_data_root
+from trace_common.env import Environment, action_from_dict
+
+TARGET_NAMES = ("store", "tau2-retail")
+#: Validation sized for tests (the service defaults are larger).
+FAST = ValidationConfig(seeds=4, trivial_episodes=8, groups=10, group_size=6)
+SANDBOX = SandboxConfig(call_timeout_s=20.0)
+
+
+def tau2_retail_dir() -> str:
+    return str(default_data_root() / "retail")
+
+
+@cache
+def target(name: str) -> TargetInfo:
+    if name == "tau2-retail":
+        return resolve_target("tau2-retail", uri="file://" + tau2_retail_dir())
+    return resolve_target(name)
+
+
+def params(family: str, target_name: str) -> dict[str, Any]:
+    return target(target_name).library_params(library.roles(family))
+
+
+@cache
+def bundled(family: str, target_name: str) -> str:
+    return library.bundle(family, params(family, target_name))
+
+
+def make_env(family: str, target_name: str) -> Environment:
+    return library.env_class(family)(params(family, target_name))
+
+
+def play(env: Environment, seed: int, actions: list[dict[str, Any]]) -> float:
+    """Reset, apply the actions until done, return the reward."""
+    env.reset(seed)
+    for action in actions:
+        if env.done:
+            break
+        env.step(action_from_dict(action))
+    return env.reward()
+
+
+def patched(source: str, old: str, new: str, count: int = 1) -> str:
+    """`source` with `old` replaced (asserting it was there exactly `count` times)."""
+    assert source.count(old) == count, f"patch anchor found {source.count(old)} times, expected {count}: {old!r}"
+    return source.replace(old, new)

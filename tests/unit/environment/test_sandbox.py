@@ -1,0 +1,280 @@
+"""The sandbox worker: protocol, error handling, and the containment matrix.
+
+Each containment case loads a small valid environment module whose `solve(seed)` carries a
+payload (fork bomb, busy loop, 8 GB allocation, a connection to a listener on 127.0.0.1,
+writes outside scratch, reading the service's secrets, a shell...). The case passes when the
+payload is contained (nothing happened outside the worker), the violation is reported with
+the expected kind, and a fresh worker serves the next request normally.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from services.environment.sandbox import EnvironmentCodeError, SandboxConfig, SandboxViolation, SandboxWorker
+
+REPO = Path(__file__).resolve().parents[3]
+ROOT = os.geteuid() == 0 and sys.platform.startswith("linux")
+
+TOY = '''"""A toy environment for sandbox tests: say the seeded number back."""
+import os
+import random
+import time
+
+from trace_common.env import Environment, Message, Observation, StepResult
+
+
+class Toy(Environment):
+    name = "toy"
+    version = "1.0.0"
+
+    def __init__(self):
+        self._done, self.seed = False, None
+
+    def reset(self, seed):
+        self.seed, self._done = seed, False
+        self.number = random.Random(seed).randrange(1000)
+        return Observation(messages=[Message.system("say it"), Message.user(f"say {self.number}")],
+                           task_id=str(seed), seed=seed)
+
+    def tool_schemas(self):
+        return []
+
+    def step(self, action):
+        self._done, self.said = True, getattr(action, "content", "")
+        return StepResult(observation=[Message.user("bye ###STOP###")], done=True)
+
+    @property
+    def done(self):
+        return self._done
+
+    def reward(self):
+        return 1.0 if self._done and str(self.number) in self.said else 0.0
+
+    def splits(self):
+        return {"train": range(0, 100)}
+
+    @property
+    def task_id(self):
+        return str(self.seed)
+
+
+def solve(seed):
+    PAYLOAD
+    return [{"message": str(random.Random(seed).randrange(1000))}]
+'''
+
+
+def module(payload: str = "pass") -> str:
+    body = "\n    ".join(payload.splitlines())
+    return TOY.replace("PAYLOAD", body)
+
+
+def worker(**overrides) -> SandboxWorker:
+    w = SandboxWorker(SandboxConfig(call_timeout_s=2.0, **overrides), label="test")
+    w.start()
+    return w
+
+
+def serves_normally() -> None:
+    """A fresh worker loads, plays and scores the toy environment: the parent is unharmed."""
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="after") as w:
+        w.call("load", source=module())
+        w.call("reset", instance="a", seed=5)
+        action = w.call("solve", seed=5)[0]
+        assert w.call("step", instance="a", action=action)["done"]
+        assert w.call("result", instance="a")["reward"] == 1.0
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def nothing_connected(srv: socket.socket) -> bool:
+    try:
+        conn, _ = srv.accept()
+    except BlockingIOError:
+        return True
+    conn.close()
+    return False
+
+
+def marker() -> Path:
+    return Path("/tmp") / f"trace-sbx-escape-{uuid.uuid4().hex}"
+
+
+# -- protocol -------------------------------------------------------------------------------------
+
+def test_protocol_round_trip_and_isolation_report():
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="proto") as w:
+        iso = w.isolation
+        assert iso["audit_hook"] and iso["rlimits"]["max_processes"] == 0
+        if ROOT:  # every layer is in force when the service runs as root on Linux
+            assert iso["netns"] and iso["mount_ro"] and iso["seccomp"] and iso["uid"] == 65534
+            assert iso["network"] == "netns"
+        info = w.call("load", source=module())
+        assert (info["name"], info["class"], info["has_solve"], info["has_solve_unskilled"]) == \
+            ("toy", "Toy", True, False)
+        assert info["splits"] == {"train": {"range": [0, 100, 1]}}
+        obs = w.call("reset", instance="x", seed=3)
+        assert obs["messages"][0] == {"role": "system", "content": "say it"}
+        assert w.call("step", instance="x", action={"message": "wrong"})["done"]
+        assert w.call("result", instance="x")["reward"] == 0.0
+
+
+@pytest.mark.parametrize(("op", "fields", "expected"), [
+    ("step", {"instance": "nope", "action": {"message": "hi"}}, "no instance 'nope'"),
+    ("frobnicate", {}, "unknown op"),
+    ("solve_unskilled", {"seed": 1}, "no solve_unskilled"),
+    ("load", {"source": "x = 1"}, "already loaded"),
+])
+def test_environment_errors_are_reported_and_the_worker_survives(op, fields, expected):
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="errors") as w:
+        w.call("load", source=module())
+        with pytest.raises(EnvironmentCodeError, match=expected):
+            w.call(op, **fields)
+        assert w.alive
+        assert w.call("solve", seed=2) == [{"message": str(__import__("random").Random(2).randrange(1000))}]
+
+
+def test_module_that_raises_on_load_is_an_environment_error():
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="bad") as w:
+        with pytest.raises(EnvironmentCodeError, match="ZeroDivisionError"):
+            w.call("load", source=module() + "\n1 / 0\n")
+
+
+# -- containment matrix -----------------------------------------------------------------------------
+
+CASES = [
+    # name, payload (may use MARK, PORT, PPID, REPO), expected violation kind
+    ("fork_bomb", "while True:\n    os.fork()", "processes"),
+    ("spawn_shell", "import subprocess\nsubprocess.run(['sh', '-c', 'touch MARK'])", "processes"),
+    ("os_system", "os.system('touch MARK')", "processes"),
+    ("infinite_loop", "while True:\n    pass", "cpu"),
+    ("blocked_forever", "time.sleep(3600)", "timeout"),
+    ("allocate_8gb", "x = bytearray(8 << 30)", "memory"),
+    ("socket_connect", "import socket\nsocket.socket().connect(('127.0.0.1', PORT))", "network"),
+    ("dns_lookup", "import socket\nsocket.getaddrinfo('example.com', 80)", "network"),
+    ("write_tmp", "open('MARK', 'w').write('x')", "filesystem"),
+    ("write_repo", "open('REPO/pwned-by-sandbox.txt', 'w').write('x')", "filesystem"),
+    ("read_service_environ", "print(open('/proc/PPID/environ').read())", "filesystem"),
+    ("huge_output", "return [{'message': 'x' * 5_000_000}]", "output"),
+    ("file_size", "open('big.bin', 'wb').write(b'x' * (64 << 20))", "file_size"),
+    ("hard_exit", "os._exit(3)", "crash"),
+    ("native_code", "import ctypes\nctypes.CDLL(None)", "native"),
+    ("raise_limits", "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "limits"),
+]
+
+
+@pytest.mark.parametrize(("name", "payload", "kind"), CASES, ids=[c[0] for c in CASES])
+def test_containment(name, payload, kind, listener):
+    mark = marker()
+    code = (payload.replace("MARK", str(mark)).replace("PORT", str(listener.getsockname()[1]))
+            .replace("PPID", str(os.getpid())).replace("REPO", str(REPO)))
+    w = worker()
+    try:
+        w.call("load", source=module(code))
+        started = time.perf_counter()
+        with pytest.raises(SandboxViolation) as caught:
+            w.call("solve", seed=1)
+        assert caught.value.kind == kind, str(caught.value)
+        assert time.perf_counter() - started < 10
+        assert not w.alive
+    finally:
+        w.close()
+    assert not mark.exists()
+    assert not (REPO / "pwned-by-sandbox.txt").exists()
+    assert nothing_connected(listener)
+    serves_normally()
+
+
+def test_service_secrets_are_not_in_the_workers_environment(monkeypatch):
+    monkeypatch.setenv("TRACE_ENVIRONMENT_AUTH_TOKEN", "s3cret-token-value")
+    monkeypatch.setenv("TRACE_ENVIRONMENT_S3_SECRET_KEY", "s3cret-key-value")
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="env") as w:
+        w.call("load", source=module("return [{'message': repr(dict(os.environ))}]"))
+        seen = w.call("solve", seed=0)[0]["message"]
+    assert "s3cret" not in seen and "TRACE_ENVIRONMENT" not in seen
+    assert "PYTHONPATH" in seen  # the clean environment really was what the worker saw
+
+
+# -- the kernel layers on their own (audit hook off) -------------------------------------------------
+
+KERNEL_CASES = [
+    ("socket_connect", "import socket\nsocket.socket().connect(('127.0.0.1', PORT))", ("Operation not permitted",
+                                                                                     "Network is unreachable")),
+    ("fork", "os.fork()", ("Operation not permitted", "Resource temporarily unavailable")),
+    ("spawn_shell", "import subprocess\nsubprocess.run(['sh', '-c', 'touch MARK'])", ("Operation not permitted",
+                                                                                     "Permission denied")),
+    ("write_tmp", "open('MARK', 'w').write('x')", ("Read-only file system", "Permission denied")),
+    ("read_service_environ", "open('/proc/PPID/environ').read()", ("Permission denied",)),
+]
+
+
+@pytest.mark.skipif(not ROOT, reason="the namespace / uid layers need the service to run as root on Linux")
+@pytest.mark.parametrize(("name", "payload", "errors"), KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_kernel_layers_contain_without_the_audit_hook(name, payload, errors, listener):
+    mark = marker()
+    code = (payload.replace("MARK", str(mark)).replace("PORT", str(listener.getsockname()[1]))
+            .replace("PPID", str(os.getpid())))
+    with SandboxWorker(SandboxConfig(call_timeout_s=5.0, audit_hook=False), label="kernel") as w:
+        assert not w.isolation["audit_hook"]
+        w.call("load", source=module(code))
+        with pytest.raises(EnvironmentCodeError) as caught:
+            w.call("solve", seed=1)
+        assert any(e in str(caught.value) for e in errors), str(caught.value)
+    assert not mark.exists()
+    assert nothing_connected(listener)
+
+
+def test_require_network_isolation_refuses_a_worker_without_kernel_layers():
+    from trace_common.errors import FailedPrecondition
+
+    with pytest.raises(FailedPrecondition, match="network isolation"):
+        SandboxWorker(SandboxConfig(network_namespace=False, seccomp=False), label="weak").start()
+
+
+def test_pod_mode_entrypoint_reads_the_module_from_a_path_and_speaks_stdin_stdout(request):
+    """What a Kubernetes sandbox pod runs: the bare entrypoint, config from $TRACE_SANDBOX_CONFIG,
+    the module from a mounted path, requests on stdin, responses on stdout."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    from services.environment.sandbox import PROJECT_ROOT, clean_env
+
+    base = Path(tempfile.mkdtemp(prefix="trace-pod-", dir="/tmp"))  # pytest's tmp dirs are 0700 (root only)
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.chmod(0o755)
+    path = base / "env.py"
+    path.write_text(module())
+    scratch = base / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)  # the pod's emptyDir; the worker drops to uid nobody when started as root
+    env = clean_env(str(scratch), 0) | {"TRACE_SANDBOX_CONFIG": json.dumps({"scratch": str(scratch)})}
+    requests = [{"id": 1, "op": "hello"}, {"id": 2, "op": "reset", "instance": "a", "seed": 4},
+                {"id": 3, "op": "solve", "seed": 4}, {"id": 4, "op": "load", "source": "x = 1"},
+                {"id": 5, "op": "shutdown"}]
+    proc = subprocess.run([sys.executable, "-m", "services.environment.sandbox_worker", "--module", str(path)],
+                          input="".join(json.dumps(r) + "\n" for r in requests).encode(), capture_output=True,
+                          env=env, cwd=PROJECT_ROOT, timeout=60)
+    replies = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [r["id"] for r in replies] == [1, 2, 3, 4, 5] and proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert replies[0]["result"]["isolation"]["audit_hook"]
+    assert replies[1]["result"]["messages"][1]["content"].startswith("say ")
+    assert replies[2]["result"][0]["message"] in replies[1]["result"]["messages"][1]["content"]
+    assert not replies[3]["ok"] and "already loaded" in replies[3]["error"]["message"]
