@@ -68,6 +68,8 @@ class PolicyRefModel(Strict):
     adapter_name: str = ""
     endpoint: str = ""
     composition_uri: str = ""
+    routing: Literal["", "token", "per_request", "merged"] = Field(
+        "", description="How a composition is applied; empty means token-level routing.")
 
     @field_validator("adapter_uri", "composition_uri")
     @classmethod

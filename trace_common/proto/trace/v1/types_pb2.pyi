@@ -158,21 +158,23 @@ class EnvironmentRef(_message.Message):
         ...
 
 class PolicyRef(_message.Message):
-    __slots__ = ('backend', 'model', 'adapter_uri', 'adapter_name', 'endpoint', 'composition_uri')
+    __slots__ = ('backend', 'model', 'adapter_uri', 'adapter_name', 'endpoint', 'composition_uri', 'routing')
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_URI_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     COMPOSITION_URI_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FIELD_NUMBER: _ClassVar[int]
     backend: PolicyBackend
     model: str
     adapter_uri: str
     adapter_name: str
     endpoint: str
     composition_uri: str
+    routing: str
 
-    def __init__(self, backend: _Optional[_Union[PolicyBackend, str]]=..., model: _Optional[str]=..., adapter_uri: _Optional[str]=..., adapter_name: _Optional[str]=..., endpoint: _Optional[str]=..., composition_uri: _Optional[str]=...) -> None:
+    def __init__(self, backend: _Optional[_Union[PolicyBackend, str]]=..., model: _Optional[str]=..., adapter_uri: _Optional[str]=..., adapter_name: _Optional[str]=..., endpoint: _Optional[str]=..., composition_uri: _Optional[str]=..., routing: _Optional[str]=...) -> None:
         ...
 
 class SamplingParams(_message.Message):
