@@ -26,6 +26,7 @@ from trace_common.artifacts import ArtifactStore
 from trace_common.env import (
     Environment,
     EnvSpec,
+    Message,
     Termination,
     Trajectory,
     dumps_jsonl,
@@ -111,7 +112,7 @@ def plan(spec: RolloutSpecModel) -> PlannedRollout:
             raise NotFound(f"environment {env_spec.name!r} has no split {split!r}; splits: {sorted(splits)}")
         rng = splits[split]
         seeds = list(rng[: spec.tasks.limit] if spec.tasks.limit else rng)
-        if not spec.tasks.limit and len(seeds) > 100_000:
+        if not spec.tasks.limit and len(seeds) > 10_000:
             raise InvalidArgument(field="spec.tasks.limit", expected=f"a limit: split {split!r} has {len(seeds)} "
                                   "tasks", fix="set spec.tasks.limit")
     for s in seeds:
@@ -122,6 +123,16 @@ def plan(spec: RolloutSpecModel) -> PlannedRollout:
     if spec.policy.backend == "POLICY_BACKEND_SCRIPTED":
         check_scripted(spec.policy.model, env_spec.name)
     return PlannedRollout(spec, env_spec, seeds, spec.samples_per_task or 1)
+
+
+def with_system_prompt(policy, prompt: str):
+    """The policy sees `prompt` instead of the environment's system message (the environment,
+    its verifier and the stored trajectory keep the original, so rewards are comparable)."""
+    async def wrapped(messages, tools):
+        if messages and messages[0].role == "system":
+            messages = [Message.system(prompt), *messages[1:]]
+        return await policy(messages, tools)
+    return wrapped
 
 
 def sampling_seed(base: int, task_seed: int, k: int) -> int:
@@ -145,6 +156,8 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
         async with sem:
             env: Environment = p.env_spec.factory(**params)
             policy = factory.for_episode(env, task_seed, k, sampling_seed(spec.seed, task_seed, k))
+            if spec.system_prompt:
+                policy = with_system_prompt(policy, spec.system_prompt)
             m.EPISODES_ACTIVE.inc()
             try:
                 traj = await run_episode_async(env, policy, task_seed, spec.max_turns or None,

@@ -31,6 +31,7 @@ class RolloutSpecModel(Strict):
     seed: int = 0
     user_simulator: LlmEndpointModel | None = None
     output_uri: str = ""
+    system_prompt: str = Field("", max_length=200_000, description="Replaces the environment's system prompt.")
 
     @field_validator("output_uri")
     @classmethod

@@ -10,10 +10,8 @@ import argparse
 import sys
 
 PENDING = {
-    "run": ("run the whole TRACE loop from a config", "the main-job issue (needs every service stage)"),
     "train": ("train capability adapters with GRPO", "the trainer issue"),
     "serve": ("serve a composition with token-level routing", "the MoE composition issue"),
-    "report": ("re-render a run's report", "the main-job issue"),
 }
 
 

@@ -19,7 +19,7 @@ class TaskSelection(_message.Message):
         ...
 
 class RolloutSpec(_message.Message):
-    __slots__ = ('environment', 'policy', 'tasks', 'samples_per_task', 'sampling', 'concurrency', 'max_turns', 'seed', 'user_simulator', 'output_uri')
+    __slots__ = ('environment', 'policy', 'tasks', 'samples_per_task', 'sampling', 'concurrency', 'max_turns', 'seed', 'user_simulator', 'output_uri', 'system_prompt')
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class RolloutSpec(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     USER_SIMULATOR_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     environment: _types_pb2.EnvironmentRef
     policy: _types_pb2.PolicyRef
     tasks: TaskSelection
@@ -40,8 +41,9 @@ class RolloutSpec(_message.Message):
     seed: int
     user_simulator: _types_pb2.LlmEndpoint
     output_uri: str
+    system_prompt: str
 
-    def __init__(self, environment: _Optional[_Union[_types_pb2.EnvironmentRef, _Mapping]]=..., policy: _Optional[_Union[_types_pb2.PolicyRef, _Mapping]]=..., tasks: _Optional[_Union[TaskSelection, _Mapping]]=..., samples_per_task: _Optional[int]=..., sampling: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]]=..., concurrency: _Optional[int]=..., max_turns: _Optional[int]=..., seed: _Optional[int]=..., user_simulator: _Optional[_Union[_types_pb2.LlmEndpoint, _Mapping]]=..., output_uri: _Optional[str]=...) -> None:
+    def __init__(self, environment: _Optional[_Union[_types_pb2.EnvironmentRef, _Mapping]]=..., policy: _Optional[_Union[_types_pb2.PolicyRef, _Mapping]]=..., tasks: _Optional[_Union[TaskSelection, _Mapping]]=..., samples_per_task: _Optional[int]=..., sampling: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]]=..., concurrency: _Optional[int]=..., max_turns: _Optional[int]=..., seed: _Optional[int]=..., user_simulator: _Optional[_Union[_types_pb2.LlmEndpoint, _Mapping]]=..., output_uri: _Optional[str]=..., system_prompt: _Optional[str]=...) -> None:
         ...
 
 class CreateRolloutJobRequest(_message.Message):

@@ -1,0 +1,106 @@
+"""The evaluation stage: every arm on the held-out split under the same budget rules.
+
+Arms (each a rollout job on `evaluation.split`, greedy unless configured otherwise):
+  base               the base agent
+  best_single        the capability adapter with the best pass rate on the *dev* split
+                     (chosen without looking at the test split), evaluated on test
+  grpo_target        GRPO directly on the target's training tasks with the same number of
+                     training rollouts as TRACE spent (adapters + gates), then evaluated
+  gepa               the base agent with a system prompt optimised by the `gepa` package
+                     (reflection LLM required; same rollout budget)
+  trace_routing      base + adapters + gates, token-level top-1 routing
+  trace_per_request  the same composition exported as one adapter per request
+
+Every arm records pass rate with a 95 % Wilson interval, per-capability breakdown (from the
+trajectories' task metadata), training rollouts spent and wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from typing import Any
+
+from trace_common.artifacts import open_uri
+from trace_common.env import loads_jsonl
+from trace_common.grpc.client import messages
+from trace_common.stats import wilson_interval
+from tracectl.run.jobs import StageFailed
+
+T = messages("trainer")
+
+
+def training_rollouts(metrics: dict[str, float], config: dict[str, Any]) -> int:
+    """Rollouts a training job spent: reported by the trainer, else derived from its config."""
+    if metrics.get("rollouts_total"):
+        return int(metrics["rollouts_total"])
+    return int(config.get("max_steps", 100) * config.get("groups_per_batch", 4) * config.get("num_generations", 8))
+
+
+def breakdown(uri: str) -> dict[str, dict[str, float]]:
+    """Pass rate per capability/task type, read from the arm's trajectories."""
+    store, key = open_uri(uri)
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for tr in loads_jsonl(store.get_bytes(key)):
+        cap = tr.info.get("capability") or tr.info.get("task_type") or "all"
+        groups[str(cap)].append(tr.success)
+    out = {}
+    for cap, xs in sorted(groups.items()):
+        lo, hi = wilson_interval(sum(xs), len(xs))
+        out[cap] = {"n": len(xs), "pass_rate": sum(xs) / len(xs), "ci": [lo, hi]}
+    return out
+
+
+def evaluate(p) -> dict[str, Any]:
+    ev = p.cfg.evaluation
+    m = p.manifest
+    adapters: dict[str, str] = m.stages["adapters"].outputs
+    adapter_metrics = m.stages["adapters"].result.get("metrics", {})
+    trace_budget = sum(training_rollouts(adapter_metrics.get(c, {}), p.cfg.training.grpo) for c in adapters)
+    gates_out = m.stages["gates"].outputs
+    trace_budget += training_rollouts(m.stages["gates"].result.get("metrics", {}), p.cfg.gates.config)
+    arms: dict[str, dict[str, Any]] = {}
+    jobs: list[str] = []
+
+    def test_arm(name: str, policy, spent: int, extra: dict[str, Any] | None = None) -> None:
+        started = time.time()
+        res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}")
+        res.update(training_rollouts=spent, breakdown=breakdown(res["uri"]), **(extra or {}))
+        res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
+        arms[name] = res
+        jobs.append(res["job"])
+
+    for arm in ev.arms:
+        if arm == "base":
+            test_arm("base", p.base_policy(), 0)
+        elif arm == "best_single":
+            dev = {cap: p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.limit, 1, ev.temperature,
+                                  f"dev {cap}")["pass_rate"] for cap, uri in adapters.items()}
+            best = max(sorted(dev), key=lambda c: dev[c])
+            test_arm("best_single", p.base_policy(adapter_uri=adapters[best]),
+                     training_rollouts(adapter_metrics.get(best, {}), p.cfg.training.grpo),
+                     {"adapter": best, "dev_pass_rates": dev})
+        elif arm == "grpo_target":
+            cfg = dict(p.cfg.training.grpo)
+            per_step = cfg.get("groups_per_batch", 4) * cfg.get("num_generations", 8)
+            cfg["max_steps"] = max(1, math.ceil(trace_budget / per_step))
+            started = time.time()
+            resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
+            uri = next(o.uri for o in resp.job.outputs if o.kind == "adapter")
+            test_arm("grpo_target", p.base_policy(adapter_uri=uri), training_rollouts(dict(resp.job.metrics), cfg),
+                     {"adapter_uri": uri, "train_seconds": time.time() - started})
+            jobs.append(resp.job.job_id)
+        elif arm in ("trace_routing", "trace_per_request"):
+            comp = gates_out.get("composition")
+            if not comp:
+                raise StageFailed("gate training produced no composition artifact; cannot evaluate TRACE")
+            routing = "token" if arm == "trace_routing" else "per_request"
+            test_arm(arm, p.base_policy(composition_uri=comp, routing=routing), trace_budget)
+        elif arm == "gepa":
+            from tracectl.run.gepa_arm import run_gepa
+
+            res = run_gepa(p, budget=trace_budget)
+            arms["gepa"] = res
+            jobs.extend(res.get("jobs", []))
+    return {"jobs": jobs, "result": {"arms": arms, "trace_training_rollouts": trace_budget}}

@@ -1,0 +1,74 @@
+"""The run manifest: what each stage consumed and produced, so a run resumes stage by stage.
+
+Stored at `runs/<run_id>/manifest.json` in the artifact store and rewritten atomically after
+every stage transition (the store's writes are atomic and sha256-verified), so a crash or a
+SIGKILL at any point leaves either the previous manifest or the new one -- never a torn one.
+
+Semantics:
+    stage s is reusable  <=>  manifest[s].status == "completed"
+                              and manifest[s].config_hash == hash(config of s and of every stage before it)
+    `--from s` marks s and every later stage stale; a stale or failed stage is re-run, and
+    re-running a stage makes every later stage stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from trace_common.artifacts import ArtifactStore
+from trace_common.errors import NotFound
+
+STAGES = ("rollout", "analysis", "environments", "adapters", "gates", "evaluation", "report")
+
+Status = Literal["pending", "running", "completed", "failed", "stale"]
+
+
+class StageRecord(BaseModel):
+    status: Status = "pending"
+    config_hash: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    #: Job ids per service call, for tracing numbers back to jobs.
+    jobs: list[str] = Field(default_factory=list)
+    #: Output artifact URIs by role (e.g. {"trajectories": "file:///..."}).
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    #: Small results the next stages and the report need (retained capabilities, pass rates...).
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str = ""
+
+
+class Manifest(BaseModel):
+    run_id: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    created_at: float = Field(default_factory=time.time)
+    stages: dict[str, StageRecord] = Field(default_factory=lambda: {s: StageRecord() for s in STAGES})
+
+    @staticmethod
+    def key(run_id: str) -> str:
+        return f"runs/{run_id}/manifest.json"
+
+    @classmethod
+    def load(cls, store: ArtifactStore, run_id: str) -> Manifest | None:
+        try:
+            return cls.model_validate_json(store.get_bytes(cls.key(run_id)))
+        except NotFound:
+            return None
+
+    def save(self, store: ArtifactStore) -> None:
+        store.put_bytes(self.key(self.run_id), self.model_dump_json(indent=2).encode())
+
+    def invalidate_from(self, stage: str) -> None:
+        for s in STAGES[STAGES.index(stage):]:
+            if self.stages[s].status == "completed":
+                self.stages[s].status = "stale"
+
+
+def config_hash(*parts: Any) -> str:
+    """Hash of the configuration a stage depends on (its own and every earlier stage's)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
