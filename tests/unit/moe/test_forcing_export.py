@@ -1,0 +1,144 @@
+"""Forcing specs, routing traces, and the export helpers (per-request adapter, merged weights)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.unit.moe.conftest import randomize_gates, token_batch
+from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.moe import MoEConfig, choose_adapter_per_request, merge_single_adapter
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    (4, "0..3"),
+    (-1, "0..3"),
+    (True, "slot"),
+    ([1, 2, 3], "number of layers (2)"),
+    (torch.zeros(2, 5), "integer slots"),
+    (torch.full((2, 5), 7), "slots in 0..3"),
+    (torch.zeros(2, 2, 3, 4, dtype=torch.long), "[L, P] or [L, B, P]"),
+])
+def test_invalid_forcing_spec_is_rejected(families, spec, fragment):
+    model = families["qwen3"].composed()
+    with pytest.raises(InvalidArgument) as caught:
+        model.set_forcing(spec)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("spec,batch,fragment", [
+    (torch.zeros(2, 4, dtype=torch.long), 2, "covering positions 0..5"),  # schedule too short
+    (torch.zeros(2, 3, 6, dtype=torch.long), 2, "batch dimension 2"),
+])
+def test_schedule_that_does_not_fit_the_call_is_rejected(families, spec, batch, fragment):
+    model = families["qwen3"].composed()
+    with pytest.raises(InvalidArgument, match="force") as caught, model.forced(spec), torch.no_grad():
+        model(input_ids=token_batch(batch, 6, seed=0))
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("schedule_shape", ["per_layer", "per_position", "per_sequence"])
+def test_forced_routing_is_what_the_trace_reports(families, schedule_shape):
+    model = families["qwen3"].composed()
+    batch, seq = 2, 7
+    g = torch.Generator().manual_seed(1)
+    if schedule_shape == "per_layer":
+        spec = torch.tensor([2, 3])
+        expected = spec[:, None, None].expand(2, batch, seq)
+    elif schedule_shape == "per_position":
+        spec = torch.randint(0, 4, (2, seq), generator=g)
+        expected = spec[:, None, :].expand(2, batch, seq)
+    else:
+        spec = torch.randint(0, 4, (2, batch, seq), generator=g)
+        expected = spec
+    with torch.no_grad(), model.forced(spec), model.capture_routing() as trace:
+        model(input_ids=token_batch(batch, seq, seed=2))
+    assert torch.equal(trace.experts(), expected)
+    with pytest.raises(FailedPrecondition, match="forced"):
+        trace.probs()
+    with pytest.raises(FailedPrecondition, match="forced"):
+        model.load_balancing_loss()
+    assert not model.is_forced  # the context restored the gates
+
+
+def test_trace_covers_prompt_and_decode_steps(families):
+    model = families["llama"].composed()
+    randomize_gates(model, seed=1)
+    ids = token_batch(3, 5, seed=3)
+    with torch.no_grad(), model.capture_routing() as trace:
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert trace.num_calls == 4  # prefill + 3 decode steps (the last token is never fed back)
+    assert trace.experts().shape == (model.num_layers, 3, out.shape[1] - 1)
+    probs = trace.probs()  # [L, B, T, K+1]
+    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
+    assert torch.equal(probs.argmax(-1), trace.experts())
+
+
+def _bias_gates(model, per_layer_bias):
+    with torch.no_grad():
+        for gate, bias in zip(model.gates, per_layer_bias, strict=True):
+            gate.weight.zero_()
+            gate.bias.copy_(torch.tensor(bias))
+
+
+@pytest.mark.parametrize("biases,allow_base,slot,fractions", [
+    ([[0, 5, 0, 0], [0, 5, 0, 0]], True, 1, [0, 1, 0, 0]),
+    ([[0, 0, 4, 0], [0, 0, 0, 5]], True, 3, [0, 0, 0.5, 0.5]),  # tie on fraction -> higher mean prob wins
+    ([[5, 0, 0, 1], [5, 0, 0, 2]], True, 0, [1, 0, 0, 0]),
+    ([[5, 0, 0, 1], [5, 0, 0, 2]], False, 3, [1, 0, 0, 0]),  # base excluded: best adapter by mean prob
+])
+def test_choose_adapter_per_request(families, biases, allow_base, slot, fractions):
+    model = families["qwen3"].composed()
+    _bias_gates(model, biases)
+    ids = token_batch(2, 6, seed=4)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    choices = choose_adapter_per_request(model, ids, mask, allow_base=allow_base)
+    assert [c.slot for c in choices] == [slot, slot]
+    assert choices[0].adapter == (None if slot == 0 else model.adapter_names[slot - 1])
+    assert list(choices[1].slot_fractions) == pytest.approx(fractions)
+
+
+def test_per_request_choice_follows_the_gates_on_content(families):
+    """With content-dependent gates, each sequence's choice is the majority slot of its own trace."""
+    model = families["qwen3"].composed()
+    randomize_gates(model, seed=9)
+    ids = token_batch(4, 10, seed=5)
+    choices = choose_adapter_per_request(model, ids)
+    with torch.no_grad(), model.capture_routing() as trace:
+        model(input_ids=ids)
+    experts = trace.experts()  # [L, B, T]
+    for b, choice in enumerate(choices):
+        counts = torch.bincount(experts[:, b].reshape(-1), minlength=model.num_slots)
+        assert counts[choice.slot] == counts.max()
+        assert sum(choice.slot_fractions) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+@pytest.mark.parametrize("slot", [1, 2, 3])
+def test_merged_single_adapter_matches_forced_routing(families, family, slot):
+    fam = families[family]
+    ids = token_batch(2, 9, seed=slot)
+    merged = merge_single_adapter(fam.base(), fam.adapter_dirs[slot - 1])
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    model = fam.composed()
+    with torch.no_grad(), model.forced(slot):
+        routed = model(input_ids=ids).logits
+    with torch.no_grad():
+        folded = merged(input_ids=ids).logits
+    assert (routed - folded).abs().max().item() <= 1e-4
+
+
+def test_merge_refuses_a_composed_base(families):
+    fam = families["qwen3"]
+    model = fam.composed()
+    with pytest.raises(FailedPrecondition, match="remove"):
+        merge_single_adapter(model.base, fam.adapter_dirs[0])
+
+
+def test_dense_soft_baseline_cannot_run_forced(families):
+    model = families["qwen3"].composed(MoEConfig(implementation="dense_soft"))
+    with torch.no_grad():
+        model(input_ids=token_batch(1, 4, seed=0))  # runs with the gates
+        with pytest.raises(FailedPrecondition, match="dense_soft"), model.forced(1):
+            model(input_ids=token_batch(1, 4, seed=0))

@@ -1,0 +1,45 @@
+"""MoE composition of frozen LoRA capability adapters with per-layer top-1 gates.
+
+Frozen base + K frozen PEFT LoRA adapters + one gate per decoder layer (Linear(H, K+1), slot 0 =
+base). See `composed` for the model, `routed_lora` for the per-linear math (reference, grouped
+fast path, dense baseline), `gating` for the gate math, `forcing` for forced routing and traces,
+`export` for per-request adapter choice and merged weights.
+"""
+
+from trace_common.moe.adapters import LoraAdapter, LoraModuleWeights, load_lora_adapter
+from trace_common.moe.composed import ComposedMoEModel
+from trace_common.moe.config import MoEConfig
+from trace_common.moe.export import RequestChoice, choose_adapter_per_request, merge_single_adapter
+from trace_common.moe.forcing import RoutingForce, RoutingTrace
+from trace_common.moe.gating import gate_param_count, load_balancing_loss, route_top1, straight_through_factor
+from trace_common.moe.routed_lora import (
+    LoraFactors,
+    RoutingPlan,
+    build_routing_plan,
+    dense_soft_lora_delta,
+    routed_lora_grouped_,
+    routed_lora_reference,
+)
+
+__all__ = [
+    "ComposedMoEModel",
+    "LoraAdapter",
+    "LoraFactors",
+    "LoraModuleWeights",
+    "MoEConfig",
+    "RequestChoice",
+    "RoutingForce",
+    "RoutingPlan",
+    "RoutingTrace",
+    "build_routing_plan",
+    "choose_adapter_per_request",
+    "dense_soft_lora_delta",
+    "gate_param_count",
+    "load_balancing_loss",
+    "load_lora_adapter",
+    "merge_single_adapter",
+    "route_top1",
+    "routed_lora_grouped_",
+    "routed_lora_reference",
+    "straight_through_factor",
+]
