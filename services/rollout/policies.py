@@ -11,7 +11,7 @@ Backends:
     optional `@<ms>ms` suffix adding a fixed per-turn latency (benchmarks, e.g.
     `expert:perfect@20ms`). Trajectories record the policy as `scripted:<model>`.
   * POLICY_BACKEND_IN_PROCESS / POLICY_BACKEND_OPENAI_HTTP -- model backends from
-    `trace_common.policy`.
+    `trace_common.policy` (built by `trace_common.policy.factory.open_policy`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from trace_common.env import Environment, Message, PolicyInfo, PolicyTurn
-from trace_common.errors import FailedPrecondition, InvalidArgument, Unimplemented
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.specs import PolicyRefModel, SamplingModel
+
+from .metrics import POLICY_ERRORS, TOKENS
 
 EpisodePolicy = Callable[[list[Message], list[dict[str, Any]]], Awaitable["Message | PolicyTurn"]]
 
@@ -75,7 +77,41 @@ class ScriptedFactory(PolicyFactory):
         return policy
 
 
-def make_factory(policy: PolicyRefModel, sampling: SamplingModel, env_name: str) -> PolicyFactory:
+class ModelFactory(PolicyFactory):
+    """Episodes share one batched model backend; each turn's sampling seed derives from the
+    episode's sampling seed and the turn index, so a job is reproducible."""
+
+    def __init__(self, policy, ref: PolicyRefModel, sampling: SamplingModel):
+        from trace_common.policy import SamplingParams
+
+        self.policy = policy
+        self.params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
+                                     top_k=sampling.top_k, max_tokens=sampling.max_tokens or 256)
+        self.info = PolicyInfo(model=ref.model, adapter=ref.adapter_uri or ref.adapter_name or ref.composition_uri or None,
+                               version=ref.routing or None)
+
+    def for_episode(self, env, seed, sample_index, sampling_seed):
+        from trace_common.policy import PolicyRequest, derive_seed
+
+        async def policy(messages, tools):
+            request = PolicyRequest(messages=messages, tools=tools, params=self.params)
+            if self.params.temperature > 0:
+                request.params = self.params.model_copy(update={"seed": derive_seed(sampling_seed, request.turn_index)})
+            turn = await self.policy.complete(request)
+            TOKENS.labels("prompt").inc(turn.prompt_tokens)
+            TOKENS.labels("completion").inc(turn.completion_tokens)
+            if turn.parse_errors:
+                POLICY_ERRORS.labels("malformed_tool_call").inc(len(turn.parse_errors))
+            return turn.to_policy_turn()
+        return policy
+
+    async def close(self) -> None:
+        await self.policy.close()
+
+
+async def make_factory(policy: PolicyRefModel, sampling: SamplingModel, env_name: str, s3=None) -> PolicyFactory:
     if policy.backend == "POLICY_BACKEND_SCRIPTED":
         return ScriptedFactory(policy.model, env_name)
-    raise Unimplemented(f"policy backend {policy.backend} is not wired into the rollout service yet")
+    from trace_common.policy.factory import open_policy
+
+    return ModelFactory(await open_policy(policy, s3), policy, sampling)

@@ -88,6 +88,8 @@ def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec) -> dict:
     if spec.user_simulator is not None:  # environments with an LLM user (tau2)
         params.setdefault("user_base_url", spec.user_simulator.base_url)
         params.setdefault("user_model", spec.user_simulator.model)
+        if spec.user_simulator.timeout_seconds:
+            params.setdefault("user_timeout", str(spec.user_simulator.timeout_seconds))
     unknown = set(params) - set(env_spec.params)
     if unknown:
         raise InvalidArgument(field="spec.environment.params", expected=f"parameters of {env_spec.name!r}: "
@@ -141,10 +143,11 @@ def sampling_seed(base: int, task_seed: int, k: int) -> int:
 
 
 async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_prefix: str,
-              default_concurrency: int) -> RolloutSummary:
+              default_concurrency: int, s3=None) -> RolloutSummary:
     spec = p.spec
     env_name = p.env_spec.name
-    factory: PolicyFactory = make_factory(spec.policy, spec.sampling, env_name)
+    ctx.progress(stage="loading policy", message=f"{spec.policy.backend} {spec.policy.model}")
+    factory: PolicyFactory = await make_factory(spec.policy, spec.sampling, env_name, s3)
     params = _env_params(spec, p.env_spec)
     sem = asyncio.Semaphore(spec.concurrency or default_concurrency)
     done = 0

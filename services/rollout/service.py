@@ -31,7 +31,8 @@ class Rollouts:
                 from trace_common.artifacts import open_uri
 
                 store, key_prefix = open_uri(prefix.rstrip("/"), self.settings.s3_settings(), M.artifact_observer)
-            return await runner.run(ctx, planned, store, key_prefix, self.settings.default_concurrency)
+            return await runner.run(ctx, planned, store, key_prefix, self.settings.default_concurrency,
+                                    self.settings.s3_settings())
 
         return self.jobs.submit("rollout", body, run_id=run_id, labels=labels, request_id=request_id)
 

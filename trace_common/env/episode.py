@@ -172,8 +172,10 @@ async def run_episode_async(env: Environment, policy_fn: AsyncPolicyFn, seed: in
     The deadline also bounds each policy call (`asyncio.wait_for`), so a hung backend cannot
     hold an episode past it. Cancellation of the caller propagates (no trajectory is made).
     """
-    d = _EpisodeDriver(env, policy_fn, seed, max_turns, policy=policy, env_params=env_params,
-                       deadline_s=deadline_s, sample_index=sample_index)
+    # Environment calls run in a worker thread: an environment may block (a tau2 user simulator
+    # calls an LLM inside step), and the loop is shared with the service's gRPC server.
+    d = await asyncio.to_thread(_EpisodeDriver, env, policy_fn, seed, max_turns, policy=policy,
+                                env_params=env_params, deadline_s=deadline_s, sample_index=sample_index)
     while (request := d.next_request()) is not None:
         try:
             call = policy_fn(request, d.tools)
@@ -189,5 +191,5 @@ async def run_episode_async(env: Environment, policy_fn: AsyncPolicyFn, seed: in
         except Exception as exc:  # noqa: BLE001 - any backend failure ends the episode, recorded
             d.fail(exc)
             break
-        d.answer(reply)
-    return d.trajectory()
+        await asyncio.to_thread(d.answer, reply)
+    return await asyncio.to_thread(d.trajectory)

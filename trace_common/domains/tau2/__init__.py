@@ -26,6 +26,7 @@ register(
         "max_steps": "tau2 step limit over all messages (default 200)",
         "max_errors": "tool errors that end an episode (default 10)",
         "user_replies": "JSON list of scripted user replies (offline runs; no LLM)",
+        "user_timeout": "per-request timeout of the user LLM in seconds (default 120)",
     },
 )
 

@@ -255,7 +255,7 @@ def _env_or(value: str, var: str) -> str:
 
 def make_tau2_retail(data: str = "", user_base_url: str = "", user_model: str = "", user_api_key: str = "",
                      user_seed: str = "", user_temperature: str = "", max_steps: str = "", max_errors: str = "",
-                     user_replies: str = "") -> Tau2Environment:
+                     user_replies: str = "", user_timeout: str = "") -> Tau2Environment:
     """Registry factory: string parameters -> a `Tau2Environment` over the retail domain."""
     raw: dict[str, Any] = {"data": _env_or(data, "TRACE_TAU2_DATA") or None}
     if max_steps:
@@ -271,6 +271,8 @@ def make_tau2_retail(data: str = "", user_base_url: str = "", user_model: str = 
             user["seed"] = user_seed
         if user_temperature:
             user["temperature"] = user_temperature
+        if user_timeout:
+            user["timeout_s"] = user_timeout
         raw["user"] = user
     if user_replies:
         try:

