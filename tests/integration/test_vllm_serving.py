@@ -81,6 +81,7 @@ def test_rollout_job_through_vllm_with_adapter_selected_by_name(embedded_stack, 
     assert all(any(m.role == "assistant" and (m.content or m.tool_calls) for m in tr.messages) for tr in trajs)
 
 
+@pytest.mark.timeout(1500)  # ~6k-token prompts (policy + 16 tool schemas) prefilled on 2 CPU cores
 def test_tau2_retail_rollout_with_smollm2_agent_and_user(embedded_stack, vllm_server):
     from tests.unit.environment.helpers import tau2_retail_dir
 
@@ -89,15 +90,15 @@ def test_tau2_retail_rollout_with_smollm2_agent_and_user(embedded_stack, vllm_se
                                             endpoint=vllm_server.base_url),
                          user_simulator=t.LlmEndpoint(base_url=vllm_server.base_url, model="smollm2",
                                                       timeout_seconds=600),
-                         tasks=R.TaskSelection(split="test", limit=2), max_turns=3, concurrency=1,
-                         sampling=t.SamplingParams(temperature=0.0, max_tokens=48))
+                         tasks=R.TaskSelection(split="test", limit=1), max_turns=2, concurrency=1,
+                         sampling=t.SamplingParams(temperature=0.0, max_tokens=32))
     stub = embedded_stack.stub("rollout")
     job = stub.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id="tau2")).job
     final = _wait(stub, "RolloutJob", job.job_id, R)
     assert final.state == t.JOB_STATE_SUCCEEDED, final.error
     store, key = open_uri(next(o.uri for o in final.outputs if o.kind == "trajectories"))
     trajs = loads_jsonl(store.get_bytes(key))
-    assert len(trajs) == 2
+    assert len(trajs) == 1
     for tr in trajs:
         assert 0.0 <= tr.reward <= 1.0 and tr.termination
         assert tr.reward == 1.0 or tr.failure_reason  # evaluated: a failure says why
