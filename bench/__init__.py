@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of TRACE components against peers (see README.md)."""
