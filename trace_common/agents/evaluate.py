@@ -1,0 +1,201 @@
+"""Measure a base agent on the built-in domain's test split: pass rate with a Wilson 95 %
+interval, per task type (each tests one planted capability), tool-call well-formedness,
+capability diagnostics, generation speed, and the warm-start wall time from the cache record.
+
+    python -m trace_common.agents.evaluate micro --episodes 200
+    python -m trace_common.agents.evaluate /path/to/hf-model-dir --episodes 40 --json out.json
+
+Episodes are sampled at temperature 1 with top_k=0 / top_p=1 (the rollout setting): an
+agent that imitates a partially skilled expert shows the skill in a fraction of its
+episodes only under true sampling; greedy decoding would always pick the majority action.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trace_common.env.trajectory import Trajectory
+from trace_common.errors import InvalidArgument
+
+
+@dataclass
+class PassRate:
+    passed: int
+    total: int
+    low: float
+    high: float
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.passed}/{self.total} = {self.rate:.1%} [{self.low:.1%}, {self.high:.1%}]"
+
+
+def wilson_interval(passed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion.
+
+    Semantics:
+        p = k / n; d = 1 + z²/n
+        centre = (p + z²/(2n)) / d
+        half   = z · sqrt(p(1-p)/n + z²/(4n²)) / d
+        -> (max(0, centre - half), min(1, centre + half)); (0, 1) when n = 0
+    """
+    if total < 0 or not 0 <= passed <= max(total, 0):
+        raise InvalidArgument(field="passed", expected=f"0 <= passed <= total ({total})", got=passed)
+    if total == 0:
+        return 0.0, 1.0
+    p = passed / total
+    d = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / d
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pass_rate(passed: int, total: int) -> PassRate:
+    low, high = wilson_interval(passed, total)
+    return PassRate(passed, total, low, high)
+
+
+@dataclass
+class AgentReport:
+    agent: str
+    model_dir: str
+    episodes: int
+    overall: PassRate
+    per_task_type: dict[str, PassRate]
+    capability_of: dict[str, str]
+    mean_reward: float
+    turns: int
+    tool_call_turns: int
+    well_formed_call_fraction: float
+    malformed_turns: int
+    diagnostics: dict[str, int]
+    terminations: dict[str, int]
+    completion_tokens: int
+    generate_seconds: float
+    wall_seconds: float
+    warm_start_seconds: float | None
+    build_metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.completion_tokens / self.generate_seconds if self.generate_seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["overall"]["rate"] = self.overall.rate
+        for name, pr in self.per_task_type.items():
+            out["per_task_type"][name]["rate"] = pr.rate
+        out["tokens_per_second"] = self.tokens_per_second
+        return out
+
+    def format(self) -> str:
+        lines = [f"agent {self.agent} ({self.model_dir}), {self.episodes} test episodes, sampled at T=1",
+                 f"  pass rate      {self.overall}   mean reward {self.mean_reward:.3f}"]
+        for name, pr in sorted(self.per_task_type.items()):
+            lines.append(f"  {name:<20} {pr}   (capability {self.capability_of.get(name, '?')})")
+        lines.append(f"  tool-call turns {self.tool_call_turns}/{self.turns}; well-formed calls "
+                     f"{self.well_formed_call_fraction:.1%}; malformed turns {self.malformed_turns}")
+        lines.append(f"  diagnostics    {dict(sorted(self.diagnostics.items()))}")
+        lines.append(f"  terminations   {self.terminations}")
+        lines.append(f"  generation     {self.completion_tokens} tokens in {self.generate_seconds:.1f}s "
+                     f"({self.tokens_per_second:.0f} tok/s, batched); episodes wall {self.wall_seconds:.1f}s")
+        if self.warm_start_seconds is not None:
+            lines.append(f"  warm start     {self.warm_start_seconds:.1f}s wall (build record)")
+        return "\n".join(lines)
+
+
+def summarise(agent: str, model_dir: str, trajectories: Sequence[Trajectory], stats: dict[str, Any],
+              wall_seconds: float, meta: dict[str, Any] | None) -> AgentReport:
+    from trace_common.domains.store import CAPABILITY_OF
+
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    diagnostics: Counter[str] = Counter()
+    calls = bad_calls = 0
+    for t in trajectories:
+        by_type[str(t.info.get("task_type", "?"))].append(t.success)
+        for d in t.diagnostics:
+            diagnostics[f"{d.capability}/{d.event}"] += 1
+        for m in t.messages:
+            if m.role == "assistant" and m.tool_calls:
+                calls += len(m.tool_calls)
+        bad_calls += sum(len(e["errors"]) for e in t.info.get("parse_errors", []))
+    n_success = sum(t.success for t in trajectories)
+    return AgentReport(
+        agent=agent, model_dir=model_dir, episodes=len(trajectories), overall=pass_rate(n_success, len(trajectories)),
+        per_task_type={k: pass_rate(sum(v), len(v)) for k, v in by_type.items()},
+        capability_of={k: CAPABILITY_OF.get(k, "?") for k in by_type},
+        mean_reward=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
+        turns=sum(t.assistant_turns() for t in trajectories), tool_call_turns=stats["tool_call_turns"],
+        well_formed_call_fraction=1.0 - bad_calls / calls if calls else 0.0, malformed_turns=stats["malformed_turns"],
+        diagnostics=dict(diagnostics), terminations=dict(Counter(str(t.termination) for t in trajectories)),
+        completion_tokens=stats["completion_tokens"], generate_seconds=stats["generate_seconds"],
+        wall_seconds=wall_seconds, warm_start_seconds=(meta or {}).get("build_seconds"),
+        build_metrics={k: v for k, v in ((meta or {}).get("metrics") or {}).items() if k != "loss_curve"})
+
+
+async def evaluate_model_dir(model_dir: str | Path, *, agent: str | None = None, episodes: int = 200,
+                             split: str = "test", temperature: float = 1.0, seed: int = 0, max_tokens: int = 256,
+                             concurrency: int = 32, max_batch: int = 32) -> AgentReport:
+    """Play `episodes` seeds of the store's `split` (in order, so task types stay balanced)."""
+    from trace_common.agents.cache import read_meta
+    from trace_common.domains.store import SPLITS, StoreEnv
+    from trace_common.policy.base import SamplingParams
+    from trace_common.policy.episodes import play_episodes
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    if split not in SPLITS:
+        raise InvalidArgument(field="split", expected=" | ".join(SPLITS), got=split)
+    seeds = list(SPLITS[split])[:episodes]
+    policy = TransformersPolicy.from_dir(model_dir, max_batch=max_batch)
+    started = time.perf_counter()
+    try:
+        trajectories = await play_episodes(StoreEnv, policy, [(s, 0) for s in seeds],
+                                           SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens),
+                                           concurrency=concurrency)
+    finally:
+        await policy.close()
+    wall = time.perf_counter() - started
+    return summarise(agent or str(model_dir), str(model_dir), trajectories, policy.stats.snapshot(), wall,
+                     read_meta(Path(model_dir)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("agent", help="micro | smollm2 | a local HF model directory")
+    parser.add_argument("--episodes", type=int, default=200, help="test seeds to play (default: all 200)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="base agent cache (default $TRACE_AGENT_CACHE)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    args = parser.parse_args(argv)
+    import torch
+
+    from trace_common.agents.resolve import resolve_base_agent
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = resolve_base_agent(args.agent, args.cache_dir, log=lambda s: print(s, file=sys.stderr, flush=True))
+    report = asyncio.run(evaluate_model_dir(model_dir, agent=args.agent, episodes=args.episodes, seed=args.seed,
+                                            temperature=args.temperature))
+    print(report.format())
+    if args.json:
+        args.json.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The `micro` base agent: a few-million-parameter Qwen3-architecture model trained from scratch.
+
+Build (all steps seeded by the config, so a config reproduces its model):
+1. play the scripted expert on `data.episodes` train seeds (`data.py`);
+2. train a byte-level BPE tokenizer on those conversations rendered with the TRACE ChatML
+   template (`tokenizer.py`);
+3. initialise a `Qwen3ForCausalLM` (head_dim 64, as vLLM's CPU backend requires; tied
+   embeddings) from `seed`;
+4. warm start by supervised imitation of the expert, loss on assistant tokens (`sft.py`);
+5. save a normal HF model dir: config.json, model.safetensors, tokenizer files with the
+   chat template, generation_config.json (stop at `<|im_end|>`, plain sampling).
+
+It is the demo's default agent because it is fast: see the measurements in the report of
+`python -m trace_common.agents.evaluate micro`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trace_common.agents.data import WarmStartData, expert_trajectories, held_out_data
+from trace_common.agents.sft import SFTConfig, build_examples, teacher_forced_accuracy, train
+from trace_common.agents.tokenizer import train_tokenizer
+from trace_common.policy.chat import TRACE_CHATML_TEMPLATE, render_template_text
+
+
+class MicroConfig(BaseModel):
+    """Architecture, data and warm start of the `micro` base agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["micro"] = "micro"
+    hidden_size: int = Field(128, ge=64, le=2048, description="Model width (a multiple of head_dim).")
+    num_layers: int = Field(4, ge=1, le=32, description="Transformer layers.")
+    intermediate_size: int = Field(384, ge=64, le=8192, description="MLP width.")
+    head_dim: int = Field(64, ge=16, le=256, description="64 keeps the model servable by vLLM's CPU backend.")
+    num_kv_heads: int = Field(1, ge=1, le=64, description="Key/value heads (grouped-query attention).")
+    vocab_size: int = Field(2048, ge=300, le=65536, description="Upper bound; the domain's text may need fewer.")
+    max_position_embeddings: int = Field(4096, ge=256, le=65536)
+    seed: int = Field(0, ge=0, description="Seeds initialisation (and, through sft.seed, data order).")
+    data: WarmStartData = Field(default_factory=WarmStartData)
+    sft: SFTConfig = Field(default_factory=lambda: SFTConfig(steps=300, batch_size=8, learning_rate=3e-3))
+
+    @model_validator(mode="after")
+    def _heads(self) -> MicroConfig:
+        if self.hidden_size % self.head_dim:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of head_dim {self.head_dim}: "
+                             "pick e.g. hidden_size=128 or 256 with head_dim=64")
+        heads = self.hidden_size // self.head_dim
+        if heads % self.num_kv_heads:
+            raise ValueError(f"{heads} attention heads cannot be grouped into num_kv_heads={self.num_kv_heads}: "
+                             "use a divisor of hidden_size/head_dim")
+        return self
+
+
+def build_micro(config: MicroConfig, out_dir: Path, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Build the model into `out_dir`; returns metrics for the cache record."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    trajectories = expert_trajectories(config.data)
+    texts = [render_template_text(TRACE_CHATML_TEMPLATE, t.messages, t.tools) for t in trajectories]
+    tokenizer = train_tokenizer(texts, config.vocab_size, model_max_length=config.max_position_embeddings)
+    examples = build_examples(tokenizer, trajectories)
+    model_config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers, num_attention_heads=config.hidden_size // config.head_dim,
+        num_key_value_heads=config.num_kv_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings, rope_theta=10000.0, tie_word_embeddings=True,
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Qwen3ForCausalLM(model_config)
+        result = train(model, examples, config.sft, tokenizer.pad_token_id, log=log)
+    held_out = build_examples(tokenizer, expert_trajectories(held_out_data(config.data)))
+    accuracy = teacher_forced_accuracy(model, held_out, tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id, do_sample=True,
+                                               temperature=1.0, top_k=0, top_p=1.0)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    return {"parameters": n_params, "vocab_size": len(tokenizer), "examples": len(examples),
+            "mean_tokens_per_example": round(sum(len(e.input_ids) for e in examples) / len(examples), 1),
+            "sft_seconds": round(result.seconds, 2), "sft_tokens_per_second": round(result.tokens_per_second, 1),
+            "final_loss": round(result.final_loss, 4), "skipped_long": result.skipped_long,
+            "held_out_token_accuracy": round(accuracy["token_accuracy"], 4),
+            "held_out_turn_exact": round(accuracy["turn_exact"], 4),
+            "loss_curve": [round(x, 4) for x in result.losses[:: max(1, len(result.losses) // 50)]]}
