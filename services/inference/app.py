@@ -1,4 +1,4 @@
-"""Wires the inference service together: domain + servicer + metrics -> ServiceDefinition."""
+"""Wires the inference service together: domain + servicer + metrics + OpenAI HTTP -> ServiceDefinition."""
 
 from __future__ import annotations
 
@@ -17,5 +17,5 @@ def create_service(settings: InferenceSettings | None = None) -> ServiceDefiniti
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),
-        on_stop=[], domain=domain,
+        on_start=[domain.start_http], on_stop=[domain.stop], domain=domain,
     )

@@ -18,3 +18,5 @@ TIME_TO_FIRST_TOKEN = Histogram("trace_inference_time_to_first_token_seconds", "
                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=_r)
 REQUESTS_ACTIVE = Gauge("trace_inference_requests_active", "Generation requests in flight.", registry=_r)
 COMPOSITIONS_LOADED = Gauge("trace_inference_compositions_loaded", "Compositions loaded.", registry=_r)
+REQUESTS_CANCELLED = Counter("trace_inference_requests_cancelled", "Generations stopped because the client "
+                             "cancelled (stream closed or HTTP client gone).", registry=_r)

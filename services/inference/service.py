@@ -1,28 +1,311 @@
-"""The inference service's domain object: loaded compositions and generation (no gRPC here)."""
+"""The inference service's domain object: loaded compositions and chat generation (no gRPC here).
+
+Both APIs (gRPC via the servicer, OpenAI-compatible HTTP via `openai_http`) turn their request
+into a `ChatRequest` and call `generate` / `generate_stream`. A request is rendered with the
+composition's chat template (`trace_common.policy.chat.ChatFormat`: tools in the system prompt,
+Hermes `<tool_call>` calls), checked against `max_prompt_tokens` and the model's context, decoded
+in a batch with other concurrent requests (`generation`), and the reply is parsed with
+`trace_common.policy.parse_assistant_text` (the same parser as the rollout service's in-process
+backend), so tool calls come back as structured calls.
+
+Errors (mapped to gRPC codes by the server interceptor, to HTTP statuses by `openai_http`):
+  * unknown composition                         -> NotFound (NOT_FOUND / 404)
+  * malformed request, bad tool schema JSON,
+    prompt over max_prompt_tokens or the context -> InvalidArgument (INVALID_ARGUMENT / 400)
+  * too many compositions loaded                 -> ResourceExhausted (RESOURCE_EXHAUSTED / 429)
+  * generation failure inside the model          -> Unavailable (UNAVAILABLE / 503)
+None of them affects other requests or the loaded compositions.
+"""
 
 from __future__ import annotations
 
-from trace_common.errors import NotFound, Unimplemented
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
 
+from trace_common.env.messages import FunctionCall, Message, ToolCall
+from trace_common.errors import InvalidArgument, TraceError
+from trace_common.moe.composition_io import Routing
+from trace_common.policy.toolcalls import parse_assistant_text
+
+from . import metrics as m
+from .compositions import CompositionRegistry, Served
+from .generation import RowRequest, RowResult
 from .settings import InferenceSettings
-from .specs import CompositionSpecModel, GenerateModel
+from .specs import ChatMessageModel, CompositionSpecModel, GenerateModel
+
+
+@dataclass
+class ChatRequest:
+    """A chat completion request, whichever API it came from."""
+
+    model: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 0  # 0 = settings.default_max_tokens
+    seed: int | None = None
+    return_routing_trace: bool = False
+    api: str = "grpc"
+
+    @property
+    def turn_index(self) -> int:
+        return sum(1 for msg in self.messages if msg.role == "assistant")
+
+
+@dataclass
+class TokenRouteInfo:
+    token_id: int
+    token_text: str
+    experts: list[int]  # one slot per layer
+
+
+@dataclass
+class Completion:
+    """One generated reply (the final answer of both APIs)."""
+
+    text: str
+    message: Message
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    prompt_tokens: int
+    completion_tokens: int
+    routing: list[TokenRouteInfo]
+    logprobs: list[float]
+    token_ids: list[int]
+    expert_names: list[str]
+    parse_errors: list[str] = field(default_factory=list)
+    forced_slot: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class StreamDelta:
+    text: str
+    token_id: int
+    route: TokenRouteInfo | None
+
+
+def message_from_model(msg: ChatMessageModel) -> Message:
+    """A validated proto chat message -> `Message` (tool calls in proto form: id, name, arguments_json)."""
+    calls = []
+    for i, tc in enumerate(msg.tool_calls):
+        name = tc.get("name") or (tc.get("function") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(field=f"messages.tool_calls[{i}].name", expected="the called function's name")
+        arguments = tc.get("arguments_json", tc.get("arguments", "{}")) or "{}"
+        calls.append(ToolCall(id=tc.get("id") or f"call_{i}", function=FunctionCall(name=name, arguments=arguments)))
+    try:
+        return Message(role=msg.role, content=msg.content if (msg.content or not calls) else None,
+                       tool_calls=calls or None, tool_call_id=msg.tool_call_id or None, name=msg.name or None)
+    except TraceError:
+        raise
+    except ValueError as exc:
+        raise InvalidArgument(field="messages", reason=str(exc)) from exc
+
+
+def parse_tool_schemas(tools: list[Any]) -> list[dict[str, Any]]:
+    """Tool schemas as dicts; proto `ToolSchema{json}` entries are decoded."""
+    out = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, dict) and set(tool) <= {"json"}:
+            try:
+                tool = json.loads(tool.get("json", ""))
+            except json.JSONDecodeError as exc:
+                raise InvalidArgument(field=f"tools[{i}].json", expected="an OpenAI function tool schema as JSON",
+                                      reason=f"not JSON ({exc.msg})") from exc
+        if not isinstance(tool, dict) or not isinstance(tool.get("function", tool), dict) \
+                or not isinstance(tool.get("function", tool).get("name"), str):
+            raise InvalidArgument(field=f"tools[{i}]", expected='{"type": "function", "function": {"name": ..., '
+                                  '"parameters": {...}}}', got=tool)
+        out.append(tool)
+    return out
+
+
+def chat_request_from_generate(req: GenerateModel) -> ChatRequest:
+    s = req.sampling
+    return ChatRequest(model=req.model, messages=[message_from_model(x) for x in req.messages],
+                       tools=parse_tool_schemas(req.tools), temperature=s.temperature,
+                       top_p=s.top_p or 1.0, top_k=s.top_k, max_tokens=s.max_tokens,
+                       seed=s.seed or None, return_routing_trace=req.return_routing_trace, api="grpc")
+
+
+class _IncrementalText:
+    """Text deltas of a growing token list (holds back incomplete UTF-8 characters)."""
+
+    def __init__(self, tokenizer: Any, stop_ids: set[int]):
+        self.tokenizer, self.stop_ids = tokenizer, stop_ids
+        self.ids: list[int] = []
+        self.text = ""
+
+    def push(self, token_id: int) -> str:
+        if token_id in self.stop_ids:
+            return ""
+        self.ids.append(token_id)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        if text.endswith("\ufffd") or not text.startswith(self.text):
+            return ""
+        delta, self.text = text[len(self.text):], text
+        return delta
 
 
 class Inference:
     def __init__(self, settings: InferenceSettings):
         self.settings = settings
-        self.compositions: dict[str, CompositionSpecModel] = {}
+        self.registry = CompositionRegistry(
+            cache_dir=settings.model_cache_dir, device=settings.device, dtype=settings.dtype,
+            s3=settings.s3_settings(), max_batch=settings.max_batch, batch_wait_s=settings.batch_wait_s,
+            max_compositions=settings.max_compositions)
+        self.http = None  # openai_http.OpenAIServer once started
 
-    def load(self, spec: CompositionSpecModel):
-        raise Unimplemented(f"loading compositions is not implemented yet ({spec.name!r}: base + "
-                            f"{len(spec.adapters)} adapters): arrives with the MoE composition issue")
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start_http(self) -> None:
+        from .openai_http import OpenAIServer
 
-    def unload(self, name: str) -> None:
-        if name not in self.compositions:
-            raise NotFound(f"no loaded composition {name!r}; ListCompositions shows what is loaded")
-        del self.compositions[name]
+        self.http = OpenAIServer(self, self.settings.http_host, self.settings.http_port)
+        await self.http.start()
 
-    def generate(self, req: GenerateModel):
-        if req.model not in self.compositions:
-            raise NotFound(f"no loaded composition {req.model!r}; load it with LoadComposition first")
-        raise Unimplemented("generation arrives with the MoE composition issue")
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+        await self.registry.close()
+
+    @property
+    def http_url(self) -> str | None:
+        return self.http.url if self.http is not None else None
+
+    # ---- compositions ----------------------------------------------------------------------
+    @property
+    def compositions(self) -> dict[str, CompositionSpecModel]:
+        return {s.spec.name: s.spec for s in self.registry.all()}
+
+    async def load(self, spec: CompositionSpecModel, routing: Routing = "token") -> dict[str, Any]:
+        served = await self.registry.load(spec, routing)
+        m.COMPOSITIONS_LOADED.set(len(self.registry.names()))
+        return served.info()
+
+    def list(self) -> list[dict[str, Any]]:
+        return [s.info() for s in self.registry.all()]
+
+    async def unload(self, name: str) -> None:
+        await self.registry.unload(name)
+        m.COMPOSITIONS_LOADED.set(len(self.registry.names()))
+
+    # ---- generation ------------------------------------------------------------------------
+    def _prepare(self, req: ChatRequest) -> tuple[Served, RowRequest]:
+        served = self.registry.get(req.model)
+        if not req.messages:
+            raise InvalidArgument(field="messages", expected="at least one message")
+        try:
+            text = served.chat.render(req.messages, req.tools or None, add_generation_prompt=True)
+        except TraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a template that cannot render this conversation
+            raise InvalidArgument(field="messages", reason=f"the chat template cannot render the conversation "
+                                  f"({type(exc).__name__}: {exc})") from exc
+        ids = list(served.tokenizer(text, add_special_tokens=False)["input_ids"])
+        limit = self.settings.max_prompt_tokens
+        if len(ids) > limit:
+            raise InvalidArgument(field="messages", expected=f"a prompt of at most {limit} tokens",
+                                  got=f"{len(ids)} tokens", fix="shorten the conversation (or raise "
+                                  "TRACE_INFERENCE_MAX_PROMPT_TOKENS)")
+        room = served.engine.max_context - len(ids)
+        if room < 1:
+            raise InvalidArgument(field="messages", expected=f"a prompt shorter than the model's context "
+                                  f"({served.engine.max_context} tokens)", got=f"{len(ids)} tokens",
+                                  fix="shorten the conversation")
+        max_tokens = req.max_tokens or self.settings.default_max_tokens
+        max_tokens = max(1, min(max_tokens, self.settings.max_completion_tokens, room))
+        if req.temperature < 0 or not 0 < req.top_p <= 1 or req.top_k < 0:
+            raise InvalidArgument(field="sampling", expected="temperature >= 0, 0 < top_p <= 1, top_k >= 0",
+                                  got={"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k})
+        row = RowRequest(prompt_ids=ids, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                         max_tokens=max_tokens, seed=req.seed)
+        return served, row
+
+    def _completion(self, served: Served, req: ChatRequest, row: RowRequest, out: RowResult,
+                    seconds: float) -> Completion:
+        stops = set(served.engine.stop_ids)
+        body = out.token_ids[:-1] if out.finish_reason == "stop" and out.token_ids and out.token_ids[-1] in stops \
+            else out.token_ids
+        text = served.tokenizer.decode(body, skip_special_tokens=False)
+        parsed = parse_assistant_text(text, req.turn_index)
+        finish = out.finish_reason
+        if finish == "stop" and parsed.message.tool_calls:
+            finish = "tool_calls"
+        routing: list[TokenRouteInfo] = []
+        if req.return_routing_trace and out.routes is not None:
+            routing = [TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
+                       for tid, route in zip(out.token_ids, out.routes, strict=True)]
+        return Completion(text=text, message=parsed.message, finish_reason=finish, prompt_tokens=len(row.prompt_ids),
+                          completion_tokens=len(out.token_ids), routing=routing, logprobs=list(out.logprobs),
+                          token_ids=list(out.token_ids), expert_names=list(served.expert_names),
+                          parse_errors=list(parsed.errors), forced_slot=out.forced_slot, seconds=seconds)
+
+    def _record(self, served: Served, out: RowResult, prompt_tokens: int) -> None:
+        m.PROMPT_TOKENS.inc(prompt_tokens)
+        m.GENERATED_TOKENS.inc(len(out.token_ids))
+        names = served.expert_names if len(out.slot_counts) == len(served.expert_names) else ["merged"]
+        for name, count in zip(names, out.slot_counts, strict=False):
+            if count:
+                m.TOKENS_ROUTED.labels(expert=name).inc(count)
+
+    async def _run(self, served: Served, req: ChatRequest, row: RowRequest) -> Completion:
+        started = time.perf_counter()
+        first: list[float] = []
+        user_callback = row.on_token
+
+        def on_token(token_id: int, route: list[int] | None) -> None:
+            if not first:
+                first.append(time.perf_counter() - started)
+            if user_callback is not None:
+                user_callback(token_id, route)
+
+        row.on_token = on_token
+        m.REQUESTS_ACTIVE.inc()
+        try:
+            out = await served.engine.submit(row)
+        finally:
+            m.REQUESTS_ACTIVE.dec()
+        seconds = time.perf_counter() - started
+        self._record(served, out, len(row.prompt_ids))
+        if out.finish_reason == "cancelled":
+            m.REQUESTS_CANCELLED.inc()
+        else:
+            m.REQUEST_DURATION.labels(api=req.api).observe(seconds)
+            if first:
+                m.TIME_TO_FIRST_TOKEN.observe(first[0])
+        return self._completion(served, req, row, out, seconds)
+
+    async def generate(self, req: ChatRequest) -> Completion:
+        served, row = self._prepare(req)
+        return await self._run(served, req, row)
+
+    async def generate_stream(self, req: ChatRequest) -> AsyncIterator[StreamDelta | Completion]:
+        """Token deltas as they are generated, then the `Completion`. Closing the iterator early
+        (a client cancelling the stream) cancels the generation at its next decoding step."""
+        served, row = self._prepare(req)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
+        row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
+        task = asyncio.ensure_future(self._run(served, req, row))
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        text = _IncrementalText(served.tokenizer, set(served.engine.stop_ids))
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                tid, route = item
+                info = None
+                if req.return_routing_trace and route is not None:
+                    info = TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
+                yield StreamDelta(text.push(tid), tid, info)
+            yield task.result()
+        finally:
+            if not task.done():
+                row.cancelled.set()

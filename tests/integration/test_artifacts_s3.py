@@ -24,7 +24,7 @@ import minio.api
 import pytest
 
 from tests.support.s3 import S3Server, start_rclone_s3
-from trace_common.artifacts import S3Settings, open_store, s3_store
+from trace_common.artifacts import S3Settings, integrity, open_store, s3_store
 from trace_common.errors import (
     ArtifactCorrupted,
     FailedPrecondition,
@@ -114,7 +114,10 @@ def read(store, how: str, key: str, tmp_path: Path) -> bytes:
 @pytest.mark.parametrize("size", [0, 1 * KiB, 12 * MiB])
 @pytest.mark.parametrize("reader", ["get_bytes", "get_file", "iter_chunks"])
 @pytest.mark.parametrize("writer", ["put_bytes", "put_file", "put_stream"])
-def test_round_trip(env, tmp_path, writer, reader, size):
+def test_round_trip(env, tmp_path, monkeypatch, writer, reader, size):
+    # alternate the read hashing mode across cases so both run against every backend
+    helper = (writer == "put_file") == (reader == "get_file")
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper and n >= integrity.PARALLEL_MIN)
     data = payload(size)
     info = write(env.store, writer, "runs/r1/obj.bin", data, tmp_path)
     assert (info.size, info.sha256) == (size, hashlib.sha256(data).hexdigest())
@@ -123,10 +126,13 @@ def test_round_trip(env, tmp_path, writer, reader, size):
     assert env.store.list("runs/") == [info]
 
 
-@pytest.mark.parametrize("size", [2 * MiB, 12 * MiB], ids=["inline-hash", "parallel-hash"])
+@pytest.mark.parametrize(("size", "helper_thread"), [(2 * MiB, False), (12 * MiB, False), (12 * MiB, True)],
+                         ids=["2MiB", "12MiB-inline-hash", "12MiB-helper-thread-hash"])
 @pytest.mark.parametrize("keep_digest", [True, False], ids=["stale-digest", "no-digest"])
 @pytest.mark.parametrize("reader", ["get_bytes", "get_file", "iter_chunks"])
-def test_bytes_changed_behind_the_stores_back_are_detected(env, tmp_path, reader, keep_digest, size):
+def test_bytes_changed_behind_the_stores_back_are_detected(env, tmp_path, monkeypatch, reader, keep_digest, size,
+                                                            helper_thread):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper_thread and n >= integrity.PARALLEL_MIN)
     data = payload(size)
     env.store.put_bytes("a/obj.bin", data)
     env.corrupt("a/obj.bin", data[:-1] + bytes([data[-1] ^ 0xFF]), keep_digest)
@@ -204,7 +210,8 @@ BIG = 40 * MiB
 
 
 @pytest.mark.parametrize("op", ["put_file", "put_stream", "get_file", "iter_chunks"])
-def test_streaming_operations_use_bounded_memory(env, tmp_path, op):
+def test_streaming_operations_use_bounded_memory(env, tmp_path, monkeypatch, op):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: True)  # its block ring is the bigger footprint
     src = tmp_path / "big.bin"
     with open(src, "wb") as f:
         for _ in range(BIG // MiB):

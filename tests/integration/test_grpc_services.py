@@ -207,3 +207,10 @@ def test_token_from_env_for_tracectl_status(authed_stack):
     st = subprocess.run([sys.executable, "-m", "tracectl", "status", *targets], capture_output=True, text=True,
                         timeout=60, env={**os.environ, "TRACE_AUTH_TOKEN": TOKEN})
     assert st.returncode == 0, st.stdout
+
+
+def test_tracectl_help_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "tracectl", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for cmd in ("up", "status", "rollout", "analyze", "envs", "run", "report", "serve", "tau2"):
+        assert cmd in out.stdout

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from trace_common.errors import InvalidArgument, Unavailable
 
-from .integrity import CHUNK, PARALLEL_MIN, ParallelSha256, check_sha256
+from . import integrity
+from .integrity import CHUNK, ParallelSha256, check_sha256
 from .keys import RESERVED_SEGMENT_PREFIX
 
 if TYPE_CHECKING:
@@ -81,15 +82,16 @@ def publish_verified(dest: str, durable: bool, what: str, recorded: str | None,
     hashing them on the way; rename it to `dest` only if the digest matches `recorded`
     (and, for network sources, the transfer delivered all `expected_size` bytes).
 
-    Large transfers (`size_hint` >= PARALLEL_MIN) hash on a helper thread while the next
-    block is read and written, cycling through a few blocks so memory stays bounded."""
+    Large transfers (`size_hint`, see `integrity.use_helper_thread`) hash on a helper thread
+    while the next block is read and written, cycling through a few blocks so memory stays
+    bounded."""
     directory = os.path.dirname(dest)
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         try:
-            if size_hint is not None and size_hint >= PARALLEL_MIN:
+            if integrity.use_helper_thread(size_hint or 0):
                 digest, size = _copy_parallel(readinto, fd)
             else:
                 digest, size = _copy_inline(readinto, fd)
@@ -123,8 +125,8 @@ def _copy_inline(readinto: Callable[[memoryview], int], fd: int) -> tuple[str, i
     return hasher.hexdigest(), size
 
 
-_RING = 4
-_BLOCK = CHUNK // 2
+_RING = 3  # blocks in flight: one being read/written, up to two waiting for the hasher
+_BLOCK = CHUNK
 
 
 def _copy_parallel(readinto: Callable[[memoryview], int], fd: int) -> tuple[str, int]:

@@ -3,7 +3,10 @@
 Integrity: the sha256 of an object travels as user metadata (`x-amz-meta-sha256`) in the
 request that creates it. S3 makes a PUT and a multipart completion atomic, so an object and
 its digest appear together or not at all. Every GET recomputes the digest of the bytes it
-received and compares it with the header of the same response.
+received and compares it with the header of the same response. (rclone serve s3, the test
+server, can pair one version's headers with another version's body while a key is being
+overwritten concurrently; such reads fail with Unavailable or ArtifactCorrupted, never
+return bytes.)
 
 How uploads get the digest into the headers, and why (measured against `rclone serve s3` on
 this project's 2-core machine, 256 MiB object, medians of interleaved runs; see
@@ -24,14 +27,13 @@ bench/RESULTS.md for the current table):
   (`part_size`), re-hashing the source as it is read and aborting the upload if it changed.
 
 Downloads read straight into the buffer they return or the file they write (no copy per
-block, `_readinto`) and hash every block as it lands: inline for small objects, on a helper
-thread for objects >= 8 MiB (`integrity.ParallelSha256`; hashlib releases the GIL), so a
-machine with a free core hides the hash. Verifying costs ~0.6 ms of CPU per MiB here
-(sha256 with SHA-NI, ~1.7 GB/s) on top of a ~2.5 ms/MiB loopback transfer; that is the part of
-a read the raw SDK does not do, and on a saturated machine it shows up in wall time
-(bench/RESULTS.md: `get` >= 1 MiB near 0.8x). Measured on the shared 2-core machine (load
-average 5-10), the helper thread ran 0.97x-1.57x the speed of inline hashing for 16-256 MiB
-reads (paired medians of interleaved runs): never clearly slower, often faster.
+block, `_readinto`) and hash every block as it lands. Verifying costs ~0.6 ms of CPU per MiB
+here (sha256 with SHA-NI, ~1.7 GB/s) on top of a ~2.5 ms/MiB loopback transfer: that is the
+part of a read the raw SDK does not do. Reads of >= 8 MiB hash on a helper thread when a core
+is idle, which hides that cost; on a saturated machine (this project's shared 2 cores) the
+hand-offs cost more CPU than inline hashing (+8 % to +18 % measured), so the store hashes
+inline there (`integrity.use_helper_thread`) and the hash shows up in wall time
+(bench/RESULTS.md: `get` >= 1 MiB near 0.8x under load).
 
 Errors: a missing key is NotFound, a missing bucket FailedPrecondition, refused credentials
 Unauthenticated, an unreachable or failing server Unavailable (the message names the
@@ -66,8 +68,9 @@ from trace_common.errors import (
     Unavailable,
 )
 
+from . import integrity
 from .base import ArtifactInfo, ArtifactStore, Observer, hold_back_last
-from .integrity import CHUNK, PARALLEL_MIN, ParallelSha256, check_sha256
+from .integrity import CHUNK, ParallelSha256, check_sha256
 from .keys import MAX_KEY_BYTES, RootSpec
 from .localio import publish_verified, sha256_file
 from .minio_client import FAST_PATH, TraceMinio
@@ -346,7 +349,7 @@ class S3Store(ArtifactStore):
             buf.seek(length - 1)
             buf.write(b"\0")
         got = 0
-        hasher = ParallelSha256() if length >= PARALLEL_MIN else hashlib.sha256()
+        hasher = ParallelSha256() if integrity.use_helper_thread(length) else hashlib.sha256()
         try:
             with buf.getbuffer() as view:
                 while got < length:

@@ -11,7 +11,6 @@ import sys
 
 PENDING = {
     "train": ("train capability adapters with GRPO", "the trainer issue"),
-    "serve": ("serve a composition with token-level routing", "the MoE composition issue"),
 }
 
 

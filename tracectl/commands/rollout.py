@@ -18,7 +18,7 @@ BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEN
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="play tasks with a policy; print pass rate with a 95% interval")
+    p = sub.add_parser("rollout", help="play tasks with a policy; print pass rate with a 95%% interval")
     p.add_argument("--env", default="store", help="environment name, or a tau2 data directory (default: store)")
     p.add_argument("--split", default="test", help="task split (default: test)")
     p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0 = all)")

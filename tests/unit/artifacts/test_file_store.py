@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_common.artifacts import open_store
+from trace_common.artifacts import integrity, open_store
 from trace_common.artifacts.integrity import CHUNK, PARALLEL_MIN
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
 
@@ -139,8 +139,10 @@ def test_corruption_is_detected_by_every_reader(store, tmp_path, mutate, reader)
     assert not out_dir.exists() or os.listdir(out_dir) == []  # get_file published nothing, left no temp
 
 
+@pytest.mark.parametrize("helper_thread", [False, True], ids=["inline-hash", "helper-thread-hash"])
 @pytest.mark.parametrize("reader", READERS)
-def test_large_objects_take_the_parallel_hashing_path_and_still_verify(store, tmp_path, reader):
+def test_large_objects_verify_with_either_hashing_mode(store, tmp_path, monkeypatch, reader, helper_thread):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper_thread and n >= PARALLEL_MIN)
     data = os.urandom(PARALLEL_MIN + 12345)
     store.put_bytes("big", data)
     assert read(store, reader, "big", tmp_path) == data
@@ -346,7 +348,8 @@ BIG = 24 * CHUNK
 
 
 @pytest.mark.parametrize("op", ["put_file", "put_stream", "get_file", "iter_chunks"])
-def test_streaming_operations_use_bounded_memory(store, tmp_path, op):
+def test_streaming_operations_use_bounded_memory(store, tmp_path, monkeypatch, op):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: True)  # its block ring is the bigger footprint
     src = tmp_path / "big.bin"
     with open(src, "wb") as f:
         for _ in range(BIG // CHUNK):
@@ -375,6 +378,20 @@ def test_streaming_operations_use_bounded_memory(store, tmp_path, op):
         tracemalloc.stop()
     assert peak < 4 * CHUNK, f"{op} peaked at {peak / CHUNK:.1f} MiB for a {BIG // CHUNK} MiB object"
     assert store.stat("big").size == BIG
+
+
+@pytest.mark.parametrize(("nbytes", "cores", "load", "expected"), [
+    (PARALLEL_MIN - 1, 16, 0.0, False),  # small: never worth a thread
+    (PARALLEL_MIN, 16, 0.0, True),
+    (PARALLEL_MIN, 2, 0.5, True),
+    (PARALLEL_MIN, 2, 1.5, False),  # no idle core left
+    (PARALLEL_MIN, 2, 7.0, False),
+    (PARALLEL_MIN, 1, 0.0, True),
+])
+def test_helper_thread_only_for_big_reads_with_an_idle_core(monkeypatch, nbytes, cores, load, expected):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert integrity.use_helper_thread(nbytes) is expected
 
 
 def test_store_works_when_root_is_given_with_trailing_slash_and_spaces(tmp_path):

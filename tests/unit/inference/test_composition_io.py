@@ -1,0 +1,144 @@
+"""Composition artifacts: write -> load round trip, routing modes, and every documented load error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.unit.inference.helpers import composed, write_tiny_composition
+from tests.unit.inference.tiny import random_base_dir, save_adapter
+from trace_common.errors import InvalidArgument, NotFound, TraceError
+from trace_common.moe.composition_io import (
+    CompositionManifest,
+    load_composition,
+    read_manifest,
+    save_gates,
+)
+
+
+def test_round_trip_restores_gates_and_manifest(world, tmp_path):
+    art = write_tiny_composition(world, tmp_path / "store")
+    manifest = read_manifest(art.manifest_uri)
+    assert manifest.adapter_names == ["refunds", "addresses"]
+    assert (manifest.num_layers, manifest.hidden_size, manifest.num_slots) == (2, 64, 3)
+    assert manifest.gate_parameters == 2 * (64 * 3 + 3)
+    loaded = load_composition(art.manifest_uri, cache_dir=tmp_path / "cache")
+    expected = composed(world).gate_state_dict()
+    got = loaded.composed.gate_state_dict()
+    assert set(got) == set(expected)
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+    assert loaded.expert_names == ["base", "refunds", "addresses"]
+    assert loaded.gate_parameters == manifest.gate_parameters
+
+
+@pytest.mark.parametrize("routing, merged_adapter, expect_composed, expect_merged", [
+    ("token", None, True, None),
+    ("per_request", None, True, None),
+    ("merged", None, False, "addresses"),   # routing_share [0.2, 0.3, 0.5] -> slot 2
+    ("merged", "refunds", False, "refunds"),
+])
+def test_routing_modes(world, tmp_path, routing, merged_adapter, expect_composed, expect_merged):
+    art = write_tiny_composition(world, tmp_path / "store")
+    loaded = load_composition(art.manifest_uri, routing=routing, merged_adapter=merged_adapter,
+                              cache_dir=tmp_path / "cache")
+    assert (loaded.composed is not None) == expect_composed
+    assert loaded.merged_adapter == expect_merged
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        logits = loaded.model(input_ids=ids).logits
+    assert logits.shape == (1, 4, len(world.tokenizer))
+
+
+def test_merged_equals_forcing_that_adapter(world, tmp_path):
+    """The merged export computes what the composition computes with every token forced to that slot."""
+    art = write_tiny_composition(world, tmp_path / "store")
+    merged = load_composition(art.manifest_uri, routing="merged", merged_adapter="refunds", cache_dir=tmp_path / "c")
+    token = load_composition(art.manifest_uri, cache_dir=tmp_path / "c")
+    ids = torch.tensor([[3, 9, 27, 81, 100]])
+    with torch.no_grad(), token.composed.forced(1):
+        forced = token.model(input_ids=ids).logits
+        got = merged.model(input_ids=ids).logits
+    assert torch.allclose(got, forced, atol=1e-4)
+
+
+def _gates_of_other_base(world, tmp_path, *, hidden: int, layers: int):
+    from transformers import AutoModelForCausalLM
+
+    from trace_common.moe import ComposedMoEModel
+
+    other = random_base_dir(tmp_path / f"other-{hidden}-{layers}", len(world.tokenizer), hidden=hidden, layers=layers)
+    adapter = save_adapter(other, tmp_path / f"other-adapter-{hidden}-{layers}", 3, r=2, lora_alpha=4,
+                           target_modules=["q_proj"])
+    model = ComposedMoEModel.from_adapter_dirs(AutoModelForCausalLM.from_pretrained(other), [adapter, adapter],
+                                               names=["refunds", "addresses"])
+    return save_gates(model, tmp_path / f"gates-{hidden}-{layers}.safetensors"), adapter
+
+
+@pytest.mark.parametrize("case, error, needle", [
+    ("gates_hidden_mismatch", InvalidArgument, "hidden size 64"),
+    ("gates_layers_mismatch", InvalidArgument, "2 layers"),
+    ("unknown_adapter", InvalidArgument, "unknown adapter(s) ['shipping']"),
+    ("adapter_of_other_base", InvalidArgument, "different base"),
+    ("missing_base", NotFound, "neither a model directory"),
+    ("missing_gates_file", NotFound, "does not exist"),
+    ("gates_not_safetensors", InvalidArgument, "not a readable safetensors"),
+    ("two_adapters_no_gates", InvalidArgument, "gates for a composition of 2 adapters"),
+])
+def test_load_errors_name_the_problem(world, tmp_path, case, error, needle):
+    art = write_tiny_composition(world, tmp_path / "store")
+    adapters = [(n, str(world.adapter_dirs[n])) for n in ("refunds", "addresses")]
+    kwargs = dict(base_model=str(world.model_dir), adapters=adapters, gates_uri=art.gates_uri)
+    if case == "gates_hidden_mismatch":
+        kwargs["gates_uri"] = str(_gates_of_other_base(world, tmp_path, hidden=128, layers=2)[0])
+    elif case == "gates_layers_mismatch":
+        kwargs["gates_uri"] = str(_gates_of_other_base(world, tmp_path, hidden=64, layers=3)[0])
+    elif case == "unknown_adapter":
+        kwargs["adapters"] = [adapters[0], ("shipping", adapters[1][1])]
+    elif case == "adapter_of_other_base":
+        _, other_adapter = _gates_of_other_base(world, tmp_path, hidden=128, layers=2)
+        kwargs["adapters"] = [adapters[0], ("addresses", str(other_adapter))]
+    elif case == "missing_base":
+        kwargs["base_model"] = "no-such-model"
+    elif case == "missing_gates_file":
+        kwargs["gates_uri"] = (tmp_path / "nope.safetensors").as_uri()
+    elif case == "gates_not_safetensors":
+        bad = tmp_path / "bad.safetensors"
+        bad.write_bytes(b"this is not a tensor file")
+        kwargs["gates_uri"] = str(bad)
+    elif case == "two_adapters_no_gates":
+        kwargs["gates_uri"] = ""
+    with pytest.raises(error) as err:
+        load_composition(cache_dir=tmp_path / "cache", **kwargs)
+    assert needle in str(err.value)
+    assert isinstance(err.value, TraceError)
+
+
+def test_single_adapter_without_gates_routes_everything_to_it(world, tmp_path):
+    loaded = load_composition(base_model=str(world.model_dir), adapters=[("refunds", str(world.adapter_dirs["refunds"]))],
+                              cache_dir=tmp_path / "cache")
+    with torch.no_grad(), loaded.composed.capture_routing() as trace:
+        loaded.model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert set(trace.experts().unique().tolist()) == {1}
+
+
+def test_manifest_rejects_duplicate_or_reserved_names():
+    entry = {"name": "base", "uri": "/x"}
+    with pytest.raises(ValueError, match="distinct and not 'base'"):
+        CompositionManifest.model_validate({"base_model": "m", "adapters": [entry], "gates_uri": "/g",
+                                            "hidden_size": 1, "num_layers": 1, "num_slots": 2, "gate_parameters": 4})
+
+
+def test_corrupted_gates_in_store_are_refused(world, tmp_path):
+    from trace_common.errors import ArtifactCorrupted
+
+    art = write_tiny_composition(world, tmp_path / "store")
+    path = tmp_path / "store" / "runs/t/moe/gates.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactCorrupted):
+        load_composition(art.manifest_uri, cache_dir=tmp_path / "cache")
+    assert json.loads((tmp_path / "store" / "runs/t/moe/composition.json").read_text())["num_slots"] == 3

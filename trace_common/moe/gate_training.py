@@ -1,0 +1,579 @@
+"""Gate-only training of an MoE composition: warm start from capability provenance.
+
+The backbone and the K adapters stay frozen; only the per-layer gates (L * (H*(K+1) + (K+1))
+parameters) change. The warm start teaches each gate which slot a token belongs to from where its
+trajectory came from: every token of a trajectory played in capability c's environment is labelled
+slot c (slot 0, "base", may be given trajectories too, e.g. of the target's own tasks).
+
+Teacher forcing. A gate at layer l reads the hidden state entering l, which depends on the routing
+of the layers below. The warm start runs the frozen model with routing *forced* to the label
+(every token of a capability-c sequence through adapter c at every layer: the routing the gates
+are being taught), records each layer's input hidden states, and fits the gates to them:
+
+Semantics (one step, a batch of sequences b with label slots c_b):
+    with no grad, routing forced to c_b at every layer:  h[l, b, t] = input of layer l   # [L, B, T, H]
+    s_l = RMS of h[l] over the labelled tokens of step 0's batch (1 when precondition=False)
+    z[l, b, t] = V_l (h[l, b, t] / s_l) + b_l, the trained parameters V_l, b_l          # [L, B, T, K+1]
+    (the gate's weight is W_l = V_l / s_l, so the served gate computes the same z on raw h)
+    loss = mean over layers l and counted tokens (b, t) of  CE(z[l, b, t], c_b)
+           + lb_coef * mean_l SwitchLB(softmax z[l], argmax z[l])                   (lb_coef default 0)
+    AdamW step on (V_l, b_l) only; W_l <- V_l / s_l
+
+Since the backbone does not need gradients, one step costs one no-grad forward plus L small
+linear layers. After training, the gates' own routing on held-out provenance tokens is measured
+(`routing_accuracy`: the share of (layer, token) decisions equal to the label) -- the number the
+tests hold above a threshold -- and the share of decisions per slot (`routing_share`) is stored in
+the composition manifest (it picks the adapter of the `merged` export).
+
+GRPO on the gates (the DESIGN's second stage, over a mixture of capability environments and target
+tasks) is NOT implemented here: `GateTrainingConfig.grpo_steps` must stay 0 (see the report).
+
+Checkpoints (`<prefix>/gates-ckpt/ckpt-<step>/`): gates.safetensors, optimizer.pt (AdamW state and the
+trained V_l), state.json and,
+written last, checkpoint.json with every file's sha256. The batch of step s is a pure function of
+(seed, s) (a per-epoch permutation), so resuming from step s continues exactly as an uninterrupted
+run would. A run whose config differs from the checkpoint's is refused (FailedPrecondition).
+
+Entry point for the trainer service: `train_gates(...)` (signature and result documented there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trace_common.artifacts import ArtifactStore, S3Settings
+from trace_common.env.trajectory import Trajectory
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.moe.backbone import decoder_layout
+from trace_common.moe.composed import ComposedMoEModel
+from trace_common.moe.composition_io import (
+    BASE_SLOT_NAME,
+    GATES_FILE,
+    CompositionArtifact,
+    read_gates,
+    resolve_model_dir,
+    save_gates,
+    write_composition,
+)
+from trace_common.moe.gating import load_balancing_loss
+
+log = logging.getLogger(__name__)
+
+CKPT_DIR = "gates-ckpt"
+CKPT_MANIFEST = "checkpoint.json"
+_CKPT_RE = re.compile(r"/ckpt-(\d+)/checkpoint\.json$")
+
+
+class GateTrainingConfig(BaseModel):
+    """Hyper-parameters of gate training (names follow TRL where the meaning is the same)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    learning_rate: float = Field(5e-3, gt=0, le=1.0, description="AdamW learning rate of the gates.")
+    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
+    max_steps: int = Field(100, ge=0, le=1_000_000, description="Warm-start optimizer steps.")
+    per_device_train_batch_size: int = Field(
+        8, ge=1, le=4096, description="Sequences per step (each labelled with its provenance slot).")
+    max_length: int = Field(512, ge=8, le=1 << 17,
+                            description="Tokens kept per sequence (longer renderings are truncated at the end).")
+    tokens: Literal["all", "assistant"] = Field(
+        "all", description="Which tokens carry the label: `all` (routing happens on every token, prompt "
+                           "included) or `assistant` (only what the policy generated).")
+    load_balancing_coef: float = Field(0.0, ge=0, le=10.0,
+                                       description="Weight of the Switch load-balancing term (0 = off).")
+    heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0,
+                                    description="Share of each capability's trajectories kept out of training "
+                                                "to measure routing accuracy.")
+    save_steps: int = Field(50, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    seed: int = Field(0, ge=0, description="Seed of the batch order and the held-out split.")
+    cache_layer_inputs_mb: int = Field(
+        512, ge=0, description="Layer inputs under forcing do not depend on the gates, so each training sequence's "
+                               "are computed once and kept when all of them fit in this many MiB (0 = never); "
+                               "steps then cost only the L gate projections.")
+    init: Literal["zeros", "keep"] = Field(
+        "zeros", description="Gate weights at step 0: `zeros` (uniform gate probabilities; the bias is zeroed too) "
+                             "or `keep` the composed model's current gates (e.g. to refine trained gates).")
+    precondition: bool = Field(
+        True, description="Train each gate on its layer's input scaled to unit RMS and fold the scale back into "
+                          "the exported weight (same logits on raw inputs). Layer inputs differ in scale by orders of "
+                          "magnitude (x90 between layers 0 and 1 of the test model), so one Adam learning rate is "
+                          "otherwise too small for some layers and too large for others.")
+    grpo_steps: int = Field(0, ge=0, description="GRPO on the gates after the warm start: not implemented, "
+                                                       "keep 0.")
+
+    @field_validator("grpo_steps")
+    @classmethod
+    def _grpo(cls, v: int) -> int:
+        if v:
+            raise ValueError("grpo_steps > 0: GRPO on the gates is not implemented yet; use the warm start only")
+        return v
+
+    def digest(self) -> str:
+        keep = self.model_dump(exclude={"save_steps", "max_steps"})
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ProvenanceExample:
+    """One tokenized trajectory and the slot its tokens should be routed to."""
+
+    token_ids: list[int]
+    label_mask: list[bool]  # [T] tokens that carry the label
+    slot: int
+    source: str = ""  # capability name (or "base")
+
+
+@dataclass
+class GateTrainingResult:
+    """What `GateTrainer.train` / `train_gates` report."""
+
+    steps: int
+    resumed_from: int | None
+    losses: list[float]
+    train_accuracy: float | None
+    heldout_accuracy: float | None
+    routing_share: list[float]
+    seconds: float
+    stopped_early: bool = False
+    composition: CompositionArtifact | None = None
+    checkpoints: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"steps": self.steps, "resumed_from": self.resumed_from,
+                "final_loss": self.losses[-1] if self.losses else None,
+                "train_accuracy": self.train_accuracy, "heldout_accuracy": self.heldout_accuracy,
+                "routing_share": self.routing_share, "seconds": round(self.seconds, 3),
+                "stopped_early": self.stopped_early}
+
+
+# ---- data --------------------------------------------------------------------------------------
+def provenance_examples(tokenizer: Any, trajectories: Mapping[str, Sequence[Trajectory]],
+                        expert_names: Sequence[str], config: GateTrainingConfig) -> list[ProvenanceExample]:
+    """Render and tokenize each trajectory with the model's chat format; label it with its slot.
+
+    `trajectories` maps a capability (adapter) name, or "base" for slot 0, to its trajectories.
+    """
+    from trace_common.policy.chat import ChatFormat
+
+    slots = {name: i for i, name in enumerate(expert_names)}
+    unknown = [name for name in trajectories if name not in slots]
+    if unknown:
+        raise InvalidArgument(field="provenance", expected=f"capability names among {list(expert_names)}",
+                              got=unknown, fix="key provenance trajectories by the adapter names of the composition")
+    chat = ChatFormat(tokenizer)
+    out: list[ProvenanceExample] = []
+    for name, items in trajectories.items():
+        for traj in items:
+            if config.tokens == "assistant":
+                text, spans = chat.assistant_spans(traj.messages, traj.tools or None)
+            else:
+                text, spans = chat.render(traj.messages, traj.tools or None, add_generation_prompt=False), []
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=config.tokens == "assistant")
+            ids = list(enc["input_ids"])[: config.max_length]
+            if config.tokens == "assistant":
+                offsets = enc["offset_mapping"][: len(ids)]
+                mask = [any(s <= a < e for s, e in spans) for a, _ in offsets]
+            else:
+                mask = [True] * len(ids)
+            if ids and any(mask):
+                out.append(ProvenanceExample(ids, mask, slots[name], name))
+    if not out:
+        raise InvalidArgument(field="provenance", expected="at least one trajectory with labelled tokens")
+    return out
+
+
+def split_heldout(examples: Sequence[ProvenanceExample], fraction: float, seed: int
+                  ) -> tuple[list[ProvenanceExample], list[ProvenanceExample]]:
+    """Per slot, a seeded `fraction` of the examples (at least one when a slot has 2+) is held out."""
+    train: list[ProvenanceExample] = []
+    held: list[ProvenanceExample] = []
+    for slot in sorted({e.slot for e in examples}):
+        group = [e for e in examples if e.slot == slot]
+        order = torch.randperm(len(group), generator=torch.Generator().manual_seed(seed * 1009 + slot)).tolist()
+        n_held = int(round(fraction * len(group)))
+        if fraction > 0 and n_held == 0 and len(group) >= 2:
+            n_held = 1
+        held += [group[i] for i in order[:n_held]]
+        train += [group[i] for i in order[n_held:]]
+    return train, held
+
+
+def collate(examples: Sequence[ProvenanceExample], pad_id: int, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids [B, T], attention_mask [B, T], label_mask [B, T] bool, slots [B]), right-padded."""
+    width = max(len(e.token_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.zeros((len(examples), width), dtype=torch.bool)
+    for b, e in enumerate(examples):
+        n = len(e.token_ids)
+        ids[b, :n] = torch.tensor(e.token_ids)
+        attn[b, :n] = 1
+        labels[b, :n] = torch.tensor(e.label_mask)
+    slots = torch.tensor([e.slot for e in examples], dtype=torch.long)
+    return ids.to(device), attn.to(device), labels.to(device), slots.to(device)
+
+
+# ---- model-side helpers --------------------------------------------------------------------------
+def layer_inputs_under_forcing(model: ComposedMoEModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               slots: torch.Tensor) -> list[torch.Tensor]:
+    """Hidden states entering each decoder layer [B, T, H] (one per layer), with sequence b's
+    tokens forced to slot slots[b] at every layer; no gradient."""
+    layout = decoder_layout(model.base)
+    batch, seq = input_ids.shape
+    table = slots.view(1, batch, 1).expand(model.num_layers, batch, seq).cpu()  # [L, B, T]
+    captured: list[torch.Tensor | None] = [None] * model.num_layers
+
+    def grab(layer: int):
+        def hook(_module, args, kwargs):
+            hidden = args[0] if args else kwargs["hidden_states"]
+            captured[layer] = hidden.detach()
+        return hook
+
+    handles = [layer.register_forward_pre_hook(grab(i), with_kwargs=True) for i, layer in enumerate(layout.layers)]
+    try:
+        with torch.no_grad(), model.forced(table):
+            model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(h is None for h in captured):
+        raise FailedPrecondition("a decoder layer did not run during the forward; cannot read its input")
+    return captured  # type: ignore[return-value]
+
+
+def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
+                     batch_size: int = 16) -> tuple[float, list[float]]:
+    """(share of labelled (layer, token) decisions routed to the label slot, share per slot), under the
+    gates' own routing (no forcing)."""
+    if not examples:
+        return float("nan"), []
+    device = next(model.gates.parameters()).device
+    if model.is_forced:
+        raise FailedPrecondition("routing is forced; routing_accuracy measures the gates' own decisions")
+    hits = total = 0
+    counts = torch.zeros(model.num_slots, dtype=torch.float64)
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        ids, attn, labels, slots = collate(chunk, pad_id, device)
+        with torch.no_grad(), model.capture_routing() as trace:
+            model(input_ids=ids, attention_mask=attn, use_cache=False)
+        experts = trace.experts()  # [L, B, T]
+        keep = labels.unsqueeze(0).expand_as(experts)  # [L, B, T]
+        target = slots.view(1, -1, 1).expand_as(experts)
+        hits += int(((experts == target) & keep).sum())
+        total += int(keep.sum())
+        counts += torch.bincount(experts[keep].reshape(-1).cpu(), minlength=model.num_slots).double()
+    share = (counts / counts.sum()).tolist() if counts.sum() > 0 else []
+    return hits / max(total, 1), share
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+def _torch_bytes(obj: Any) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _torch_load(data: bytes) -> Any:
+    import io
+
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def list_gate_checkpoints(store: ArtifactStore, prefix: str) -> list[tuple[int, str]]:
+    """(step, key of checkpoint.json) of every complete gate checkpoint under `prefix`, oldest first."""
+    found = []
+    for info in store.list(f"{prefix}/{CKPT_DIR}/ckpt-"):
+        m = _CKPT_RE.search("/" + info.key)
+        if m:
+            found.append((int(m.group(1)), info.key))
+    return sorted(found)
+
+
+# ---- the trainer -------------------------------------------------------------------------------
+class GateTrainer:
+    """Warm-start gate training of one composed model, with checkpoints under `prefix`."""
+
+    def __init__(self, model: ComposedMoEModel, examples: Sequence[ProvenanceExample], config: GateTrainingConfig,
+                 *, pad_id: int, store: ArtifactStore | None = None, prefix: str = "",
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None):
+        if store is not None and not prefix:
+            raise InvalidArgument(field="prefix", expected="an artifact key prefix for checkpoints, e.g. runs/r1/moe")
+        self.model = model
+        self.config = config
+        self.pad_id = pad_id
+        self.store = store
+        self.prefix = prefix.rstrip("/")
+        self.on_event = on_event or (lambda kind, payload: None)
+        self.should_stop = should_stop or (lambda: False)
+        self.train_set, self.heldout = split_heldout(examples, config.heldout_fraction, config.seed)
+        if not self.train_set:
+            raise InvalidArgument(field="provenance", expected="trajectories left for training after the held-out split",
+                                  fix="lower heldout_fraction or add trajectories")
+        model.set_forcing(None)
+        model.base.requires_grad_(False)
+        for p in model.gate_parameters():
+            p.requires_grad_(False)
+        self.scales = self._input_scales()
+        with torch.no_grad():
+            if config.init == "zeros":
+                for gate in model.gates:
+                    gate.weight.zero_()
+                    gate.bias.zero_()
+            self.weights = [torch.nn.Parameter(gate.weight.detach() * scale)  # V_l [K+1, H]
+                            for gate, scale in zip(model.gates, self.scales, strict=True)]
+        self.biases = [gate.bias for gate in model.gates]
+        for b in self.biases:
+            b.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW([*self.weights, *self.biases], lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        self.step_count = 0
+        self.losses: list[float] = []
+        self.checkpoints: list[str] = []
+        tokens = sum(len(e.token_ids) for e in self.train_set)
+        need_mb = tokens * model.num_layers * model.hidden_size * 4 / 2**20
+        self._cache: dict[int, list[torch.Tensor]] | None = {} if need_mb <= config.cache_layer_inputs_mb else None
+
+    def _fill_cache(self) -> None:
+        """Layer inputs of every training sequence, computed in fixed chunks (the same floats whatever
+        the step a run starts or resumes at)."""
+        assert self._cache is not None
+        size = self.config.per_device_train_batch_size
+        for start in range(0, len(self.train_set), size):
+            chunk = self.train_set[start:start + size]
+            self._cache.update(self._compute_inputs(chunk))
+
+    def _compute_inputs(self, examples: Sequence[ProvenanceExample]) -> dict[int, list[torch.Tensor]]:
+        device = next(self.model.gates.parameters()).device
+        ids, attn, labels, slots = collate(examples, self.pad_id, device)
+        inputs = layer_inputs_under_forcing(self.model, ids, attn, slots)  # L x [B, T, H]
+        return {id(e): [h[b][labels[b]].float() for h in inputs] for b, e in enumerate(examples)}  # L x [N_b, H]
+
+    def _inputs(self, examples: Sequence[ProvenanceExample]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(per layer: the labelled tokens' inputs [N, H], their slots [N]) of a batch."""
+        if self._cache is not None and not self._cache:
+            self._fill_cache()
+        found = self._cache if self._cache is not None else self._compute_inputs(examples)
+        per_example = [found[id(e)] for e in examples]
+        device = per_example[0][0].device
+        layers = [torch.cat([x[layer] for x in per_example]) for layer in range(self.model.num_layers)]
+        target = torch.cat([torch.full((x[0].shape[0],), e.slot, dtype=torch.long, device=device)
+                            for x, e in zip(per_example, examples, strict=True)])
+        return layers, target
+
+    def _input_scales(self) -> list[float]:
+        """s_l: RMS of each layer's input over the labelled tokens of step 0's batch (gate-independent:
+        routing is forced), so a resumed run recomputes the same values."""
+        if not self.config.precondition:
+            return [1.0] * self.model.num_layers
+        device = next(self.model.gates.parameters()).device
+        ids, attn, labels, slots = collate(self.batch_for(0), self.pad_id, device)
+        inputs = layer_inputs_under_forcing(self.model, ids, attn, slots)
+        keep = labels.reshape(-1)
+        return [max(float(h.reshape(-1, h.shape[-1])[keep].float().pow(2).mean().sqrt()), 1e-6) for h in inputs]
+
+    def _write_back(self) -> None:
+        with torch.no_grad():
+            for gate, weight, scale in zip(self.model.gates, self.weights, self.scales, strict=True):
+                gate.weight.copy_(weight / scale)
+
+    # batch of step s: a pure function of (seed, s)
+    def batch_for(self, step: int) -> list[ProvenanceExample]:
+        n = len(self.train_set)
+        size = min(self.config.per_device_train_batch_size, n)
+        per_epoch = max(n // size, 1)
+        epoch, index = divmod(step, per_epoch)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)).tolist()
+        return [self.train_set[i] for i in order[index * size:(index + 1) * size]]
+
+    def loss_on(self, examples: Sequence[ProvenanceExample]) -> torch.Tensor:
+        """The warm-start loss of one batch (module docstring), differentiable in (V, b) only."""
+        inputs, target = self._inputs(examples)  # L x [N, H], [N]
+        terms = []
+        for layer, hidden in enumerate(inputs):
+            logits = F.linear(hidden / self.scales[layer], self.weights[layer], self.biases[layer])  # [N, K+1]
+            loss = F.cross_entropy(logits, target)
+            if self.config.load_balancing_coef:
+                probs = F.softmax(logits, dim=-1)
+                loss = loss + self.config.load_balancing_coef * load_balancing_loss(probs, logits.argmax(-1))
+            terms.append(loss)
+        return torch.stack(terms).mean()
+
+    def step(self) -> float:
+        self.model.train(False)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_on(self.batch_for(self.step_count))
+        loss.backward()
+        self.optimizer.step()
+        self._write_back()
+        self.step_count += 1
+        value = float(loss.detach())
+        self.losses.append(value)
+        return value
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save_checkpoint(self) -> str | None:
+        if self.store is None:
+            return None
+        base = f"{self.prefix}/{CKPT_DIR}/ckpt-{self.step_count}"
+        with tempfile.TemporaryDirectory(prefix="trace-gate-ckpt-") as tmp:
+            gates_bytes = save_gates(self.model, Path(tmp) / GATES_FILE).read_bytes()
+        parts = {GATES_FILE: gates_bytes,
+                 "optimizer.pt": _torch_bytes({"optimizer": self.optimizer.state_dict(),
+                                               "weights": [w.detach().clone() for w in self.weights]}),
+                 "state.json": json.dumps({"step": self.step_count, "losses": self.losses,
+                                           "config_digest": self.config.digest()}).encode()}
+        files = {}
+        for name, data in parts.items():
+            info = self.store.put_bytes(f"{base}/{name}", data)
+            files[name] = {"sha256": info.sha256, "size": info.size}
+        manifest = {"step": self.step_count, "config_digest": self.config.digest(), "files": files}
+        info = self.store.put_bytes(f"{base}/{CKPT_MANIFEST}", json.dumps(manifest, sort_keys=True).encode())
+        self.checkpoints.append(info.uri)
+        self.on_event("checkpoint", {"step": self.step_count, "uri": info.uri})
+        return info.uri
+
+    def resume(self, manifest_key: str | None = None) -> int | None:
+        """Load the latest (or the given) checkpoint; returns its step, None when there is none."""
+        if self.store is None:
+            return None
+        if manifest_key is None:
+            found = list_gate_checkpoints(self.store, self.prefix)
+            if not found:
+                return None
+            manifest_key = found[-1][1]
+        try:
+            manifest = json.loads(self.store.get_bytes(manifest_key))
+        except NotFound:
+            raise NotFound(f"no gate checkpoint at {manifest_key}; list them with list_gate_checkpoints") from None
+        if manifest.get("config_digest") != self.config.digest():
+            raise FailedPrecondition(f"checkpoint {manifest_key} was written with another gate-training config; "
+                                     "resume with the same config (max_steps and save_steps may change) or start "
+                                     "under a new prefix")
+        base = manifest_key.rsplit("/", 1)[0]
+        data = {}
+        for name, rec in manifest["files"].items():
+            blob = self.store.get_bytes(f"{base}/{name}")
+            if hashlib.sha256(blob).hexdigest() != rec["sha256"]:
+                raise ArtifactCorrupted(f"{base}/{name} does not match the sha256 in its checkpoint manifest")
+            data[name] = blob
+        with tempfile.TemporaryDirectory(prefix="trace-gate-ckpt-") as tmp:
+            path = Path(tmp) / GATES_FILE
+            path.write_bytes(data[GATES_FILE])
+            tensors, _meta = read_gates(path)
+        self.model.load_gate_state_dict(tensors)
+        saved = _torch_load(data["optimizer.pt"])
+        with torch.no_grad():
+            for weight, value in zip(self.weights, saved["weights"], strict=True):
+                weight.copy_(value)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        state = json.loads(data["state.json"])
+        self.step_count = int(state["step"])
+        self.losses = [float(x) for x in state.get("losses", [])]
+        return self.step_count
+
+    # -- the loop -----------------------------------------------------------------------------
+    def train(self, *, resume: bool | str = True) -> GateTrainingResult:
+        started = time.perf_counter()
+        resumed = None
+        if resume:
+            resumed = self.resume(None if resume is True else str(resume))
+        stopped = False
+        while self.step_count < self.config.max_steps:
+            if self.should_stop():
+                stopped = True
+                break
+            loss = self.step()
+            self.on_event("iteration", {"step": self.step_count, "loss": loss})
+            if self.config.save_steps and self.step_count % self.config.save_steps == 0:
+                self.save_checkpoint()
+        if self.step_count and (not self.checkpoints or not self.checkpoints[-1].endswith(
+                f"/ckpt-{self.step_count}/{CKPT_MANIFEST}")):
+            self.save_checkpoint()
+        for b in self.biases:
+            b.requires_grad_(False)
+        train_acc, _ = routing_accuracy(self.model, self.train_set, pad_id=self.pad_id)
+        held_acc, share = routing_accuracy(self.model, self.heldout, pad_id=self.pad_id)
+        if not self.heldout:
+            held_acc = None
+            _, share = routing_accuracy(self.model, self.train_set, pad_id=self.pad_id)
+        result = GateTrainingResult(steps=self.step_count, resumed_from=resumed, losses=list(self.losses),
+                                    train_accuracy=train_acc, heldout_accuracy=held_acc, routing_share=share,
+                                    seconds=time.perf_counter() - started, stopped_early=stopped,
+                                    checkpoints=list(self.checkpoints))
+        self.on_event("result", result.summary())
+        return result
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    return int(pad or 0)
+
+
+def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mapping[str, Sequence[Trajectory]],
+                config: GateTrainingConfig | Mapping[str, Any] | None = None, *, store: ArtifactStore, prefix: str,
+                cache_dir: str | Path | None = None, s3: S3Settings | None = None, device: str = "cpu",
+                resume: bool | str = True, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> GateTrainingResult:
+    """Train the gates of base + adapters on provenance and write the composition artifact.
+
+    Args:
+        base_model: base model reference (HF dir, artifact URI of one, or built-in agent name); recorded
+            as is in the manifest.
+        adapters: capability name -> PEFT adapter directory (artifact URI or local path). The dict order
+            is the slot order (slot k = k-th entry; slot 0 = base).
+        provenance: capability name (or "base") -> trajectories played in that capability's environment
+            (for "base": e.g. the target's own tasks). Every token of capability c's trajectories is
+            labelled slot c.
+        config: `GateTrainingConfig` (or a dict of its fields).
+        store, prefix: where checkpoints (`<prefix>/gates-ckpt/`) and the composition
+            (`<prefix>/gates.safetensors`, `<prefix>/composition.json`) go, e.g. prefix `runs/<run>/moe`.
+        resume: True = from the latest checkpoint under the prefix (if any); a checkpoint.json key to
+            resume from that one; False = start fresh.
+
+    Returns a `GateTrainingResult`; `.composition.manifest_uri` is what `LoadComposition` /
+    `PolicyRef.composition_uri` / `load_composition` take. Events: ("iteration", {step, loss}),
+    ("checkpoint", {step, uri}), ("result", summary).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = config if isinstance(config, GateTrainingConfig) else GateTrainingConfig(**dict(config or {}))
+    if not adapters:
+        raise InvalidArgument(field="adapters", expected="at least one capability adapter to compose")
+    cache = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "trace-compositions"
+    base_dir = resolve_model_dir(base_model, cache, s3)
+    names = list(adapters)
+    dirs = [resolve_model_dir(uri, cache, s3) for uri in adapters.values()]
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_dir).to(device).eval()
+    model = ComposedMoEModel.from_adapter_dirs(base, dirs, names=names)
+    examples = provenance_examples(tokenizer, provenance, [BASE_SLOT_NAME, *names], cfg)
+    trainer = GateTrainer(model, examples, cfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,
+                          on_event=on_event, should_stop=should_stop)
+    result = trainer.train(resume=resume)
+    if not result.stopped_early:
+        result.composition = write_composition(
+            store, prefix, model, base_model=base_model, adapter_uris=dict(adapters),
+            routing_share=result.routing_share, training=result.summary())
+        on_event and on_event("composition", {"uri": result.composition.manifest_uri,
+                                              "gates_uri": result.composition.gates_uri})
+    return result
