@@ -6,8 +6,6 @@ knows no tool-call format: these tests check that everything around a real model
 are parsed and stored), not that the model is good.
 """
 
-from pathlib import Path
-
 import httpx
 import pytest
 import torch
@@ -79,30 +77,6 @@ def test_rollout_job_through_vllm_with_adapter_selected_by_name(embedded_stack, 
     assert len(trajs) == 2
     assert all(tr.policy.adapter == "cap-v1" for tr in trajs)
     assert all(any(m.role == "assistant" and (m.content or m.tool_calls) for m in tr.messages) for tr in trajs)
-
-
-@pytest.mark.timeout(1500)  # ~6k-token prompts (policy + 16 tool schemas) prefilled on 2 CPU cores
-def test_tau2_retail_rollout_with_smollm2_agent_and_user(embedded_stack, vllm_server):
-    from tests.unit.environment.helpers import tau2_retail_dir
-
-    spec = R.RolloutSpec(environment=t.EnvironmentRef(name="tau2-retail", uri=Path(tau2_retail_dir()).resolve().as_uri()),
-                         policy=t.PolicyRef(backend=t.POLICY_BACKEND_OPENAI_HTTP, model="smollm2",
-                                            endpoint=vllm_server.base_url),
-                         user_simulator=t.LlmEndpoint(base_url=vllm_server.base_url, model="smollm2",
-                                                      timeout_seconds=600),
-                         tasks=R.TaskSelection(split="test", limit=1), max_turns=2, concurrency=1,
-                         sampling=t.SamplingParams(temperature=0.0, max_tokens=32))
-    stub = embedded_stack.stub("rollout")
-    job = stub.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id="tau2")).job
-    final = _wait(stub, "RolloutJob", job.job_id, R)
-    assert final.state == t.JOB_STATE_SUCCEEDED, final.error
-    store, key = open_uri(next(o.uri for o in final.outputs if o.kind == "trajectories"))
-    trajs = loads_jsonl(store.get_bytes(key))
-    assert len(trajs) == 1
-    for tr in trajs:
-        assert 0.0 <= tr.reward <= 1.0 and tr.termination
-        assert tr.reward == 1.0 or tr.failure_reason  # evaluated: a failure says why
-        assert sum(m.role == "user" for m in tr.messages) >= 1
 
 
 def test_analysis_llm_mode_with_real_model(embedded_stack, vllm_server):
