@@ -250,9 +250,20 @@ def read_manifest(uri: str, s3: S3Settings | None = None) -> CompositionManifest
 
 def resolve_model_dir(ref: str, cache_dir: Path, s3: S3Settings | None = None) -> Path:
     """A base or adapter reference -> local directory (dir, artifact URI or built-in agent name)."""
-    from trace_common.grpo.models import resolve_dir
+    from trace_common.policy.factory import materialize_dir
 
-    path = resolve_dir(ref, cache_dir=cache_dir / "dirs", s3=s3)
+    if ref.startswith(("file://", "s3://", "/")):
+        path = materialize_dir(ref, cache_root=cache_dir / "dirs", s3=s3) if Path(ref.removeprefix("file://")).is_dir() \
+            or ref.startswith("s3://") else Path(ref.removeprefix("file://"))
+    elif Path(ref).is_dir():
+        path = Path(ref)
+    else:
+        from trace_common.agents import BUILT_IN, resolve_base_agent
+
+        if ref not in BUILT_IN:
+            raise NotFound(f"{ref!r} is neither a model directory, an artifact URI, nor a built-in base agent "
+                           f"({', '.join(BUILT_IN)}); give a directory written by save_pretrained")
+        path = Path(resolve_base_agent(ref))
     if not path.is_dir():
         raise NotFound(f"{ref!r} does not resolve to a directory")
     return path
