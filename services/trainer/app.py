@@ -17,5 +17,5 @@ def create_service(settings: TrainerSettings | None = None) -> ServiceDefinition
     return ServiceDefinition(
         name="trainer", full_names=["trace.v1.TrainerService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_TrainerServiceServicer_to_server(TrainerServicer(domain), server),
-        on_stop=[domain.jobs.shutdown], domain=domain,
+        on_stop=[domain.shutdown], domain=domain,
     )

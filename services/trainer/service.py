@@ -1,28 +1,200 @@
-"""The trainer service's domain object: job table and job creation (no gRPC here)."""
+"""The trainer service's domain object: validates training jobs, runs them through an executor,
+keeps their per-iteration metrics, lists their checkpoints (no gRPC here). Two job kinds:
+TRAINING_KIND_ADAPTER (GRPO LoRA for one capability) and TRAINING_KIND_GATES (the MoE gates over
+frozen adapters: warm start + GRPO, gates.py).
+
+A job is cheap to reject and expensive to run, so everything checkable without loading a
+model is checked in `create_job` before a job exists: the kind, the capability name, one
+environment that is registered (and accepts its parameters and the training split), the
+GRPO config (messages say how to fix), the policy reference, the executor's settings and
+the resume URI. Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
+"""
 
 from __future__ import annotations
 
-from trace_common.errors import Unimplemented
-from trace_common.jobs import JobManager, JobRecord
+import importlib
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
 
+from trace_common.artifacts import ArtifactStore, open_store, split_uri
+from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.grpo import checkpoint as ckpt
+from trace_common.grpo.config import GRPOConfig, parse_config
+from trace_common.grpo.models import check_model_ref
+from trace_common.jobs import JobContext, JobManager, JobRecord, Output
+
+from . import metrics as m
+from .executors import LocalExecutor
+from .gates import gates_prefix, validate_gates
+from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
 from .metrics import M
 from .settings import TrainerSettings
 from .specs import TrainingSpecModel
 
+CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+RECENT_ITERATIONS = 20
+MAX_KEPT_ITERATIONS = 100_000
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    iteration: int
+    values: dict[str, float]
+
 
 class Training:
-    def __init__(self, settings: TrainerSettings):
+    def __init__(self, settings: TrainerSettings, store: ArtifactStore | None = None, kube_api_client=None):
         self.settings = settings
         self.jobs = JobManager("trainer", M, max_concurrent=settings.max_concurrent_jobs)
-        self.checkpoints: dict[str, list] = {}
+        self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
+        self.local = LocalExecutor(settings)
+        self._kube_api_client = kube_api_client
+        self._kube = None
+        self.iterations: dict[str, deque[IterationRecord]] = {}
+        self.prefixes: dict[str, str] = {}
+        for module in settings.env_modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise FailedPrecondition(f"env_modules: cannot import {module!r} ({exc}); fix "
+                                         "TRACE_TRAINER_ENV_MODULES") from exc
 
+    # -- validation --------------------------------------------------------------------------------
+    def validate(self, spec: TrainingSpecModel) -> GRPOConfig:
+        if spec.kind == "TRAINING_KIND_GATES":
+            config = validate_gates(spec, self.store, self.settings.environment_address)
+            check_model_ref(spec.policy.model)
+            self._check_executor(spec)
+            return config
+        if not CAPABILITY_RE.match(spec.capability):
+            raise InvalidArgument(field="spec.capability", expected="a snake_case capability name "
+                                  "(lower-case letters, digits, '_', starting with a letter)", got=spec.capability,
+                                  fix="use the name the analysis retained, e.g. 'precondition_verification'")
+        if len(spec.environments) != 1:
+            raise InvalidArgument(field="spec.environments", expected="exactly one environment for "
+                                  "TRAINING_KIND_ADAPTER (the capability's environment)", got=len(spec.environments))
+        config = parse_config(spec.config)
+        ref = spec.environments[0]
+        # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
+        env = env_factory(ref.model_dump(), self.settings.environment_address)()
+        if config.train_split not in env.splits():
+            raise InvalidArgument(field="spec.config.train_split", expected=f"one of {sorted(env.splits())}",
+                                  got=config.train_split, fix=f"environment {ref.name!r} defines these splits")
+        if spec.policy.backend != "POLICY_BACKEND_IN_PROCESS":
+            raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS (the trainer loads "
+                                  "the base model itself)", got=spec.policy.backend,
+                                  fix="for rollouts from a vLLM server set config.rollout_backend='vllm' and "
+                                      "config.vllm={'base_url': ..., 'adapter_dir': ...}")
+        check_model_ref(spec.policy.model)
+        self._check_executor(spec)
+        return config
+
+    def _check_executor(self, spec: TrainingSpecModel) -> None:
+        if spec.executor == "EXECUTOR_KUBERNETES" and not self.settings.job_image:
+            raise FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE")
+
+    def resume_key(self, uri: str) -> str:
+        if not uri:
+            return ""
+        root, key = split_uri(uri.rstrip("/"))
+        if root.rstrip("/") != self.store.root_uri.rstrip("/"):
+            raise InvalidArgument(field="spec.resume_from_uri", expected=f"a checkpoint in this trainer's artifact "
+                                  f"store ({self.store.root_uri})", got=uri,
+                                  fix="copy the checkpoint into the store or use a ListCheckpoints URI")
+        return key if key.endswith(ckpt.MANIFEST) else f"{key}/{ckpt.MANIFEST}"
+
+    # -- jobs -----------------------------------------------------------------------------------------
     def create_job(self, spec: TrainingSpecModel, run_id: str, labels: dict[str, str],
-                   request_id: str) -> JobRecord:
+                   request_id: str, config: GRPOConfig | None = None) -> JobRecord:
+        """`config`: the result of `validate(spec)` when the caller already ran it (off the event
+        loop: validating an environment served by the environment service is a blocking RPC)."""
         self.jobs.validate_request(run_id, labels, request_id)
-        what = "GRPO adapter training" if spec.kind == "TRAINING_KIND_ADAPTER" else "MoE gate training"
-        raise Unimplemented(f"{what} is not implemented yet (capability {spec.capability!r}): it arrives with "
-                            f"the {'trainer' if spec.kind == 'TRAINING_KIND_ADAPTER' else 'MoE composition'} issue")
+        config = config if config is not None else self.validate(spec)
+        resume = self.resume_key(spec.resume_from_uri)
+        gates = spec.kind == "TRAINING_KIND_GATES"
+        prefix = gates_prefix(run_id, spec.capability) if gates else prefix_for(run_id, spec.capability)
+        s3 = self.settings
+        kube = spec.executor == "EXECUTOR_KUBERNETES"
 
-    def list_checkpoints(self, job_id: str) -> list:
+        async def body(ctx: JobContext) -> dict[str, Any]:
+            wspec = WorkerSpec(job_id=ctx.job_id, run_id=run_id, kind=spec.kind, capability=spec.capability,
+                               environment=spec.environments[0].model_dump(),
+                               environments=[e.model_dump() for e in spec.environments] if gates else [],
+                               adapter_uris=dict(spec.adapter_uris) if gates else {}, policy=spec.policy.model_dump(),
+                               config=config.model_dump(mode="json"), artifact_root=self.store.root_uri,
+                               s3_endpoint=s3.s3_endpoint, s3_access_key=s3.s3_access_key, s3_region=s3.s3_region,
+                               s3_secure=s3.s3_secure, prefix=prefix, resume_from=resume,
+                               events_key=events_key_for(prefix, ctx.job_id) if kube else "",
+                               torch_threads=self.settings.torch_threads,
+                               env_modules=list(self.settings.env_modules),
+                               environment_target=self.settings.environment_address)
+            ctx.progress(completed=0, total=config.max_steps, stage="starting")
+            executor = self.kube_executor() if kube else self.local
+            result = await executor.run(wspec, lambda ev: self._on_event(ctx, spec.capability, ev))
+            for out in result.get("outputs", []):
+                ctx.add_output(Output(uri=out["uri"], sha256=out["sha256"], size_bytes=int(out["size"]),
+                                      kind=out["kind"]))
+            ctx.progress(stage="done", message=str(result.get("stop_reason", "")))
+            return result
+
+        rec = self.jobs.submit("training", body, run_id=run_id, labels=labels, request_id=request_id)
+        self.prefixes.setdefault(rec.job_id, prefix)
+        self.iterations.setdefault(rec.job_id, deque(maxlen=MAX_KEPT_ITERATIONS))
+        return rec
+
+    def kube_executor(self):
+        if self._kube is None:
+            from .kubernetes_job import KubernetesExecutor, default_api_client
+
+            self._kube = KubernetesExecutor(self.settings, self.store, self._kube_api_client or default_api_client)
+        return self._kube
+
+    def _on_event(self, ctx: JobContext, capability: str, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "iteration":
+            it = int(event["iteration"])
+            values = {k: float(v) for k, v in event.get("values", {}).items() if isinstance(v, int | float)}
+            self.iterations.setdefault(ctx.job_id, deque(maxlen=MAX_KEPT_ITERATIONS)).append(
+                IterationRecord(it, values))
+            # Job.metrics is the last iteration's values: a value that iteration did not measure (no update
+            # -> no loss) is NaN rather than left over from an earlier iteration.
+            stale = {k: math.nan for k in ctx.record.metrics if k not in values}
+            ctx.set_metrics({**stale, **values})
+            ctx.progress(completed=it, stage="training",
+                         message=f"reward {values.get('reward_mean', 0):.3f}, informative groups "
+                                 f"{values.get('informative_group_fraction', 0):.2f}")
+            m.ITERATIONS.labels(capability).inc()
+            for gauge, key in ((m.REWARD_MEAN, "reward_mean"), (m.PASS_RATE, "pass_rate"),
+                               (m.INFORMATIVE_GROUP_FRACTION, "informative_group_fraction"), (m.LOSS, "loss"),
+                               (m.KL, "kl")):
+                if key in values:
+                    gauge.labels(capability).set(values[key])
+            if "step_seconds" in values:
+                m.STEP_DURATION.labels(capability).observe(values["step_seconds"])
+            if values.get("trained_tokens"):
+                m.TOKENS.labels(capability).inc(values["trained_tokens"])
+        elif kind == "checkpoint":
+            ctx.progress(stage=f"checkpoint {event.get('iteration')}")
+        elif kind == "stopped":
+            ctx.progress(message=str(event.get("reason", ""))[:500])
+
+    def recent_iterations(self, job_id: str, limit: int = RECENT_ITERATIONS) -> list[IterationRecord]:
         self.jobs.get(job_id)
-        return self.checkpoints.get(job_id, [])
+        return list(self.iterations.get(job_id, ()))[-limit:]
+
+    def iteration_history(self, job_id: str) -> list[IterationRecord]:
+        return list(self.iterations.get(job_id, ()))
+
+    def list_checkpoints(self, job_id: str) -> list[ckpt.CheckpointInfo]:
+        self.jobs.get(job_id)
+        prefix = self.prefixes.get(job_id)
+        if prefix is None:
+            return []
+        return ckpt.list_checkpoints(self.store, prefix)
+
+    async def shutdown(self) -> None:
+        await self.jobs.shutdown()
+        self.local.close()

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from trace_common.grpc import jobs_rpc
 from trace_common.grpc.protoconv import parse
 from trace_common.proto.trace.v1 import trainer_service_pb2 as pb
 from trace_common.proto.trace.v1 import trainer_service_pb2_grpc as pb_grpc
+from trace_common.proto.trace.v1 import types_pb2
 
-from .service import Training
+from .service import IterationRecord, Training
 from .specs import TrainingSpecModel
+
+
+def _iteration(rec: IterationRecord) -> pb.IterationMetrics:
+    return pb.IterationMetrics(iteration=rec.iteration, values=rec.values)
 
 
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
@@ -17,14 +24,37 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     async def CreateTrainingJob(self, request, context):
         spec = parse(TrainingSpecModel, request.spec, "spec")
-        rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id)
+        # off the loop: validation may call the environment service (which may share this loop)
+        config = await asyncio.to_thread(self.d.validate, spec)
+        rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id, config=config)
         return pb.CreateTrainingJobResponse(job=jobs_rpc.job_to_proto(rec))
 
     async def GetTrainingJob(self, request, context):
-        return jobs_rpc.get(self.d.jobs, request, pb.GetTrainingJobResponse)
+        rec = self.d.jobs.get(request.job_id)
+        return pb.GetTrainingJobResponse(job=jobs_rpc.job_to_proto(rec),
+                                         recent_iterations=[_iteration(r) for r in
+                                                            self.d.recent_iterations(request.job_id)])
 
     async def WatchTrainingJob(self, request, context):
-        async for msg in jobs_rpc.watch(self.d.jobs, request, pb.WatchTrainingJobResponse):
+        # One message per job change; an update that completes an iteration carries its metrics.
+        # A late watcher first gets the iterations it missed (oldest first), then live updates.
+        # Iteration 0 exists for gate jobs only (the warm start's summary).
+        sent = -1
+        first = True
+        async for rec in self.d.jobs.watch(request.job_id):
+            job = jobs_rpc.job_to_proto(rec)
+            if first:
+                first = False
+                for it in self.d.iteration_history(request.job_id):
+                    if it.iteration < rec.completed:
+                        yield pb.WatchTrainingJobResponse(job=job, iteration=_iteration(it))
+                        sent = it.iteration
+            msg = pb.WatchTrainingJobResponse(job=job)
+            if rec.completed > sent:
+                hist = [it for it in self.d.iteration_history(request.job_id) if it.iteration == rec.completed]
+                if hist:
+                    msg.iteration.CopyFrom(_iteration(hist[-1]))
+                    sent = rec.completed
             yield msg
 
     async def ListTrainingJobs(self, request, context):
@@ -34,4 +64,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         return jobs_rpc.cancel(self.d.jobs, request, pb.CancelTrainingJobResponse)
 
     async def ListCheckpoints(self, request, context):
-        return pb.ListCheckpointsResponse(checkpoints=self.d.list_checkpoints(request.job_id))
+        return pb.ListCheckpointsResponse(checkpoints=[
+            pb.Checkpoint(iteration=c.iteration, artifact=types_pb2.ArtifactRef(
+                uri=c.uri, sha256=c.sha256, size_bytes=c.size, kind="checkpoint"))
+            for c in self.d.list_checkpoints(request.job_id)])

@@ -1,8 +1,12 @@
-"""Settings of the trainer service (`TRACE_TRAINER_*`)."""
+"""Settings of the trainer service (`TRACE_TRAINER_*`).
 
-from typing import ClassVar
+Dict/list settings (node selector, tolerations, extra env) are JSON in their variables, e.g.
+`TRACE_TRAINER_JOB_NODE_SELECTOR='{"trace.dev/pool": "gpu"}'`.
+"""
 
-from pydantic import Field
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
@@ -12,6 +16,58 @@ class TrainerSettings(ServiceSettings):
     service_name: ClassVar[str] = "trainer"
     model_config = SettingsConfigDict(env_prefix="TRACE_TRAINER_", extra="ignore", validate_default=True)
 
+    # -- local executor ---------------------------------------------------------------------------
+    worker_python: str = Field("", description="Python interpreter of local training workers; empty = this one.")
+    work_dir: str = Field("", description="Scratch directory of local workers (spec files, model cache); "
+                          "empty = a temporary directory.")
+    cancel_grace_seconds: float = Field(30.0, ge=0, le=3600, description="After SIGTERM a worker gets this long "
+                                        "to checkpoint and exit before it is killed.")
+    torch_threads: int = Field(0, ge=0, le=1024, description="Intra-op threads of each local worker; 0 = torch's "
+                               "default.")
+    environment_address: str = Field(
+        "", description="host:port of the EnvironmentService (TRACE_TRAINER_ENVIRONMENT_ADDRESS, set by the chart): environments that are not built in (generated or "
+                        "library environments of a run) are played through it, never run in the trainer. The "
+                        "embedded stack sets it; in a cluster, the environment service's address.")
+    env_modules: list[str] = Field(default_factory=list, description="Python modules imported by the service "
+                                   "and every worker before environments are resolved, so that environments they "
+                                   "register (trace_common.env.register) can be trained on (JSON list).")
+    # -- Kubernetes executor -------------------------------------------------------------------------
     kubernetes_namespace: str = Field("", description="Namespace for training Jobs (EXECUTOR_KUBERNETES); "
                                       "empty means the pod's own namespace.")
     job_image: str = Field("", description="Image of training Jobs on the GPU pool (the trainer image).")
+    job_image_pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of training Job pods.")
+    job_gpus: int = Field(1, ge=0, le=64, description="GPUs per training Job pod (torchrun --nproc_per_node).")
+    job_cpu: str = Field("4", description="CPU request of a training Job pod.")
+    job_memory: str = Field("32Gi", description="Memory request (and limit) of a training Job pod.")
+    job_shm_size: str = Field("8Gi", description="Size of /dev/shm (NCCL) in a training Job pod.")
+    job_node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector of Job pods (JSON).")
+    job_tolerations: list[dict[str, Any]] = Field(default_factory=list, description="tolerations of Job pods (JSON).")
+    job_backoff_limit: int = Field(2, ge=0, le=100, description="Pod retries of a Job (each resumes from the last "
+                                   "checkpoint).")
+    job_active_deadline_seconds: int = Field(0, ge=0, description="Job wall-clock limit; 0 = none.")
+    job_ttl_seconds_after_finished: int = Field(86400, ge=0, description="Finished Jobs are deleted after this.")
+    job_service_account: str = Field("", description="serviceAccountName of Job pods; empty = default.")
+    job_s3_secret_name: str = Field("", description="Secret holding the S3 secret key for Job pods.")
+    job_s3_secret_key: str = Field("secret-key", description="Key of the S3 secret key inside that Secret.")
+    job_extra_env: dict[str, str] = Field(default_factory=dict, description="Extra environment of Job pods (JSON).")
+    job_poll_seconds: float = Field(5.0, gt=0, le=600, description="How often a Kubernetes Job's status and "
+                                    "progress are read.")
+
+    @field_validator("job_image_pull_policy")
+    @classmethod
+    def _pull(cls, v: str) -> str:
+        if v not in ("Always", "IfNotPresent", "Never"):
+            raise ValueError(f"job_image_pull_policy {v!r}: use Always, IfNotPresent or Never")
+        return v
+
+    @field_validator("job_tolerations")
+    @classmethod
+    def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
+        for i, t in enumerate(v):
+            bad = set(t) - allowed
+            if bad:
+                raise ValueError(f"job_tolerations[{i}] has unknown fields {sorted(bad)}; a toleration has "
+                                 f"{sorted(allowed)} (e.g. {{\"key\": \"nvidia.com/gpu\", \"operator\": \"Exists\", "
+                                 "\"effect\": \"NoSchedule\"})")
+        return v

@@ -40,3 +40,10 @@ class TrainingSpecModel(Strict):
         for name, uri in self.adapter_uris.items():
             check_uri(uri, f"adapter_uris[{name!r}]")
         return self
+
+    @field_validator("adapter_uris")
+    @classmethod
+    def _sorted(cls, v: dict[str, str]) -> dict[str, str]:
+        # A proto map has no order: slots (and the in-order matching of environments to adapters
+        # not named after an environment) follow the capability names, sorted.
+        return dict(sorted(v.items()))

@@ -1,0 +1,146 @@
+"""Running a training job: the local executor (a child process of the service, the embedded
+default) and the shared outcome handling of every executor.
+
+An executor turns a `WorkerSpec` into a running worker, forwards the worker's events to the
+job (`on_event`), and returns the final `result` event -- or raises the domain error the
+worker reported, or one describing how the worker died. Cancelling the job's task stops the
+worker: SIGTERM first (the worker checkpoints and exits), SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trace_common import errors as E
+
+from .jobspec import WorkerSpec, decode_line
+from .settings import TrainerSettings
+
+log = logging.getLogger(__name__)
+
+EventFn = Callable[[dict[str, Any]], None]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_CODES: dict[str, type[E.TraceError]] = {
+    "INVALID_ARGUMENT": E.InvalidArgument, "NOT_FOUND": E.NotFound, "FAILED_PRECONDITION": E.FailedPrecondition,
+    "UNAVAILABLE": E.Unavailable, "RESOURCE_EXHAUSTED": E.ResourceExhausted, "DATA_LOSS": E.ArtifactCorrupted,
+    "UNIMPLEMENTED": E.Unimplemented, "CANCELLED": E.Cancelled, "DEADLINE_EXCEEDED": E.DeadlineExceeded,
+}
+
+
+def error_from_event(event: dict[str, Any]) -> E.TraceError:
+    """The domain error a worker's `error` event describes (same status code)."""
+    cls = _CODES.get(str(event.get("code", "")), E.TraceError)
+    return cls(str(event.get("message", "training failed")))
+
+
+class LocalExecutor:
+    """`python -m services.trainer.worker --spec-file <file>` as a child process."""
+
+    def __init__(self, settings: TrainerSettings):
+        self.settings = settings
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        #: Running worker processes by job id (observability; tests use the pids).
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+
+    def _work_dir(self) -> Path:
+        if self.settings.work_dir:
+            return Path(self.settings.work_dir)
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="trace-trainer-")
+        return Path(self._tmp.name)
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        secret = self.settings.s3_secret_key
+        if secret is not None:
+            env["TRACE_TRAINER_S3_SECRET_KEY"] = secret.get_secret_value()
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    async def run(self, spec: WorkerSpec, on_event: EventFn) -> dict[str, Any]:
+        work = self._work_dir() / spec.job_id
+        work.mkdir(parents=True, exist_ok=True)
+        if not spec.cache_dir:
+            spec = spec.model_copy(update={"cache_dir": str(self._work_dir() / "cache")})
+        if not spec.torch_threads and self.settings.torch_threads:
+            spec = spec.model_copy(update={"torch_threads": self.settings.torch_threads})
+        spec_file = work / "spec.json"
+        spec_file.write_text(spec.model_dump_json())
+        python = self.settings.worker_python or sys.executable
+        proc = await asyncio.create_subprocess_exec(
+            python, "-m", "services.trainer.worker", "--spec-file", str(spec_file), cwd=str(REPO_ROOT),
+            env=self.child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, limit=1 << 24)
+        self.processes[spec.job_id] = proc
+        stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+        final: dict[str, Any] = {}
+
+        async def read_stdout() -> None:
+            assert proc.stdout is not None
+            async for raw in proc.stdout:
+                event = decode_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                if event is None:
+                    continue
+                if event["event"] in ("result", "error"):
+                    final.clear()
+                    final.update(event)
+                else:
+                    on_event(event)
+
+        async def read_stderr() -> None:
+            assert proc.stderr is not None
+            async for raw in proc.stderr:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                stderr_tail.append(line)
+                log.debug("worker %s: %s", spec.job_id, line)
+
+        readers = asyncio.gather(read_stdout(), read_stderr())
+        try:
+            await readers
+            rc = await proc.wait()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._stop(proc))
+            readers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await readers
+            raise
+        finally:
+            self.processes.pop(spec.job_id, None)
+        if final.get("event") == "result" and rc == 0:
+            return final
+        if final.get("event") == "error":
+            raise error_from_event(final)
+        tail = " | ".join(list(stderr_tail)[-5:])
+        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+        raise E.TraceError(f"training worker {how} without reporting a result; last output: {tail[-600:]}")
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        if proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.settings.cancel_grace_seconds)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

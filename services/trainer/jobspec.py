@@ -1,0 +1,110 @@
+"""What a training worker process is told (`WorkerSpec`) and what it reports (events).
+
+The service validates a `TrainingSpec`, turns it into a `WorkerSpec` (JSON) and starts a
+worker: a child process (`--spec-file`) or a Kubernetes Job pod (the JSON in the
+`TRACE_TRAINER_JOB_SPEC` variable). Secrets never travel in the spec: the S3 secret key
+comes from the worker's environment (`TRACE_TRAINER_S3_SECRET_KEY`; in a pod from a Secret).
+
+Events are JSON objects `{"event": kind, ...}`:
+    iteration   {"iteration", "values": {name: float}}
+    checkpoint  {"iteration", "uri", "sha256", "size"}
+    adapter     {"version", "uri", "outputs": [{"uri", "sha256", "size", "kind"}]}
+    stopped     {"iteration", "reason"}             (early stop)
+    result      {"iterations", "policy_version", "stop_reason", "adapter_uri", "outputs"}
+    error       {"code", "message"}                 (the job failed; code = gRPC status name)
+A local worker writes them to stdout, one per line after the `EVENT_PREFIX` marker; every
+worker also keeps the full list in the artifact store (`events_key`), which is how the
+Kubernetes executor follows a pod.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EVENT_PREFIX = "@@trace-event "
+SPEC_ENV = "TRACE_TRAINER_JOB_SPEC"
+
+
+class WorkerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    run_id: str
+    kind: str = Field("TRAINING_KIND_ADAPTER", description="TRAINING_KIND_ADAPTER or TRAINING_KIND_GATES.")
+    capability: str
+    environment: dict[str, Any] = Field(description="EnvironmentRefModel fields (adapters: the one environment).")
+    environments: list[dict[str, Any]] = Field(default_factory=list,
+                                               description="Gates: every EnvironmentRefModel of the spec, in order.")
+    adapter_uris: dict[str, str] = Field(default_factory=dict, description="Gates: capability -> adapter URI.")
+    policy: dict[str, Any] = Field(description="PolicyRefModel fields.")
+    config: dict[str, Any] = Field(default_factory=dict, description="GRPO config (validated by the service).")
+    artifact_root: str
+    s3_endpoint: str | None = None
+    s3_access_key: str | None = None
+    s3_region: str = "us-east-1"
+    s3_secure: bool = False
+    prefix: str = Field(description="Key prefix of this capability's adapters and checkpoints.")
+    resume_from: str = Field("", description="Key of a checkpoint.json to resume from; empty = latest under prefix.")
+    events_key: str = Field("", description="Store key where the worker keeps its event log.")
+    cache_dir: str = Field("", description="Where downloaded models are cached.")
+    torch_threads: int = 0
+    env_modules: list[str] = Field(default_factory=list, description="Modules to import before resolving the env.")
+    environment_target: str = Field("", description="EnvironmentService host:port for environments that are not "
+                                                    "built in (played over gRPC, see envs.py).")
+
+
+def env_factory(ref: dict[str, Any], environment_target: str):
+    """A zero-argument factory of the environment `ref` names (EnvironmentRefModel fields): a
+    built-in / imported environment is made in this process; any other name is served by the
+    EnvironmentService at `environment_target` (generated code never runs in the trainer).
+    Raises NotFound naming both places when neither has it.
+    Callers that validate a request call the factory once (the service does, before a job exists)."""
+    import os
+
+    from trace_common.env import make
+    from trace_common.env.registry import list_environments
+    from trace_common.errors import NotFound
+
+    name, version = ref["name"], ref.get("version") or None
+    params = dict(ref.get("params") or {})
+    built_in = {spec.name for spec in list_environments()}
+    if name in built_in:
+        return lambda: make(name, version, **params)   # bad params: InvalidArgument on the first call
+    if not environment_target:
+        raise NotFound(f"environment {name!r} is not registered (built in: {', '.join(sorted(built_in))}) and no "
+                       "environment service is configured to serve it: set TRACE_TRAINER_ENVIRONMENT_ADDRESS")
+    from trace_common.env.remote import remote_factory
+
+    factory = remote_factory(environment_target, name, version or "", token=os.environ.get("TRACE_TRAINER_AUTH_TOKEN"))
+    if params:
+        from trace_common.errors import InvalidArgument
+
+        raise InvalidArgument(field="spec.environments.params", expected="no parameters for an environment served by "
+                              "the environment service (its instances are fixed at generation)", got=sorted(params))
+    return factory
+
+
+def prefix_for(run_id: str, capability: str) -> str:
+    return f"runs/{run_id or 'adhoc'}/adapters/{capability}"
+
+
+def events_key_for(prefix: str, job_id: str) -> str:
+    return f"{prefix}/jobs/{job_id}/events.jsonl"
+
+
+def encode_event(kind: str, payload: dict[str, Any]) -> str:
+    return json.dumps({"event": kind, **payload}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_line(line: str) -> dict[str, Any] | None:
+    """The event on a worker's stdout line, or None for ordinary output."""
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        data = json.loads(line[len(EVENT_PREFIX):])
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and "event" in data else None

@@ -1,0 +1,254 @@
+"""Training jobs as Kubernetes Jobs on the GPU node pool, through the official `kubernetes` client.
+
+One Job per training job: one pod running
+    torchrun --standalone --nproc_per_node=<gpus> -m services.trainer.worker
+with the job spec in `TRACE_TRAINER_JOB_SPEC`, `nvidia.com/gpu: <gpus>` in its limits, the
+pool's nodeSelector and tolerations, a memory-backed /dev/shm for NCCL, the restricted pod
+security profile, the artifact-store settings as environment (the S3 secret key by
+reference to a Secret, never inline) and `backoffLimit` retries -- each retry resumes from
+the last checkpoint in the store, since the worker resumes the latest checkpoint under
+its prefix. The pod's progress comes back through the artifact store: the worker keeps its
+event log at `events_key`, which this executor polls together with the Job's status.
+
+Semantics (run):
+    create Job; every poll_seconds: forward new events (iterations, checkpoints)
+    Job condition Complete -> the worker's `result` event
+    Job condition Failed (retries used up) -> the worker's last `error` event, else the Job's reason
+    cancelled -> delete the Job (pods too, background propagation), re-raise
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from trace_common import errors as E
+from trace_common.artifacts import ArtifactStore
+
+from .executors import EventFn, error_from_event
+from .jobspec import SPEC_ENV, WorkerSpec
+from .settings import TrainerSettings
+
+log = logging.getLogger(__name__)
+
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+LABEL_APP = "app.kubernetes.io/name"
+LABEL_JOB = "trace.dev/training-job"
+LABEL_CAP = "trace.dev/capability"
+
+
+def job_name(job_id: str) -> str:
+    """A DNS-1123 label for the Job (<= 63 chars), stable per job id."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", job_id.lower()).strip("-")[:40].strip("-")
+    digest = hashlib.sha256(job_id.encode()).hexdigest()[:8]
+    return f"trace-train-{slug}-{digest}" if slug else f"trace-train-{digest}"
+
+
+def _label_value(v: str) -> str:
+    v = re.sub(r"[^A-Za-z0-9_.-]+", "-", v)[:63].strip("-_.")
+    return v or "none"
+
+
+def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) -> client.V1Job:
+    """The Job object for one training job (module docstring)."""
+    if not settings.job_image:
+        raise E.FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE "
+                                   "(e.g. registry/trace-trainer:1.0.0)")
+    gpus = settings.job_gpus
+    name = job_name(spec.job_id)
+    labels = {LABEL_APP: "trace-trainer-job", LABEL_JOB: _label_value(spec.job_id),
+              LABEL_CAP: _label_value(spec.capability)}
+    env = [client.V1EnvVar(name=SPEC_ENV, value=spec.model_dump_json()),
+           client.V1EnvVar(name="TRACE_TRAINER_CHECKPOINT_URI", value=f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"),
+           client.V1EnvVar(name="TRACE_TRAINER_LOG_LEVEL", value=settings.log_level),
+           client.V1EnvVar(name="HF_HUB_OFFLINE", value="1"),
+           # the root filesystem is read-only: every cache goes to the scratch volume
+           client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
+           client.V1EnvVar(name="MPLCONFIGDIR", value="/tmp/matplotlib"),
+           client.V1EnvVar(name="TRACE_AGENT_CACHE", value="/tmp/agents")]
+    if settings.job_s3_secret_name:
+        env.append(client.V1EnvVar(name="TRACE_TRAINER_S3_SECRET_KEY", value_from=client.V1EnvVarSource(
+            secret_key_ref=client.V1SecretKeySelector(name=settings.job_s3_secret_name,
+                                                      key=settings.job_s3_secret_key))))
+    env += [client.V1EnvVar(name=k, value=v) for k, v in sorted(settings.job_extra_env.items())]
+    limits = {"memory": settings.job_memory}
+    requests = {"cpu": settings.job_cpu, "memory": settings.job_memory}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+        requests["nvidia.com/gpu"] = str(gpus)
+    container = client.V1Container(
+        name="trainer", image=settings.job_image, image_pull_policy=settings.job_image_pull_policy,
+        command=["torchrun", "--standalone", f"--nproc_per_node={max(1, gpus)}", "-m", "services.trainer.worker"],
+        env=env, resources=client.V1ResourceRequirements(limits=limits, requests=requests),
+        volume_mounts=[client.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+                       client.V1VolumeMount(name="scratch", mount_path="/tmp")],
+        security_context=client.V1SecurityContext(
+            allow_privilege_escalation=False, read_only_root_filesystem=True, run_as_non_root=True,
+            capabilities=client.V1Capabilities(drop=["ALL"]),
+            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")))
+    pod = client.V1PodSpec(
+        restart_policy="Never", containers=[container],
+        node_selector=dict(settings.job_node_selector) or None,
+        tolerations=[client.V1Toleration(**{_snake(k): v for k, v in t.items()}) for t in settings.job_tolerations]
+        or None,
+        service_account_name=settings.job_service_account or None,
+        automount_service_account_token=False,
+        security_context=client.V1PodSecurityContext(run_as_non_root=True, run_as_user=10001, run_as_group=10001,
+                                                     fs_group=10001,
+                                                     seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
+        volumes=[client.V1Volume(name="dshm", empty_dir=client.V1EmptyDirVolumeSource(
+                     medium="Memory", size_limit=settings.job_shm_size)),
+                 client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource())])
+    job_spec = client.V1JobSpec(
+        backoff_limit=settings.job_backoff_limit,
+        ttl_seconds_after_finished=settings.job_ttl_seconds_after_finished,
+        active_deadline_seconds=settings.job_active_deadline_seconds or None,
+        template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels=labels), spec=pod))
+    return client.V1Job(api_version="batch/v1", kind="Job",
+                        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels,
+                                                     annotations={"trace.dev/run-id": spec.run_id,
+                                                                  "trace.dev/checkpoint-uri":
+                                                                  f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"}),
+                        spec=job_spec)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def manifest_dict(job: client.V1Job) -> dict[str, Any]:
+    """The Job as the JSON the API server receives (camelCase, no nulls)."""
+    return client.ApiClient().sanitize_for_serialization(job)
+
+
+def default_namespace(settings: TrainerSettings) -> str:
+    if settings.kubernetes_namespace:
+        return settings.kubernetes_namespace
+    if SA_NAMESPACE.is_file():
+        return SA_NAMESPACE.read_text().strip()
+    return "default"
+
+
+def default_api_client() -> client.ApiClient:
+    from kubernetes import config as kconfig
+
+    try:
+        kconfig.load_incluster_config()
+    except kconfig.ConfigException:
+        kconfig.load_kube_config()
+    return client.ApiClient()
+
+
+class KubernetesExecutor:
+    """Runs workers as Jobs (module docstring). `api_client` builds the `ApiClient` (in-cluster
+    config by default; tests point it at an emulated API server)."""
+
+    def __init__(self, settings: TrainerSettings, store: ArtifactStore,
+                 api_client: Callable[[], client.ApiClient] = default_api_client):
+        self.settings = settings
+        self.store = store
+        self._api_factory = api_client
+        self._api: client.BatchV1Api | None = None
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        if self._api is None:
+            self._api = client.BatchV1Api(self._api_factory())
+        return self._api
+
+    async def run(self, spec: WorkerSpec, on_event: EventFn) -> dict[str, Any]:
+        ns = default_namespace(self.settings)
+        job = build_job(spec, self.settings, namespace=ns)
+        name = job.metadata.name
+        try:
+            await asyncio.to_thread(self.batch.create_namespaced_job, ns, job)
+        except client.ApiException as exc:
+            raise E.Unavailable(f"could not create Kubernetes Job {name} in namespace {ns}: {exc.status} "
+                                f"{exc.reason}") from exc
+        seen: set[str] = set()
+
+        def drain(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+            """Forward events not seen yet; return the last terminal (result/error) event."""
+            final = None
+            for ev in events:
+                if ev["event"] in ("result", "error"):
+                    final = ev
+                    continue
+                key = json.dumps(ev, sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    on_event(ev)
+            return final
+
+        try:
+            while True:
+                await asyncio.sleep(self.settings.job_poll_seconds)
+                drain(await asyncio.to_thread(self._events, spec.events_key))
+                state, reason = await asyncio.to_thread(self._state, name, ns)
+                if state == "running":
+                    continue
+                # The worker writes its events before it exits, so after a terminal Job state one more
+                # read sees everything (no event may slip between the read above and the state read).
+                final = drain(await asyncio.to_thread(self._events, spec.events_key))
+                if state == "complete":
+                    if final is None or final["event"] != "result":
+                        raise E.TraceError(f"Kubernetes Job {name} completed but its worker reported no result")
+                    return final
+                if final is not None and final["event"] == "error":
+                    raise error_from_event(final)
+                raise E.TraceError(f"Kubernetes Job {name} failed: {reason}")
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
+            raise
+
+    def _events(self, key: str) -> list[dict[str, Any]]:
+        if not key:
+            return []
+        try:
+            data = self.store.get_bytes(key)
+        except E.NotFound:
+            return []
+        except E.TraceError as exc:
+            log.warning("cannot read training events %s: %s", key, exc)
+            return []
+        out = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(ev, dict) and "event" in ev:
+                out.append(ev)
+        return out
+
+    def _state(self, name: str, ns: str) -> tuple[str, str]:
+        try:
+            job = self.batch.read_namespaced_job_status(name, ns)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return "failed", "the Job was deleted outside TRACE"
+            raise E.Unavailable(f"cannot read Kubernetes Job {name}: {exc.status} {exc.reason}") from exc
+        status = job.status
+        for cond in (status.conditions if status is not None and status.conditions else []):
+            if cond.status == "True" and cond.type == "Complete":
+                return "complete", cond.reason or ""
+            if cond.status == "True" and cond.type == "Failed":
+                return "failed", f"{cond.reason or ''} {cond.message or ''}".strip()
+        if status is not None and status.succeeded:
+            return "complete", ""
+        return "running", ""
+
+    def _delete(self, name: str, ns: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not delete Kubernetes Job %s: %s %s", name, exc.status, exc.reason)

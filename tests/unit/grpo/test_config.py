@@ -1,0 +1,49 @@
+"""GRPOConfig: TRL names, validators whose messages say how to fix the input."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_common.errors import InvalidArgument
+from trace_common.grpo.config import GRPOConfig, parse_config
+
+
+@pytest.mark.parametrize("values, field, fix", [
+    ({"group_size": 8}, "config", "use 'num_generations'"),
+    ({"lr": 1e-4}, "config", "use 'learning_rate'"),
+    ({"num_generation": 4}, "config", "did you mean num_generations"),
+    ({"num_generations": 1}, "config.num_generations", "greater than or equal to 2"),
+    ({"epsilon": 0.3, "epsilon_high": 0.2}, "config", "e.g. epsilon=0.2, epsilon_high=0.28"),
+    ({"scale_rewards": "global"}, "config.scale_rewards", "'group', 'batch' or 'none'"),
+    ({"temperature": 0.0}, "config.temperature", "greater than 0"),
+    ({"top_k": 1}, "config", "use top_k=0"),
+    ({"guidance_fraction": 0.95, "num_generations": 4}, "config", "lower it below"),
+    ({"rollout_backend": "vllm"}, "config", "needs a vllm block"),
+    ({"lora_target_modules": "all"}, "config.lora_target_modules", "'all-linear'"),
+    ({"warmup_steps": 10, "max_steps": 10}, "config", "must be below max_steps"),
+    ({"vllm": {"base_url": "vllm:8000", "adapter_dir": "/x"}, "rollout_backend": "vllm"}, "config.vllm.base_url",
+     "http(s) URL"),
+])
+def test_invalid_config_says_how_to_fix(values, field, fix):
+    with pytest.raises(InvalidArgument) as err:
+        parse_config(values)
+    assert err.value.reason.startswith(field)
+    assert fix in err.value.reason
+
+
+@pytest.mark.parametrize("values, check", [
+    ({}, lambda c: (c.num_generations, c.epsilon, c.epsilon_high, c.beta, c.scale_rewards) == (8, 0.2, 0.28, 0.0,
+                                                                                               "group")),
+    # Struct numbers arrive as floats
+    ({"num_generations": 4.0, "max_steps": 3.0}, lambda c: c.num_generations == 4 and c.max_steps == 3),
+    ({"guidance_fraction": 0.25, "num_generations": 8}, lambda c: c.guided_per_group == 2),
+    ({"guidance_fraction": 0.5, "num_generations": 6}, lambda c: c.guided_per_group == 3),
+    ({"lora_target_modules": ["q_proj", "v_proj"]}, lambda c: c.lora_target_modules == ["q_proj", "v_proj"]),
+])
+def test_valid_config(values, check):
+    assert check(parse_config(values))
+
+
+def test_digest_changes_with_values():
+    assert GRPOConfig().digest() == GRPOConfig().digest()
+    assert GRPOConfig(learning_rate=1e-3).digest() != GRPOConfig().digest()

@@ -1,0 +1,135 @@
+"""Runtime LoRA updating against an in-test server that mimics vLLM's endpoints (fake_vllm.py):
+load -> verify -> switch -> unload the old version once drained; retries, timeouts, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.unit.grpo.fake_vllm import FakeVLLM
+from tests.unit.grpo.helpers import PickEnv, tiny_model, tiny_tokenizer, warm_model
+from trace_common.grpo.config import GRPOConfig, VLLMRolloutConfig
+from trace_common.grpo.lora import attach_lora, save_pretrained_to
+from trace_common.grpo.session import make_trainer
+from trace_common.grpo.vllm_rollouts import AdapterLoadError, VLLMAdapterManager
+
+
+@pytest.fixture(scope="module")
+def adapter_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    model = attach_lora(tiny_model(), GRPOConfig(lora_r=4))
+    return [str(p.parent) for p in (save_pretrained_to(model, root / f"a{i}")[0] for i in range(3))]
+
+
+@pytest.fixture()
+def server():
+    tok = tiny_tokenizer()
+    with FakeVLLM(tiny_model(), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as s:
+        yield s
+
+
+def manager(server, **kw) -> VLLMAdapterManager:
+    cfg = dict(base_url=server.base_url, adapter_dir="/unused", request_timeout_s=5.0, load_retries=2,
+               retry_backoff_s=0.01, drain_timeout_s=5.0)
+    cfg.update(kw)
+    return VLLMAdapterManager(VLLMRolloutConfig(**cfg))
+
+
+def test_switch_unloads_previous_only_when_drained(server, adapter_dirs):
+    async def go():
+        m = manager(server)
+        await m.switch("cap-v1", adapter_dirs[0])
+        held = m.acquire()                       # a request still running on v1
+        await m.switch("cap-v2", adapter_dirs[1])
+        await asyncio.sleep(0.1)
+        assert m.current == "cap-v2" and "cap-v1" in server.adapters   # not unloaded under a running request
+        m.release(held)
+        await asyncio.sleep(0.1)
+        assert "cap-v1" not in server.adapters and server.unloads == ["cap-v1"]
+        await m.close()
+    asyncio.run(go())
+
+
+def test_drain_timeout_never_hangs(server, adapter_dirs):
+    async def go():
+        m = manager(server, drain_timeout_s=0.2)
+        await m.switch("cap-v1", adapter_dirs[0])
+        m.acquire()                              # never released (a stuck request)
+        await m.switch("cap-v2", adapter_dirs[1])
+        t0 = time.monotonic()
+        await m.close()                          # waits for the pending unload
+        assert time.monotonic() - t0 < 2.0
+        assert server.unloads == ["cap-v1"]
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("knobs, retries, ok, attempts, match", [
+    ({"fail_loads": 2}, 2, True, 3, None),                       # transient 500s: retried
+    ({"fail_loads": 5}, 2, False, 3, "after 3 attempts"),        # persistent: fails with the reason
+    ({"reject_loads": True}, 3, False, 1, "refused"),            # a 4xx refusal is not retried
+    ({"hide_loaded": True}, 1, False, 2, "not listed"),          # loaded but never verified
+])
+def test_load_failures(server, adapter_dirs, knobs, retries, ok, attempts, match):
+    for k, v in knobs.items():
+        setattr(server, k, v)
+
+    async def go():
+        m = manager(server, load_retries=retries)
+        try:
+            if ok:
+                await m.switch("cap-v1", adapter_dirs[0])
+                assert m.current == "cap-v1"
+            else:
+                with pytest.raises(AdapterLoadError, match=match):
+                    await m.switch("cap-v1", adapter_dirs[0])
+                assert m.current is None
+        finally:
+            await m.close()
+    asyncio.run(go())
+    assert len(server.loads) == attempts
+
+
+def test_already_loaded_after_a_lost_reply_is_verified(server, adapter_dirs):
+    async def go():
+        m = manager(server)
+        await m.load("cap-v1", adapter_dirs[0])
+        await m.load("cap-v1", adapter_dirs[0])  # "already been loaded" -> listed -> fine
+        await m.close()
+    asyncio.run(go())
+    assert server.loads == ["cap-v1", "cap-v1"]
+
+
+def test_load_timeout_fails_in_bounded_time(server, adapter_dirs):
+    server.load_delay_s = 1.0
+
+    async def go():
+        m = manager(server, request_timeout_s=0.2, load_retries=1)
+        t0 = time.monotonic()
+        with pytest.raises(AdapterLoadError, match="ReadTimeout"):
+            await m.switch("cap-v1", adapter_dirs[0])
+        assert time.monotonic() - t0 < 3.0
+        await m.close()
+    asyncio.run(go())
+
+
+def test_training_with_vllm_rollouts(tmp_path):
+    tok = tiny_tokenizer()
+    with FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as server:
+        cfg = GRPOConfig(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4,
+                         learning_rate=5e-3, lora_r=4, save_steps=0, guidance_fraction=0.0,
+                         early_stop_uninformative_iterations=0, rollout_backend="vllm",
+                         vllm={"base_url": server.base_url, "adapter_dir": str(tmp_path)})
+        rows = []
+        trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick_skill",
+                               on_event=lambda k, p: rows.append(p["values"]) if k == "iteration" else None)
+        trainer.train(resume=False, write_adapter=False)
+        versions = int(rows[-1]["policy_version"])
+        names = [f"pick_skill-v{v}" for v in range(versions + 1)]
+        assert server.loads == names                      # every version loaded once, in order
+        assert server.unloads == names[:-1]               # old versions unloaded, the current one kept
+        assert set(server.completions) <= set(names[:-1]) and server.completions
+        assert (tmp_path / names[-1] / "adapter_model.safetensors").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [names[-1]]   # unloaded versions' files removed
+        assert all(r["policy_errors"] == 0 for r in rows)

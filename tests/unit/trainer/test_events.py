@@ -1,0 +1,61 @@
+"""The worker's event protocol: stdout lines the local executor parses, and the bounded event
+log in the artifact store that the Kubernetes executor polls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from services.trainer.executors import error_from_event
+from services.trainer.jobspec import EVENT_PREFIX, decode_line, encode_event
+from services.trainer.worker import EventSink
+from trace_common.artifacts import open_store
+from trace_common.errors import FailedPrecondition, NotFound, TraceError, Unavailable
+
+
+@pytest.mark.parametrize("line, expected", [
+    (EVENT_PREFIX + encode_event("iteration", {"iteration": 3, "values": {"loss": 0.5}}),
+     {"event": "iteration", "iteration": 3, "values": {"loss": 0.5}}),
+    ("Loading weights: 100%", None),                          # ordinary output is ignored
+    (EVENT_PREFIX + "{not json", None),
+    (EVENT_PREFIX + json.dumps({"no": "event"}), None),
+])
+def test_decode_line(line, expected):
+    assert decode_line(line) == expected
+
+
+@pytest.mark.parametrize("event, cls", [
+    ({"event": "error", "code": "NOT_FOUND", "message": "m"}, NotFound),
+    ({"event": "error", "code": "UNAVAILABLE", "message": "m"}, Unavailable),
+    ({"event": "error", "code": "FAILED_PRECONDITION", "message": "m"}, FailedPrecondition),
+    ({"event": "error", "code": "SOMETHING_ELSE", "message": "m"}, TraceError),
+])
+def test_error_events_keep_their_status(event, cls):
+    err = error_from_event(event)
+    assert type(err) is cls and err.reason == "m"
+
+
+def test_store_log_is_bounded_and_keeps_every_other_event(tmp_path, capsys):
+    store = open_store(tmp_path.as_uri())
+    sink = EventSink(store=store, key="runs/r/adapters/c/jobs/j/events.jsonl", keep_iterations=3, min_interval_s=0)
+    sink.emit("checkpoint", {"iteration": 0, "uri": "u", "sha256": "s", "size": 1})
+    for it in range(1, 8):
+        sink.emit("iteration", {"iteration": it, "values": {}})
+    sink.emit("result", {"iterations": 7})
+    lines = [json.loads(x) for x in store.get_bytes("runs/r/adapters/c/jobs/j/events.jsonl").splitlines()]
+    assert [(e["event"], e.get("iteration")) for e in lines] == [
+        ("checkpoint", 0), ("iteration", 5), ("iteration", 6), ("iteration", 7), ("result", None)]
+    out = [decode_line(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(out) == 9 and all(out)                        # stdout gets every event
+
+
+def test_iteration_writes_are_throttled_but_final_events_are_not(tmp_path, capsys):
+    store = open_store(tmp_path.as_uri())
+    sink = EventSink(store=store, key="e.jsonl", min_interval_s=3600)
+    sink.emit("iteration", {"iteration": 1, "values": {}})   # first write goes through
+    sink.emit("iteration", {"iteration": 2, "values": {}})   # throttled
+    assert len(store.get_bytes("e.jsonl").splitlines()) == 1
+    sink.emit("error", {"code": "INTERNAL", "message": "x"})
+    assert [json.loads(x)["event"] for x in store.get_bytes("e.jsonl").splitlines()] == [
+        "iteration", "iteration", "error"]

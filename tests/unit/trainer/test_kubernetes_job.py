@@ -1,0 +1,183 @@
+"""Training jobs as Kubernetes Jobs: the manifest passes the 1.32 schema (strict), and create /
+watch / cancel run through the official client against an emulated API server (kmock). The
+emulator runs no pods: each test plays the pod's part -- the worker's event log in the artifact
+store (written by the worker's own `EventSink`) and the Job status the Job controller would set."""
+
+from __future__ import annotations
+
+import asyncio
+
+import kubernetes_validate
+import pytest
+from kubernetes import client
+
+from services.trainer.jobspec import SPEC_ENV, WorkerSpec, events_key_for
+from services.trainer.kubernetes_job import KubernetesExecutor, build_job, job_name, manifest_dict
+from services.trainer.service import Training
+from services.trainer.settings import TrainerSettings
+from services.trainer.specs import TrainingSpecModel
+from services.trainer.worker import EventSink
+from trace_common.artifacts import open_store
+from trace_common.errors import FailedPrecondition, ResourceExhausted
+from trace_common.jobs import JobState
+
+GPU_POOL = dict(job_image="registry.example/trace-trainer:1.2.3", job_gpus=4, job_node_selector={"trace.dev/pool": "gpu"},
+                job_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                job_backoff_limit=3, job_s3_secret_name="trace-s3", job_service_account="trace-trainer",
+                job_extra_env={"NCCL_DEBUG": "WARN"}, job_active_deadline_seconds=7200)
+
+
+def wspec(job_id="training-20260101-000000-abcd1234", root="s3://trace-artifacts") -> WorkerSpec:
+    prefix = "runs/r1/adapters/precondition_verification"
+    return WorkerSpec(job_id=job_id, run_id="r1", capability="precondition_verification",
+                      environment={"name": "store", "version": "", "uri": "", "params": {}},
+                      policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro"}, config={"max_steps": 3},
+                      artifact_root=root, s3_endpoint="minio:9000", s3_access_key="trace", prefix=prefix,
+                      events_key=events_key_for(prefix, job_id))
+
+
+@pytest.mark.parametrize("settings", [
+    GPU_POOL,
+    dict(job_image="trace-trainer:1", job_gpus=0),                    # CPU pool: one process, no GPU request
+    dict(job_image="trace-trainer:1", job_gpus=8, job_tolerations=[{"key": "a", "operator": "Equal", "value": "b",
+                                                                   "effect": "NoExecute", "tolerationSeconds": 60}]),
+])
+def test_manifest_is_valid_kubernetes_1_32(settings):
+    s = TrainerSettings(**settings)
+    data = manifest_dict(build_job(wspec(), s, namespace="trace"))
+    kubernetes_validate.validate(data, "1.32.0", strict=True)
+    pod = data["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    gpus = settings["job_gpus"]
+    assert c["command"][:3] == ["torchrun", "--standalone", f"--nproc_per_node={max(1, gpus)}"]
+    assert c["command"][-2:] == ["-m", "services.trainer.worker"]
+    assert c["resources"]["limits"].get("nvidia.com/gpu") == (str(gpus) if gpus else None)
+    assert data["spec"]["backoffLimit"] == s.job_backoff_limit
+    assert pod["restartPolicy"] == "Never"
+    env = {e["name"]: e for e in c["env"]}
+    assert WorkerSpec.model_validate_json(env[SPEC_ENV]["value"]).capability == "precondition_verification"
+    assert env["TRACE_TRAINER_CHECKPOINT_URI"]["value"] == "s3://trace-artifacts/runs/r1/adapters/precondition_verification"
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False and pod["securityContext"]["runAsNonRoot"]
+    if "job_s3_secret_name" in settings:
+        assert env["TRACE_TRAINER_S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "trace-s3",
+                                                                                   "key": "secret-key"}
+        assert pod["nodeSelector"] == {"trace.dev/pool": "gpu"}
+        assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert env["NCCL_DEBUG"]["value"] == "WARN"
+    assert "secret" not in env[SPEC_ENV]["value"].lower()
+
+
+@pytest.mark.parametrize("bad, text", [
+    (dict(job_tolerations=[{"key": "a", "taint": "x"}]), "unknown fields ['taint']"),
+    (dict(job_image_pull_policy="Sometimes"), "Always, IfNotPresent or Never"),
+])
+def test_bad_settings_say_how_to_fix(bad, text):
+    with pytest.raises(ValueError, match=text.replace("[", r"\[").replace("]", r"\]")):
+        TrainerSettings(**bad)
+
+
+def test_missing_image_is_refused():
+    with pytest.raises(FailedPrecondition, match="TRACE_TRAINER_JOB_IMAGE"):
+        build_job(wspec(), TrainerSettings(), namespace="x")
+
+
+def test_job_names_are_dns_labels():
+    for job_id in ("training-20260101-000000-abcd1234", "X" * 200, "ünïcode"):
+        name = job_name(job_id)
+        assert len(name) <= 63 and name == name.lower() and name[0].isalpha()
+
+
+def api_factory(kmock):
+    host = str(kmock.url).rstrip("/")
+    return lambda: client.ApiClient(client.Configuration(host=host))
+
+
+async def set_status(batch: client.BatchV1Api, name: str, cond: str, **extra) -> None:
+    body = {"status": {"conditions": [{"type": cond, "status": "True", **extra}]}}
+    await asyncio.to_thread(batch.patch_namespaced_job_status, name, "trace", body)
+
+
+async def wait_created(batch, name):
+    for _ in range(200):
+        try:
+            return await asyncio.to_thread(batch.read_namespaced_job, name, "trace")
+        except client.ApiException:
+            await asyncio.sleep(0.05)
+    raise AssertionError("the Job was never created")
+
+
+@pytest.mark.asyncio
+async def test_executor_create_watch_succeed(kmock, tmp_path):
+    store = open_store(tmp_path.as_uri())
+    settings = TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, **GPU_POOL)
+    ex = KubernetesExecutor(settings, store, api_factory(kmock))
+    spec = wspec(root=tmp_path.as_uri())
+    seen = []
+    task = asyncio.create_task(ex.run(spec, seen.append))
+    job = await wait_created(ex.batch, job_name(spec.job_id))
+    assert job.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "4"
+    sink = EventSink(store=store, key=spec.events_key, min_interval_s=0)   # what the pod's worker writes
+    for it in (1, 2):
+        sink.emit("iteration", {"iteration": it, "values": {"reward_mean": 0.1 * it}})
+    sink.emit("checkpoint", {"iteration": 2, "uri": "file:///x", "sha256": "0" * 64, "size": 1})
+    sink.emit("result", {"iterations": 2, "policy_version": 2, "stop_reason": "completed", "adapter_uri": "u",
+                         "outputs": []})
+    await set_status(ex.batch, job.metadata.name, "Complete")
+    result = await asyncio.wait_for(task, 10)
+    assert result["stop_reason"] == "completed"
+    assert [e["event"] for e in seen] == ["iteration", "iteration", "checkpoint"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("events, condition, error, text", [
+    ([("error", {"code": "RESOURCE_EXHAUSTED", "message": "CUDA out of memory"})], {"reason": "BackoffLimitExceeded"},
+     ResourceExhausted, "CUDA out of memory"),
+    ([], {"reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}, Exception,
+     "DeadlineExceeded"),
+])
+async def test_executor_failed_job_reports_the_reason(kmock, tmp_path, events, condition, error, text):
+    store = open_store(tmp_path.as_uri())
+    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, job_image="i:1"),
+                            store, api_factory(kmock))
+    spec = wspec(root=tmp_path.as_uri())
+    task = asyncio.create_task(ex.run(spec, lambda e: None))
+    job = await wait_created(ex.batch, job_name(spec.job_id))
+    sink = EventSink(store=store, key=spec.events_key, min_interval_s=0)
+    for kind, payload in events:
+        sink.emit(kind, payload)
+    await set_status(ex.batch, job.metadata.name, "Failed", **condition)
+    with pytest.raises(error, match=text):
+        await asyncio.wait_for(task, 10)
+
+
+@pytest.mark.asyncio
+async def test_training_job_cancel_deletes_the_kubernetes_job(kmock, tmp_path):
+    settings = TrainerSettings(artifact_root=tmp_path.as_uri(), kubernetes_namespace="trace", job_poll_seconds=0.05,
+                               **GPU_POOL)
+    domain = Training(settings, kube_api_client=api_factory(kmock))
+    spec = TrainingSpecModel.model_validate(dict(
+        kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+        environments=[{"name": "store", "params": {"task_types": "precondition_check"}}],
+        policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro"}, config={"max_steps": 50},
+        executor="EXECUTOR_KUBERNETES"))
+    rec = domain.create_job(spec, "r1", {}, "")
+    batch = domain.kube_executor().batch
+    name = job_name(rec.job_id)
+    await wait_created(batch, name)
+    store = domain.store
+    sink = EventSink(store=store, key=events_key_for("runs/r1/adapters/precondition_verification", rec.job_id),
+                     min_interval_s=0)
+    sink.emit("iteration", {"iteration": 1, "values": {"reward_mean": 0.25, "informative_group_fraction": 0.5}})
+    for _ in range(200):
+        if domain.jobs.get(rec.job_id).completed == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert domain.jobs.get(rec.job_id).metrics["reward_mean"] == 0.25
+    domain.jobs.cancel(rec.job_id)
+    final = await domain.jobs.wait(rec.job_id, 10)
+    assert final.state == JobState.CANCELLED
+    with pytest.raises(client.ApiException) as err:
+        for _ in range(100):
+            await asyncio.to_thread(batch.read_namespaced_job, name, "trace")
+            await asyncio.sleep(0.05)
+    assert err.value.status == 404

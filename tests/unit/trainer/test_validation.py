@@ -1,0 +1,55 @@
+"""Bad training requests are refused before a job exists, with the reason and how to fix it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.trainer.service import Training
+from services.trainer.settings import TrainerSettings
+from services.trainer.specs import TrainingSpecModel
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
+
+
+def spec(**kw) -> TrainingSpecModel:
+    base = dict(kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+                environments=[{"name": "store", "params": {"task_types": "precondition_check"}}],
+                policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro"}, config={"max_steps": 2})
+    base.update(kw)
+    return TrainingSpecModel.model_validate(base)
+
+
+@pytest.mark.parametrize("changes, error, text", [
+    ({"environments": [{"name": "nosuchenv"}]}, NotFound, "environment 'nosuchenv' is not registered"),
+    ({"environments": [{"name": "store", "params": {"colour": "red"}}]}, InvalidArgument, "only these parameters"),
+    ({"environments": [{"name": "store", "params": {"task_types": "haircut"}}]}, InvalidArgument, "task_types"),
+    ({"environments": [{"name": "store"}, {"name": "store"}]}, InvalidArgument, "exactly one environment"),
+    ({"capability": "Precondition Verification"}, InvalidArgument, "snake_case capability name"),
+    ({"config": {"group_size": 8}}, InvalidArgument, "use 'num_generations'"),
+    ({"config": {"epsilon": 0.3, "epsilon_high": 0.1}}, InvalidArgument, "epsilon_high=0.28"),
+    ({"config": {"learning_rate": -1}}, InvalidArgument, "config.learning_rate"),
+    ({"config": {"train_split": "holdout"}}, InvalidArgument, "one of ['dev', 'test', 'train']"),
+    ({"policy": {"backend": "POLICY_BACKEND_SCRIPTED", "model": "expert"}}, InvalidArgument,
+     "POLICY_BACKEND_IN_PROCESS"),
+    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "/no/such/model"}}, NotFound, "config.json"),
+    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "gpt-9"}}, NotFound, "not a built-in base agent"),
+    ({"kind": "TRAINING_KIND_GATES", "adapter_uris": {"a": "file:///x"}}, InvalidArgument, "this trainer's artifact store"),
+    ({"executor": "EXECUTOR_KUBERNETES"}, FailedPrecondition, "TRACE_TRAINER_JOB_IMAGE"),
+    ({"resume_from_uri": "file:///elsewhere/ckpt-3"}, InvalidArgument, "a checkpoint in this trainer's artifact"),
+])
+def test_refused_with_reason(tmp_path, changes, error, text):
+    domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
+
+    async def go():
+        domain.create_job(spec(**changes), "run1", {}, "")
+    with pytest.raises(error) as err:
+        asyncio.run(go())
+    assert text in err.value.reason
+    assert domain.jobs.list()[0] == []  # no job was created
+
+
+def test_config_struct_values_arrive_as_floats(tmp_path):
+    domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
+    cfg = domain.validate(spec(config={"values": {"num_generations": 4.0, "max_steps": 2.0}}))
+    assert (cfg.num_generations, cfg.max_steps) == (4, 2)

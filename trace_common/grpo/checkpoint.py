@@ -1,0 +1,184 @@
+"""Checkpoints in the artifact store: adapter + optimizer + scheduler + RNG states + iteration +
+seed cursor, so a killed job resumes exactly where the last checkpoint left it.
+
+Layout (DESIGN "Data contracts"), under `runs/<run_id>/adapters/<cap>/`:
+    ckpt-<iteration>/adapter_model.safetensors   LoRA weights (PEFT key names)
+    ckpt-<iteration>/adapter_config.json         PEFT config
+    ckpt-<iteration>/optimizer.pt                optimizer + LR scheduler state (torch, weights_only)
+    ckpt-<iteration>/rng.pt                      torch CPU (and CUDA) generator states
+    ckpt-<iteration>/trainer_state.json          iteration, seed cursor, Python/NumPy RNG, history
+    ckpt-<iteration>/checkpoint.json             written LAST: every file's sha256 and size
+
+Weights other than a LoRA adapter (e.g. the gates of an MoE composition, `trainable.py`) go under
+their own file names (`weights_file`, `config_file`), which the manifest records so loading finds them.
+
+Each object is written atomically with its sha256 by the store; a checkpoint exists only once
+its `checkpoint.json` does, and loading re-checks every listed file's recorded digest (the
+store verifies the bytes on read). A job that dies while writing leaves an incomplete
+directory that `latest` skips, so the previous checkpoint stays the one resumed from.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trace_common.artifacts import ArtifactStore
+from trace_common.errors import ArtifactCorrupted, NotFound
+
+from .lora import torch_bytes, torch_load_bytes
+
+MANIFEST = "checkpoint.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+_CKPT_RE = re.compile(r"/ckpt-(\d+)/checkpoint\.json$")
+
+
+@dataclass
+class TrainerState:
+    """The loop's own state besides model/optimiser tensors."""
+
+    iteration: int = 0                 # iterations completed
+    seed_cursor: int = 0               # seeds drawn from the schedule so far
+    policy_version: int = 0            # optimiser steps taken
+    uninformative_streak: int = 0      # consecutive iterations without an informative group
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "seed_cursor": self.seed_cursor, "policy_version": self.policy_version,
+                "uninformative_streak": self.uninformative_streak, "history": self.history}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TrainerState:
+        return cls(iteration=int(d["iteration"]), seed_cursor=int(d["seed_cursor"]),
+                   policy_version=int(d.get("policy_version", 0)),
+                   uninformative_streak=int(d.get("uninformative_streak", 0)), history=list(d.get("history", [])))
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    iteration: int
+    key: str          # key of checkpoint.json
+    uri: str
+    sha256: str
+    size: int
+
+    @property
+    def prefix(self) -> str:
+        return self.key.rsplit("/", 1)[0]
+
+
+def python_numpy_rng() -> dict[str, Any]:
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss],
+            "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+
+
+def restore_python_numpy_rng(d: dict[str, Any]) -> None:
+    version, internal, gauss = d["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = d["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def torch_rng() -> dict[str, Any]:
+    out: dict[str, Any] = {"cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def restore_torch_rng(d: dict[str, Any]) -> None:
+    torch.random.set_rng_state(d["cpu"])
+    if "cuda" in d and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(d["cuda"])
+
+
+def save_checkpoint(store: ArtifactStore, prefix: str, *, state: TrainerState, adapter: bytes,
+                    adapter_config: bytes, optimizer: dict[str, Any], scheduler: dict[str, Any],
+                    config_digest: str, extra: dict[str, Any] | None = None,
+                    weights_file: str = WEIGHTS_FILE, config_file: str = "adapter_config.json") -> CheckpointInfo:
+    """Write one checkpoint under `<prefix>/ckpt-<iteration>/` (module docstring), manifest last."""
+    base = f"{prefix}/ckpt-{state.iteration}"
+    trainer_state = dict(state.to_json(), rng=python_numpy_rng(), config_digest=config_digest, **(extra or {}))
+    parts = {
+        weights_file: adapter,
+        config_file: adapter_config,
+        "optimizer.pt": torch_bytes({"optimizer": optimizer, "scheduler": scheduler}),
+        "rng.pt": torch_bytes(torch_rng()),
+        "trainer_state.json": json.dumps(trainer_state, sort_keys=True).encode(),
+    }
+    files = {}
+    for name, data in parts.items():
+        info = store.put_bytes(f"{base}/{name}", data)
+        files[name] = {"sha256": info.sha256, "size": info.size}
+    manifest = {"iteration": state.iteration, "seed_cursor": state.seed_cursor, "config_digest": config_digest,
+                "files": files}
+    if weights_file != WEIGHTS_FILE:
+        manifest["weights_file"] = weights_file
+    info = store.put_bytes(f"{base}/{MANIFEST}", json.dumps(manifest, sort_keys=True, indent=1).encode())
+    return CheckpointInfo(iteration=state.iteration, key=info.key, uri=info.uri, sha256=info.sha256, size=info.size)
+
+
+def list_checkpoints(store: ArtifactStore, prefix: str) -> list[CheckpointInfo]:
+    """Complete checkpoints (manifest present) under `prefix`, oldest first."""
+    out = []
+    for info in store.list(f"{prefix}/ckpt-"):
+        m = _CKPT_RE.search("/" + info.key)
+        if m:
+            out.append(CheckpointInfo(iteration=int(m.group(1)), key=info.key, uri=info.uri, sha256=info.sha256,
+                                      size=info.size))
+    return sorted(out, key=lambda c: c.iteration)
+
+
+def latest_checkpoint(store: ArtifactStore, prefix: str) -> CheckpointInfo | None:
+    found = list_checkpoints(store, prefix)
+    return found[-1] if found else None
+
+
+@dataclass
+class LoadedCheckpoint:
+    state: TrainerState
+    adapter: bytes                     # the trained weights' bytes (a LoRA adapter unless weights_file says otherwise)
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng_python_numpy: dict[str, Any]
+    rng_torch: dict[str, Any]
+    config_digest: str
+
+
+def load_checkpoint(store: ArtifactStore, manifest_key: str) -> LoadedCheckpoint:
+    """Read and verify a checkpoint by the key of its `checkpoint.json`."""
+    if not manifest_key.endswith(f"/{MANIFEST}"):
+        manifest_key = f"{manifest_key.rstrip('/')}/{MANIFEST}"
+    base = manifest_key.rsplit("/", 1)[0]
+    try:
+        manifest = json.loads(store.get_bytes(manifest_key))
+    except NotFound:
+        raise NotFound(f"no complete checkpoint at {store.uri_for(manifest_key)} (its checkpoint.json is missing); "
+                       "list the job's checkpoints to pick one") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactCorrupted(f"{manifest_key} is not JSON: {exc}") from exc
+    data: dict[str, bytes] = {}
+    for name, rec in manifest.get("files", {}).items():
+        blob = store.get_bytes(f"{base}/{name}")
+        stat = store.stat(f"{base}/{name}")
+        if stat.sha256 != rec["sha256"]:
+            raise ArtifactCorrupted(f"{base}/{name} changed after the checkpoint was written (sha256 "
+                                    f"{stat.sha256[:12]} != {rec['sha256'][:12]})")
+        data[name] = blob
+    weights_file = str(manifest.get("weights_file", WEIGHTS_FILE))
+    missing = {weights_file, "optimizer.pt", "rng.pt", "trainer_state.json"} - set(data)
+    if missing:
+        raise ArtifactCorrupted(f"checkpoint {base} lacks {sorted(missing)}")
+    ts = json.loads(data["trainer_state.json"])
+    opt = torch_load_bytes(data["optimizer.pt"])
+    return LoadedCheckpoint(state=TrainerState.from_json(ts), adapter=data[weights_file],
+                            optimizer=opt["optimizer"], scheduler=opt["scheduler"], rng_python_numpy=ts["rng"],
+                            rng_torch=torch_load_bytes(data["rng.pt"]), config_digest=ts.get("config_digest", ""))

@@ -1,0 +1,174 @@
+"""Playing GRPO groups: every episode of a group on the same environment instance (seed), a
+fraction of them guided, all episodes advanced in lockstep so batches are deterministic.
+
+Why lockstep: a batched backend's output depends on which requests share a batch, up to
+float rounding (see `trace_common.policy.base.Policy`). Gathering requests by arrival time
+makes batch composition -- and so, occasionally, a sampled token -- vary from run to run;
+a resumed run would then not reproduce an uninterrupted one. Here every live episode
+submits its next turn and one batch is generated once all of them have (ordered by episode
+index); an episode that ends simply leaves the round. The in-process backend additionally
+reuses the KV cache of the prompt prefix the batch shares (system prompt + tools).
+
+Guidance: a guided episode's requests show the hint (appended to the first user message or
+to the system prompt); the trajectory itself keeps the unguided conversation, which is what
+the trainer re-renders for the loss (batch.py).
+
+Semantics (one call of `play_groups`):
+    for every spec (seed, group, index, guided, sampling_seed):
+        env = env_factory(); play env from seed with the policy; turn k of the episode uses
+        sampling seed derive_seed(sampling_seed, k); requests show the hint iff guided
+    returns trajectories in spec order
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trace_common.env import Environment, Message, PolicyInfo, PolicyTurn, Trajectory, run_episode_async
+from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
+
+EnvFactory = Callable[[], Environment]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: environment seed, its place in the batch, guidance, sampling seed."""
+
+    seed: int
+    group: int
+    index: int
+    guided: bool
+    sampling_seed: int
+
+
+def with_guidance(messages: Sequence[Message], text: str, position: str = "user") -> list[Message]:
+    """The conversation as a guided episode's policy sees it: `text` appended (as a new paragraph)
+    to the first user message (`position="user"`) or to the system prompt (`"system"`; a system
+    message is added when there is none)."""
+    out = list(messages)
+    role = "user" if position == "user" else "system"
+    for i, m in enumerate(out):
+        if m.role == role:
+            out[i] = m.model_copy(update={"content": f"{m.content or ''}\n\n{text}"})
+            return out
+    if role == "system":
+        return [Message.system(text), *out]
+    return out
+
+
+class _Lockstep:
+    """Generates one batch per round, once every live episode has submitted its request."""
+
+    def __init__(self, policy: Policy, live: int):
+        self.policy = policy
+        self.live = live
+        self.pending: dict[int, tuple[PolicyRequest, asyncio.Future]] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.batches: list[int] = []
+
+    def submit(self, idx: int, request: PolicyRequest) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[idx] = (request, fut)
+        self._maybe_flush()
+        return fut
+
+    def finished(self) -> None:
+        self.live -= 1
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if not self.pending or len(self.pending) < self.live:
+            return
+        batch = [self.pending[i] for i in sorted(self.pending)]
+        self.pending = {}
+        self.batches.append(len(batch))
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, batch: list[tuple[PolicyRequest, asyncio.Future]]) -> None:
+        try:
+            turns = await self.policy.generate([r for r, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - delivered to every episode of the round (policy_error)
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, fut), turn in zip(batch, turns, strict=True):
+            if not fut.done():
+                fut.set_result(turn)
+
+
+async def play_groups(policy: Policy, env_factory: EnvFactory, specs: Sequence[EpisodeSpec], *,
+                      params: SamplingParams, guidance_text: str = "", guidance_position: str = "user",
+                      max_turns: int | None = None, deadline_s: float | None = None,
+                      policy_info: PolicyInfo | None = None) -> list[Trajectory]:
+    """Play every spec (module docstring); trajectories in spec order."""
+    gate = _Lockstep(policy, len(specs))
+    info = policy_info or PolicyInfo(model=policy.name, adapter=policy.adapter)
+
+    def make_fn(idx: int, spec: EpisodeSpec):
+        async def fn(messages: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+            shown = with_guidance(messages, guidance_text, guidance_position) if spec.guided else messages
+            request = PolicyRequest(messages=shown, tools=tools, params=params)
+            request.params = params.model_copy(update={"seed": derive_seed(spec.sampling_seed, request.turn_index)})
+            turn = await gate.submit(idx, request)
+            return turn.to_policy_turn()
+        return fn
+
+    async def one(idx: int, spec: EpisodeSpec) -> Trajectory:
+        try:
+            return await run_episode_async(env_factory(), make_fn(idx, spec), spec.seed, max_turns,
+                                           policy=info, deadline_s=deadline_s, sample_index=spec.index)
+        finally:
+            gate.finished()
+
+    return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(specs))))
+
+
+class RolloutEngine(ABC):
+    """Where training rollouts come from. The trainer calls `publish` after each optimizer
+    step (the new policy version) and `play` to collect a batch of groups."""
+
+    @abstractmethod
+    async def play(self, env_factory: EnvFactory, specs: Sequence[EpisodeSpec], *, params: SamplingParams,
+                   guidance_text: str, guidance_position: str, max_turns: int | None,
+                   deadline_s: float | None) -> list[Trajectory]: ...
+
+    async def publish(self, version: int) -> None:  # noqa: B027 - in-process engines share the weights
+        """Make policy version `version` (the trainer's current weights) the one rollouts use."""
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        """Release the backend."""
+
+
+class PolicyRollouts(RolloutEngine):
+    """Rollouts from any `trace_common.policy.Policy`; with `TransformersPolicy.from_model(model)`
+    the trained model itself generates (in-process: every optimizer step is visible at once)."""
+
+    def __init__(self, policy: Policy, info: PolicyInfo | None = None):
+        self.policy = policy
+        self.info = info
+        self.version = 0
+
+    async def play(self, env_factory, specs, *, params, guidance_text, guidance_position, max_turns, deadline_s):
+        # A prefix KV cache kept from an earlier call would make this call's numerics depend on
+        # history (a resumed run starts empty): start every batch of groups from an empty cache.
+        cache = getattr(self.policy, "prefix_cache", None)
+        if cache is not None:
+            cache.clear()
+        info = self.info or PolicyInfo(model=self.policy.name, adapter=self.policy.adapter)
+        info = info.model_copy(update={"version": str(self.version)})
+        return await play_groups(self.policy, env_factory, specs, params=params, guidance_text=guidance_text,
+                                 guidance_position=guidance_position, max_turns=max_turns, deadline_s=deadline_s,
+                                 policy_info=info)
+
+    async def publish(self, version: int) -> None:
+        self.version = version
+
+    async def close(self) -> None:
+        await self.policy.close()

@@ -1,0 +1,552 @@
+"""The GRPO training loop for multi-turn tool use: one LoRA adapter per capability, base frozen.
+
+Where TRL fits and where it does not. TRL's `GRPOTrainer` generates one completion per
+prompt from a dataset and scores it with reward functions; its tool/environment support
+only accepts chat templates it recognises (Qwen, Llama-3.x, ...; not SmolLM2's plain ChatML
+nor TRACE's own template, TOOLING.md), and a group of multi-turn episodes on one shared,
+seeded environment instance (tool results, a scripted user, a verifier at the end) does not
+map onto its single-completion API. So the loop is ours; what we keep from TRL is its
+vocabulary and conventions: the config field names (config.py), the loss with clip-higher
+and token-mean normalisation (`loss_type="dapo"`), the k3 KL estimator against the
+adapter-disabled model, logprobs under temperature-scaled logits, advantages with the sample
+std, and `old_logp = logp.detach()` when `num_iterations == 1`. `bench/grpo_step.py`
+compares one iteration of this loop with one of TRL's on the same model and batch.
+
+Semantics (one iteration; DESIGN "GRPO" is normative):
+    seeds = schedule[cursor : cursor + groups_per_batch]; cursor += groups_per_batch
+    play every seed num_generations times (guided_per_group of them with the hint)
+    A = group_advantages(rewards); drop constant groups and groups with a policy error or timeout
+    (optionally resample fresh seeds for them)
+    if no group is informative: no update; streak += 1; stop after N such iterations
+    for pass in range(num_iterations):
+        for micro-batch in split(sequences, gradient_accumulation_steps):
+            logp = selected_logprobs(policy, micro-batch)       # assistant tokens only
+            old = logp.detach() on pass 0 (kept for later passes)
+            is = min(C, exp(old - behaviour)) on guided tokens, 1 elsewhere
+            loss(micro-batch).backward()                        # normalised by the batch total
+        all-reduce grads (DDP); clip; AdamW step; LR scheduler step; publish the new version
+    checkpoint every save_steps iterations (adapter, optimiser, scheduler, RNG, cursor)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from peft import PeftModel
+
+from trace_common.artifacts import ArtifactStore
+from trace_common.env import Termination, Trajectory
+from trace_common.errors import FailedPrecondition, InvalidArgument, Unavailable
+from trace_common.policy.base import SamplingParams, derive_seed
+
+from . import checkpoint as ckpt
+from .advantages import group_advantages
+from .batch import (
+    PromptRenderer,
+    TrainEpisode,
+    build_sequences,
+    collate,
+    episode_turns,
+    micro_batches,
+    token_weights,
+)
+from .config import GRPOConfig
+from .curve import training_curve_png
+from .distributed import Dist
+from .logprobs import selected_logprobs, shared_prefix_len
+from .lora import save_pretrained_to
+from .loss import grpo_token_loss, guided_importance_weights
+from .rollouts import EnvFactory, EpisodeSpec, RolloutEngine
+from .seeds import SeedSchedule
+from .trainable import LoraWeights, TrainableWeights
+
+log = logging.getLogger(__name__)
+
+#: Event callback: (kind, payload) with kind "iteration" ({"iteration", "values"}), "checkpoint"
+#: ({"iteration", "uri", "sha256", "size"}), "adapter" ({"version", "uri", "outputs"}) or "stopped".
+EventFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class TrainResult:
+    iterations: int
+    policy_version: int
+    stop_reason: str                      # "completed" or why it stopped early
+    stopped_early: bool
+    adapter_prefix: str = ""              # key prefix of the final PEFT adapter (v<N>), if written
+    adapter_uri: str = ""
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # {"uri", "sha256", "size", "kind"}
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_lambda(config: GRPOConfig) -> Callable[[int], float]:
+    total, warm = config.max_steps, config.warmup_steps
+
+    def f(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if config.lr_scheduler_type == "constant":
+            return 1.0
+        progress = min(1.0, (step - warm) / max(1, total - warm))
+        if config.lr_scheduler_type == "linear":
+            return max(0.0, 1.0 - progress)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return f
+
+
+class GRPOTrainer:
+    """Trains the LoRA adapter of `model` (a `PeftModel` from `lora.attach_lora`) on one
+    environment -- or, given `weights`, whatever those weights are (trainable.py; e.g. the gates
+    of an MoE composition, with `model` the module whose forward computes the policy's logits).
+    Synchronous: `train()` runs every iteration on a private event loop (the rollout backends
+    are asynchronous); run it in a worker process or thread."""
+
+    def __init__(self, config: GRPOConfig, model: PeftModel, env_factory: EnvFactory, engine: RolloutEngine, *,
+                 render: PromptRenderer, pad_id: int, store: ArtifactStore | None = None, prefix: str = "",
+                 capability: str = "", guidance_text: str | None = None, dist: Dist | None = None,
+                 on_event: EventFn | None = None, should_stop: Callable[[], bool] | None = None,
+                 model_label: str = "", weights: TrainableWeights | None = None):
+        self.config = config
+        self.model = model
+        self.env_factory = env_factory
+        self.engine = engine
+        self.render = render
+        self.pad_id = pad_id
+        self.store = store
+        self.prefix = prefix.rstrip("/")
+        self.capability = capability or "adapter"
+        self.dist = dist or Dist()
+        self.on_event = on_event or (lambda kind, payload: None)
+        self.should_stop = should_stop or (lambda: False)
+        self.model_label = model_label
+        probe = env_factory()
+        splits = probe.splits()
+        if config.train_split not in splits:
+            raise InvalidArgument(field="config.train_split", expected=f"one of {sorted(splits)}",
+                                  got=config.train_split, fix="pick a split the environment defines")
+        self.schedule = SeedSchedule(splits[config.train_split], config.seed)
+        env_hint = getattr(probe, "guidance_text", "") or ""
+        self.guidance_text = guidance_text if guidance_text is not None else (config.guidance_text or env_hint)
+        self.n_guided = config.guided_per_group if self.guidance_text else 0
+        self.params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                                     max_tokens=config.max_completion_length)
+        self.weights = weights if weights is not None else LoraWeights(model)
+        self.trainable = self.weights.parameters()
+        if not self.trainable:
+            raise FailedPrecondition("the model has no trainable (LoRA) parameters; wrap it with lora.attach_lora")
+        self.optimizer = torch.optim.AdamW([p for _, p in self.trainable], lr=config.learning_rate,
+                                           betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
+        self.state = ckpt.TrainerState()
+        self.checkpoints: list[ckpt.CheckpointInfo] = []
+        self.device = next(model.parameters()).device
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- resume ------------------------------------------------------------------------------
+    def resume(self, manifest_key: str | None = None) -> bool:
+        """Restore the given checkpoint, or the latest complete one under the prefix.
+        Returns False when there is none (fresh start)."""
+        if self.store is None:
+            return False
+        explicit = manifest_key is not None
+        if manifest_key is None:
+            found = ckpt.latest_checkpoint(self.store, self.prefix)
+            if found is None:
+                return False
+            manifest_key = found.key
+        loaded = ckpt.load_checkpoint(self.store, manifest_key)
+        if loaded.config_digest and loaded.config_digest != self.config.resume_digest():
+            if not explicit:  # a re-run with a changed config is a new training, not a continuation
+                log.warning("the latest checkpoint under %s was written with another config (%s != %s): "
+                            "starting fresh", self.prefix, loaded.config_digest, self.config.resume_digest())
+                return False
+            log.warning("resuming from a checkpoint written with another config (%s != %s)",
+                        loaded.config_digest, self.config.resume_digest())
+        self.weights.load_state_bytes(loaded.adapter)
+        self.optimizer.load_state_dict(loaded.optimizer)
+        self.scheduler.load_state_dict(loaded.scheduler)
+        ckpt.restore_python_numpy_rng(loaded.rng_python_numpy)
+        ckpt.restore_torch_rng(loaded.rng_torch)
+        self.state = loaded.state
+        self.checkpoints = [c for c in ckpt.list_checkpoints(self.store, self.prefix)
+                            if c.iteration <= self.state.iteration]
+        log.info("resumed %s at iteration %d (seed cursor %d)", self.capability, self.state.iteration,
+                 self.state.seed_cursor)
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def train(self, *, resume: bool | str = True, write_adapter: bool = True) -> TrainResult:
+        """Run iterations up to `max_steps` (or an early stop); write checkpoints and the final adapter.
+        `resume`: True = latest checkpoint under the prefix if any; a key = that checkpoint; False = fresh."""
+        cfg = self.config
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        if resume:
+            self.resume(resume if isinstance(resume, str) else None)
+        self._loop = asyncio.new_event_loop()
+        stop_reason, early = "completed", False
+        try:
+            self._loop.run_until_complete(self.engine.publish(self.state.policy_version))
+            while self.state.iteration < cfg.max_steps:
+                if self.should_stop():
+                    stop_reason, early = "stop requested", True
+                    break
+                metrics = self.step()
+                it = self.state.iteration
+                if cfg.save_steps and it % cfg.save_steps == 0 and it < cfg.max_steps:
+                    self.save_checkpoint()
+                n = cfg.early_stop_uninformative_iterations
+                if n and self.state.uninformative_streak >= n:
+                    stop_reason = (f"stopped early: no informative group in the last {n} iterations (every group's "
+                                   f"episodes got the same reward; last mean reward {metrics['reward_mean']:.3f}); "
+                                   "raise temperature, add guidance (guidance_text/guidance_fraction) or use an "
+                                   "environment with partial credit")
+                    early = True
+                    self.on_event("stopped", {"iteration": it, "reason": stop_reason})
+                    break
+            if self.store is not None and self.dist.is_main and (not self.checkpoints or
+                                                                 self.checkpoints[-1].iteration != self.state.iteration):
+                self.save_checkpoint()
+            result = TrainResult(iterations=self.state.iteration, policy_version=self.state.policy_version,
+                                 stop_reason=stop_reason, stopped_early=early, history=list(self.state.history))
+            if write_adapter and self.store is not None and self.dist.is_main:
+                self.write_final_adapter(result)
+            return result
+        finally:
+            self._loop.run_until_complete(self.engine.close())
+            self._loop.close()
+            self._loop = None
+            torch.use_deterministic_algorithms(was_deterministic)
+
+    # -- one iteration ------------------------------------------------------------------------------
+    def _play(self, seeds: list[int], first_group: int) -> list[list[Trajectory]]:
+        cfg = self.config
+        G = cfg.num_generations
+        mine = [k for k in range(len(seeds)) if (first_group + k) % self.dist.world == self.dist.rank]
+        specs = [EpisodeSpec(seed=seeds[k], group=first_group + k, index=i, guided=i < self.n_guided,
+                             sampling_seed=derive_seed(cfg.seed, self.state.iteration, seeds[k], i))
+                 for k in mine for i in range(G)]
+        assert self._loop is not None
+        trajs = self._loop.run_until_complete(self.engine.play(
+            self.env_factory, specs, params=self.params, guidance_text=self.guidance_text,
+            guidance_position=cfg.guidance_position, max_turns=cfg.max_turns or None,
+            deadline_s=cfg.episode_timeout_s))
+        groups: list[list[Trajectory]] = [[] for _ in seeds]
+        for spec, t in zip(specs, trajs, strict=True):
+            groups[spec.group - first_group].append(t)
+        return groups
+
+    def _rewards(self, groups: list[list[Trajectory]], n: int) -> torch.Tensor:
+        """[n, G] rewards of all groups (each rank knows only its own; summed across ranks)."""
+        G = self.config.num_generations
+        r = torch.zeros((n, G), dtype=torch.float64)
+        for g, trajs in enumerate(groups):
+            for i, t in enumerate(trajs):
+                r[g, i] = t.reward
+        return self.dist.all_sum_tensor(r)
+
+    def _broken(self, groups: list[list[Trajectory]], n: int) -> list[bool]:
+        """Groups with an episode cut short by the backend (policy error, timeout): their rewards
+        say nothing about the policy, so they are not trained on (summed across ranks)."""
+        bad = torch.zeros(n, dtype=torch.float64)
+        for g, trajs in enumerate(groups):
+            if any(t.termination in (Termination.POLICY_ERROR, Termination.TIMEOUT) for t in trajs):
+                bad[g] = 1.0
+        return [bool(x > 0) for x in self.dist.all_sum_tensor(bad)]
+
+    def step(self) -> dict[str, float]:
+        """One iteration (module docstring); returns its metrics."""
+        cfg = self.config
+        t_start = time.perf_counter()
+        seeds = self.schedule.take(self.state.seed_cursor, cfg.groups_per_batch)
+        first = self.state.seed_cursor
+        self.state.seed_cursor += len(seeds)
+        self.model.eval()
+        groups = self._play(seeds, first)
+        rewards = self._rewards(groups, len(seeds))
+        adv = group_advantages(rewards, cfg.scale_rewards, cfg.advantage_epsilon)
+        first_round = [t for g in groups for t in g]
+        first_rewards, first_informative = rewards, adv.informative
+        # Resample replacements for dropped groups (bounded), fresh seeds from the schedule.
+        broken = self._broken(groups, len(seeds))
+        kept_groups = [(groups[g], adv, g) for g in range(len(seeds)) if bool(adv.informative[g]) and not broken[g]]
+        rounds = 0
+        extra_rounds: list[list[Trajectory]] = []
+        while cfg.max_resample_rounds and rounds < cfg.max_resample_rounds and len(kept_groups) < len(seeds):
+            rounds += 1
+            need = len(seeds) - len(kept_groups)
+            extra = self.schedule.take(self.state.seed_cursor, need)
+            start = self.state.seed_cursor
+            self.state.seed_cursor += need
+            more = self._play(extra, start)
+            extra_rounds += more
+            r2 = self._rewards(more, need)
+            a2 = group_advantages(r2, cfg.scale_rewards, cfg.advantage_epsilon)
+            b2 = self._broken(more, need)
+            kept_groups += [(more[g], a2, g) for g in range(need) if bool(a2.informative[g]) and not b2[g]]
+        t_gen = time.perf_counter() - t_start
+        played = len(first_round) + sum(len(t) for t in extra_rounds)
+
+        errors = [t for t in first_round if t.termination == Termination.POLICY_ERROR]
+        if first_round and len(errors) == len(first_round):
+            raise Unavailable(f"every rollout of iteration {self.state.iteration + 1} failed in the policy backend: "
+                              f"{errors[0].error}")
+        # Episodes this rank trains on.
+        episodes: list[TrainEpisode] = []
+        for trajs, a, g in kept_groups:
+            for i, t in enumerate(trajs):
+                guided = t.sample_index < self.n_guided
+                episodes.append(TrainEpisode(group=g, index=i, seed=t.seed, reward=t.reward,
+                                             advantage=float(a.advantages[g, t.sample_index]), guided=guided,
+                                             turns=episode_turns(t, guided=guided, render=self.render)))
+        train_metrics = self._update(episodes) if self.dist.all_sum([float(len(episodes))])[0] > 0 else {}
+        if train_metrics:
+            self.state.policy_version += 1
+            assert self._loop is not None
+            self._loop.run_until_complete(self.engine.publish(self.state.policy_version))
+            self.state.uninformative_streak = 0
+        else:
+            self.state.uninformative_streak += 1
+        self.state.iteration += 1
+        step_s = time.perf_counter() - t_start
+
+        flat = first_rewards.flatten()
+        success = self.dist.all_sum([float(sum(t.success for t in first_round)), float(len(first_round)),
+                                     float(sum(t.reward for t in first_round if t.sample_index < self.n_guided)),
+                                     float(sum(1 for t in first_round if t.sample_index < self.n_guided)),
+                                     float(sum(t.success for t in first_round if t.sample_index >= self.n_guided)),
+                                     float(sum(t.reward for t in first_round if t.sample_index >= self.n_guided)),
+                                     float(sum(1 for t in first_round if t.sample_index >= self.n_guided)),
+                                     float(len(errors)), float(played),
+                                     float(sum(len(r.completion_token_ids or []) for t in first_round for r in t.turns))])
+        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, gen_tokens = success
+        before = self.state.history[-1].get("rollouts_total", 0.0) if self.state.history else 0.0
+        metrics: dict[str, float] = {
+            "iteration": float(self.state.iteration),
+            "reward_mean": float(flat.mean()),
+            "reward_std": float(flat.std()) if flat.numel() > 1 else 0.0,
+            "pass_rate": n_succ / n_eps if n_eps else 0.0,
+            "informative_group_fraction": float(first_informative.float().mean()),
+            "groups": float(len(seeds)),
+            "groups_trained": float(self.dist.all_sum([float(len(kept_groups))])[0]),
+            "resample_rounds": float(rounds),
+            "policy_errors": n_err,
+            "unguided_reward_mean": u_sum / u_n if u_n else 0.0,
+            "unguided_pass_rate": u_succ / u_n if u_n else 0.0,
+            "step_seconds": step_s,
+            "generate_seconds": t_gen,
+            "generated_tokens": gen_tokens,
+            "tokens_per_second": gen_tokens / step_s if step_s > 0 else 0.0,
+            "learning_rate": float(self.scheduler.get_last_lr()[0]),
+            "policy_version": float(self.state.policy_version),
+            "rollouts_total": before + n_played,
+        }
+        if g_n:
+            metrics["guided_reward_mean"] = g_sum / g_n
+        metrics.update(train_metrics)
+        metrics.update(self.weights.iteration_metrics())
+        self.state.history.append(metrics)
+        self.on_event("iteration", {"iteration": self.state.iteration, "values": dict(metrics)})
+        return metrics
+
+    def _update(self, episodes: list[TrainEpisode]) -> dict[str, float]:
+        """The optimisation passes over this iteration's episodes; {} when nothing was trained."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        in_loss = [not (e.guided and cfg.guidance_mode == "exclude") for e in episodes]
+        seqs = build_sequences(episodes)
+        if cfg.guidance_mode == "importance_weighted":
+            for s in seqs:  # guided tokens without sampler logprobs cannot be weighted: leave them out
+                if episodes[s.episode].guided and not s.has_behaviour:
+                    in_loss[s.episode] = False
+        local_tokens = float(sum(sum(s.target) for s in seqs if in_loss[s.episode]))
+        local_eps = float(len({s.episode for s in seqs if in_loss[s.episode] and any(s.target)}))
+        g_tokens, g_eps = self.dist.all_sum([local_tokens, local_eps])
+        if g_tokens == 0:
+            return {}
+        override = g_tokens if cfg.loss_type == "dapo" else g_eps
+        weights = token_weights(episodes, seqs, in_loss, cfg.loss_type, total_override=override)
+        chunks = micro_batches(seqs, cfg.gradient_accumulation_steps) if seqs else []
+        batches = [collate(episodes, seqs, ids, weights, in_loss, self.pad_id) for ids in chunks]
+        # the shared system prompt + tools prefix of each micro-batch runs once (logprobs.py)
+        prefixes = [shared_prefix_len(mb.input_ids, mb.attention_mask, mb.target_mask) for mb in batches]
+        dev = self.device
+        ref_cache: list[torch.Tensor | None] = [None] * len(batches)
+        t_ref = 0.0
+        if cfg.beta > 0:
+            tr = time.perf_counter()
+            self.model.eval()
+            with torch.no_grad(), self.weights.reference():
+                for k, mb in enumerate(batches):
+                    ref, _ = selected_logprobs(self.model, mb.input_ids.to(dev), mb.attention_mask.to(dev),
+                                               mb.target_mask.to(dev), temperature=cfg.temperature,
+                                               with_entropy=False, prefix_len=prefixes[k])
+                    ref_cache[k] = ref.detach()
+            t_ref = time.perf_counter() - tr
+        old_cache: list[torch.Tensor | None] = [None] * len(batches)
+        is_cache: list[torch.Tensor | None] = [None] * len(batches)
+        sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "weight": 0.0, "entropy": 0.0, "ent_n": 0.0,
+                "is_sum": 0.0, "is_n": 0.0}
+        grad_norm = 0.0
+        t_fb = t_opt = 0.0
+        self.model.train()
+        t_fwd = t_bwd = 0.0
+        for p in range(cfg.num_iterations):
+            tb = time.perf_counter()
+            for k, mb in enumerate(batches):
+                tf = time.perf_counter()
+                ids, att, tmask = mb.input_ids.to(dev), mb.attention_mask.to(dev), mb.target_mask.to(dev)
+                logp, entropy = selected_logprobs(self.model, ids, att, tmask, temperature=cfg.temperature,
+                                                  with_entropy=(p == 0), prefix_len=prefixes[k])
+                if p == 0:
+                    old_cache[k] = logp.detach()
+                    guided = mb.selected(mb.guided).to(dev)
+                    behaviour = mb.selected(mb.behaviour_logp).to(dev)
+                    w = torch.ones_like(logp)
+                    if self.n_guided and cfg.guidance_mode == "importance_weighted" and bool(guided.any()):
+                        iw = guided_importance_weights(logp.detach(), behaviour, cfg.guidance_importance_cap)
+                        w = torch.where(guided, iw, w)
+                        sums["is_sum"] += float(iw[guided].sum())
+                        sums["is_n"] += float(guided.sum())
+                    is_cache[k] = w
+                    if entropy is not None:
+                        sums["entropy"] += float(entropy.sum())
+                        sums["ent_n"] += float(entropy.numel())
+                terms = grpo_token_loss(logp, old_cache[k], mb.selected(mb.advantage).to(dev),
+                                        mb.selected(mb.weight).to(dev), epsilon=cfg.epsilon,
+                                        epsilon_high=cfg.epsilon_high, beta=cfg.beta, ref_logp=ref_cache[k],
+                                        is_weights=is_cache[k])
+                aux = self.weights.aux_loss()
+                loss = terms.loss if aux is None else terms.loss + aux / len(batches)
+                tk = time.perf_counter()
+                t_fwd += tk - tf
+                loss.backward()
+                t_bwd += time.perf_counter() - tk
+                if p == cfg.num_iterations - 1:
+                    sums["loss"] += float(loss.detach())
+                    sums["clipped"] += terms.clipped_tokens
+                    sums["kl"] += terms.kl_sum
+                    sums["weight"] += terms.weight_sum
+            t_fb += time.perf_counter() - tb
+            to = time.perf_counter()
+            params = [q for _, q in self.trainable]
+            self.dist.sync_grads(params)
+            if cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            else:
+                grad_norm = float(torch.norm(torch.stack([q.grad.norm() for q in params if q.grad is not None])))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            t_opt += time.perf_counter() - to
+        self.model.eval()
+        loss, clipped, kl, wsum, ent, ent_n, is_sum, is_n = self.dist.all_sum(
+            [sums["loss"], sums["clipped"], sums["kl"], sums["weight"], sums["entropy"], sums["ent_n"],
+             sums["is_sum"], sums["is_n"]])
+        out = {
+            "loss": loss,
+            "clip_fraction": clipped / wsum if wsum else 0.0,
+            "entropy": ent / ent_n if ent_n else 0.0,
+            "grad_norm": grad_norm,
+            "trained_tokens": g_tokens,
+            "trained_episodes": g_eps,
+            "train_seconds": time.perf_counter() - t0,
+            "forward_backward_seconds": t_fb,
+            "logprob_seconds": t_fwd,
+            "backward_seconds": t_bwd,
+            "ref_logprob_seconds": t_ref,
+            "optimizer_seconds": t_opt,
+        }
+        if cfg.beta > 0:
+            out["kl"] = kl / wsum if wsum else 0.0
+        if is_n:
+            out["importance_weight_mean"] = is_sum / is_n
+        return out
+
+    # -- artifacts ------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> ckpt.CheckpointInfo | None:
+        if self.store is None or not self.dist.is_main:
+            return None
+        info = ckpt.save_checkpoint(self.store, self.prefix, state=self.state, adapter=self.weights.state_bytes(),
+                                    adapter_config=self.weights.config_bytes(),
+                                    weights_file=self.weights.weights_file, config_file=self.weights.config_file,
+                                    optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
+                                    config_digest=self.config.resume_digest(),
+                                    extra={"capability": self.capability, "model": self.model_label})
+        self.checkpoints.append(info)
+        self.on_event("checkpoint", {"iteration": info.iteration, "uri": info.uri, "sha256": info.sha256,
+                                     "size": info.size})
+        return info
+
+    def next_version(self) -> int:
+        assert self.store is not None
+        versions = [0]
+        for info in self.store.list(f"{self.prefix}/v"):
+            head = info.key[len(self.prefix) + 2:].split("/", 1)[0]
+            if head.isdigit():
+                versions.append(int(head))
+        return max(versions) + 1
+
+    def write_final_adapter(self, result: TrainResult) -> None:
+        """PEFT adapter (+ training curve, metrics, config) under `<prefix>/v<N>/`."""
+        assert self.store is not None
+        version = self.next_version()
+        vprefix = f"{self.prefix}/v{version}"
+        outputs: list[dict[str, Any]] = []
+        with tempfile.TemporaryDirectory(prefix="trace-adapter-") as tmp:
+            files = [f for f in save_pretrained_to(self.model, tmp) if f.name != "README.md"]  # no model card
+            for path in files:
+                info = self.store.put_file(f"{vprefix}/{path.name}", path)
+                kind = "adapter" if path.name == "adapter_model.safetensors" else "adapter_config"
+                outputs.append({"uri": info.uri, "sha256": info.sha256, "size": info.size, "kind": kind})
+        extras = {
+            "training_curve.png": (training_curve_png(self.state.history, title=f"GRPO {self.capability}"),
+                                   "training_curve"),
+            "metrics.jsonl": ("".join(json.dumps(h, sort_keys=True) + "\n" for h in self.state.history).encode(),
+                              "training_metrics"),
+            "training.json": (json.dumps({"capability": self.capability, "model": self.model_label,
+                                          "config": self.config.model_dump(mode="json"),
+                                          "config_digest": self.config.digest(), "iterations": result.iterations,
+                                          "policy_version": result.policy_version,
+                                          "stop_reason": result.stop_reason,
+                                          "guidance_text": self.guidance_text}, indent=1, sort_keys=True).encode(),
+                              "training_summary"),
+        }
+        for name, (data, kind) in extras.items():
+            info = self.store.put_bytes(f"{vprefix}/{name}", data)
+            outputs.append({"uri": info.uri, "sha256": info.sha256, "size": info.size, "kind": kind})
+        result.adapter_prefix = vprefix
+        result.adapter_uri = self.store.uri_for(f"{vprefix}/adapter_model.safetensors").rsplit("/", 1)[0]
+        result.outputs = outputs
+        self.on_event("adapter", {"version": version, "uri": result.adapter_uri, "outputs": outputs})
+
+
+def seed_everything(seed: int) -> None:
+    """Global RNGs (only LoRA init and dropout use them; sampling has its own seeded generators)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def configure_threads(deterministic: bool) -> None:
+    """Pin the intra-op thread count when determinism is asked for (TORCH_NUM_THREADS or 1 per
+    process), so repeated runs reduce in the same order."""
+    if deterministic:
+        n = int(os.environ.get("TRACE_TORCH_THREADS", "0") or 0)
+        if n > 0:
+            torch.set_num_threads(n)
+
