@@ -5,7 +5,8 @@ Variants, all on the same random Qwen3 base (float32, CPU, no grad):
 * base                 -- the plain model;
 * merged               -- one adapter folded into the weights (PEFT merge_and_unload);
 * peft                 -- one adapter, unmerged (PEFT LoRA layers);
-* trace K=2/4/8        -- `ComposedMoEModel`, hard top-1 per token per layer, grouped path;
+* trace K=2/4/8        -- `ComposedMoEModel`, hard top-1 per token per layer (grouped path for
+                          prefill, gathered small-batch path for decode steps);
 * dense K=2/4/8        -- soft mixture computing all K adapter deltas, weighted by the gate softmax.
 
 The TRACE gates are random with the base slot disabled (slot-0 bias -1e4), so every token goes
@@ -266,14 +267,17 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *verdict(rows, args.ks),
         "",
-        "Why routed decode costs ~10 % more than one PEFT adapter while prefill does not: a decode step "
+        "Why routed decode costs more than one PEFT adapter: a decode step "
         f"has only {args.batch} tokens, spread over up to {args.batch} different adapters, so every routed "
-        "linear reads several adapters' factors and runs a small matmul pair per adapter, where PEFT reads "
-        "one adapter once. That is inherent to per-token routing at small batch (the dense mixture pays "
-        "the same at K=2 and much more above); fixed per-op overhead is what the grouped path trims "
-        "(one host sync and one stable sort per layer, one shared input gather for q/k/v and gate/up, "
-        "pre-transposed factors with the scaling folded in, one gather back instead of a scatter-add per "
-        "adapter, no grouping at all when one slot owns every token -- the forced row).",
+        "linear reads several adapters' factors where PEFT reads one adapter once (the decode step is "
+        "bound by reading weights, not by arithmetic). That is inherent to per-token routing at small "
+        "batch (the dense mixture pays for all K). What the routed path trims is fixed per-op cost: "
+        "decode steps (at most `MoEConfig.gathered_max_tokens` tokens, no grad) take the gathered path "
+        "-- no per-layer count, sort or host sync; each linear gathers every token's own factors from "
+        "per-slot stacks and applies them with two batched matmuls (five tensor ops per linear, whatever "
+        "K) -- while prefill takes the grouped path (one stable sort per layer, one shared input gather "
+        "for q/k/v and gate/up, pre-transposed factors with the scaling folded in, one scatter-add back; "
+        "no grouping at all when one slot owns every token -- the forced row).",
         "",
     ])
     write_section(SECTION, body)

@@ -19,8 +19,9 @@ from typing import Any
 from trace_common.errors import NotFound, ResourceExhausted
 from trace_common.moe.composition_io import LoadedComposition, Routing, default_cache_dir, load_composition
 from trace_common.policy.chat import ChatFormat
+from trace_common.policy.generation import stop_token_ids
 
-from .generation import CompositionEngine, stop_token_ids
+from .generation import CompositionEngine
 from .specs import CompositionSpecModel
 
 log = logging.getLogger(__name__)

@@ -31,12 +31,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from trace_common.errors import FailedPrecondition, InvalidArgument, TraceError, Unavailable
+from trace_common.errors import InvalidArgument, TraceError, Unavailable
 from trace_common.moe.composition_io import LoadedComposition
 from trace_common.moe.export import choose_adapter_per_request
 from trace_common.policy.batcher import RequestBatcher
@@ -245,22 +244,3 @@ class CompositionEngine:
                           routes=routes[b] if routed else None, slot_counts=counts[b].tolist(),
                           forced_slot=forced_slots[b], first_token_s=first_token_s[b], seconds=seconds)
                 for b in range(batch)]
-
-
-def stop_token_ids(tokenizer: Any, model: Any) -> list[int]:
-    """`<|im_end|>`, the eos token and the generation config's eos ids (FailedPrecondition if none)."""
-    ids: set[int] = set()
-    for token in ("<|im_end|>", getattr(tokenizer, "eos_token", None)):
-        if token:
-            tid = tokenizer.convert_tokens_to_ids(token)
-            if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None):
-                ids.add(tid)
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(gen_eos, int):
-        ids.add(gen_eos)
-    elif isinstance(gen_eos, list):
-        ids.update(int(i) for i in gen_eos)
-    if not ids:
-        raise FailedPrecondition("the tokenizer has no eos token and no <|im_end|> token: generation could not "
-                                 "stop; set tokenizer.eos_token")
-    return sorted(ids)

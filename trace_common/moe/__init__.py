@@ -2,7 +2,7 @@
 
 Frozen base + K frozen PEFT LoRA adapters + one gate per decoder layer (Linear(H, K+1), slot 0 =
 base). See `composed` for the model, `routed_lora` for the per-linear math (reference, grouped
-fast path, dense baseline), `gating` for the gate math, `forcing` for forced routing and traces,
+fast path, gathered small-batch path, dense baseline), `gating` for the gate math, `forcing` for forced routing and traces,
 `export` for per-request adapter choice and merged weights.
 """
 
@@ -17,8 +17,10 @@ from trace_common.moe.routed_lora import (
     RoutingPlan,
     build_routing_plan,
     dense_soft_lora_delta,
+    routed_lora_gathered_,
     routed_lora_grouped_,
     routed_lora_reference,
+    stack_expert_factors,
 )
 
 __all__ = [
@@ -39,7 +41,9 @@ __all__ = [
     "load_lora_adapter",
     "merge_single_adapter",
     "route_top1",
+    "routed_lora_gathered_",
     "routed_lora_grouped_",
     "routed_lora_reference",
+    "stack_expert_factors",
     "straight_through_factor",
 ]

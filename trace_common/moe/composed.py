@@ -13,6 +13,10 @@ tree, state-dict keys and `generate()`:
   `RoutingPlan` (tokens grouped by slot, once per layer);
 * a forward hook on each targeted `nn.Linear` adds the routed delta (`routed_lora`).
 
+Inference calls with only a few tokens (KV-cache decode steps) skip the grouping: the plan only
+carries the slot ids and each linear gathers every token's own stacked factors
+(`routed_lora_gathered_`, `MoEConfig.gathered_max_tokens`), the same math with fewer ops.
+
 With a KV cache each decode step's forward sees only the new tokens, so each is routed on its
 own hidden state, exactly as in a full forward. Only the gates require grad; the forward is hard
 top-1 and the gates learn through a straight-through factor and the Switch load-balancing term
@@ -102,6 +106,8 @@ class ComposedMoEModel(nn.Module):
         self._handles.append(base.register_forward_pre_hook(self._on_base_forward, with_kwargs=True))
         setattr(base, _COMPOSED_MARK, True)
 
+        # the gathered small-batch path serves the grouped implementation only
+        self._gathered_max_tokens = self.config.gathered_max_tokens if self.config.implementation == "grouped" else -1
         self._force: RoutingForce | None = None
         self._trace: RoutingTrace | None = None
         self._last_logits: list[torch.Tensor | None] = [None] * self.num_layers  # [N, K+1] each
@@ -161,7 +167,10 @@ class ComposedMoEModel(nn.Module):
             weight = gate.weight  # [K+1, H]
             logits = F.linear(hidden.reshape(-1, width).to(weight.dtype), weight, gate.bias)  # [N, K+1]
             ids = route_top1(logits)  # [N]
-            if self.config.implementation == "dense_soft":
+            if ids.shape[0] <= self._gathered_max_tokens and not torch.is_grad_enabled():
+                # few tokens (decode step), inference: no grouping; linears gather per-token factors
+                plan = RoutingPlan(ids, slots, None, [], gathered=True)
+            elif self.config.implementation == "dense_soft":
                 probs = F.softmax(logits, dim=-1).to(hidden.dtype)  # [N, K+1]
                 plan = RoutingPlan(ids, slots, None, [], None, probs)
             else:

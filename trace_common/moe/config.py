@@ -33,6 +33,16 @@ class MoEConfig(BaseModel):
             "gate only through the softmax coupling and the load-balancing term). `output`: to the "
             "whole output of every routed linear, so base-routed tokens also send a gradient."),
     )
+    gathered_max_tokens: int = Field(
+        default=8, ge=0,
+        description=(
+            "Forward calls of at most this many tokens (decode steps: one token per sequence) "
+            "take the gathered path when gradients are off and routing comes from the gates: each "
+            "token's own adapter factors are gathered from per-slot stacks and applied with two "
+            "batched matmuls, skipping the per-layer count/sort/grouping whose fixed cost dominates "
+            "tiny steps. Same math as `grouped`; it copies N tokens' factors, so it stops paying "
+            "beyond a few tokens. 0 disables it. Only used with implementation='grouped'."),
+    )
     gate_seed: int = Field(
         default=0,
         description="Seed of the gates' initialisation (torch's nn.Linear default init under this seed).",

@@ -11,6 +11,12 @@ Three implementations of the same per-linear math live here:
   scatter per linear, not one per expert). When one expert owns every token (forced
   routing, per-request export, many decode steps) the grouping is skipped entirely. Plain torch
   ops, so the same code runs on CPU and GPU.
+* `routed_lora_gathered_` -- the small-batch path (decode steps: B tokens, one per sequence):
+  every linear keeps its experts stacked by slot ([S, in, r] and [S, r, out], zeros for the base
+  slot and for adapters absent here), so one `index_select` per factor gathers each token's own
+  factors and two `bmm` calls apply them -- five tensor ops per linear whatever K or the number
+  of distinct experts, and no sort, count or host sync per layer. It copies N tokens' factors,
+  so it only pays below a few tokens (`MoEConfig.gathered_max_tokens`); inference only.
 * `dense_soft_lora_delta` -- NOT the TRACE semantics: a soft mixture weighting all K deltas by the
   gate's softmax. It exists as the benchmark's dense baseline.
 
@@ -40,7 +46,8 @@ class LoraFactors:
     scaling: float
     # Pre-transposed copies for the grouped path: one plain `mm` per factor and no scaling op
     # (F.linear's transpose/dispatch layers cost microseconds per call, which dominate at decode).
-    A_t: torch.Tensor | None = None  # [in, r] = A^T, contiguous
+    # In a `RoutedLoraLinear` they are views into its slot stacks (A_t strided when ranks differ).
+    A_t: torch.Tensor | None = None  # [in, r] = A^T
     scaled_B_t: torch.Tensor | None = None  # [r, out] = (scaling * B)^T, contiguous
 
     def transposed(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,6 +76,8 @@ class RoutingPlan:
     # so the gather runs once for them. Holds the input itself so its id cannot be reused.
     sorted_input: tuple[torch.Tensor, torch.Tensor] | None = None
     segments: list[tuple[int, int, int]] | None = None  # (slot, start, end) in sorted order, per group
+    # True: no grouping was built (few tokens, inference); linears use `routed_lora_gathered_`.
+    gathered: bool = False
 
     def gather_sorted(self, x: torch.Tensor) -> torch.Tensor:
         """x[..., in] flattened to tokens and sorted by slot ([N, in]); reused when x is the same tensor."""
@@ -195,6 +204,48 @@ def routed_lora_grouped_(y: torch.Tensor, x: torch.Tensor, plan: RoutingPlan,
     return y.index_add_(0, plan.order, delta_sorted)
 
 
+def stack_expert_factors(factors_by_slot: dict[int, tuple[torch.Tensor, torch.Tensor, float]], num_slots: int
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every slot's transposed factors in two tensors indexed by slot (the gathered path's layout).
+
+    Semantics:
+        r = max rank over the present slots
+        A_stack[k] = [A_k^T | 0]             # [in, r]: zero columns pad a smaller rank
+        B_stack[k] = [s_k * B_k^T ; 0]       # [r, out]: zero rows pad it
+        A_stack[k] = 0, B_stack[k] = 0       for the base slot 0 and slots absent on this linear
+        so x @ A_stack[k] @ B_stack[k] == s_k * B_k A_k x for present k, and 0 otherwise
+    """
+    first_A, first_B, _ = next(iter(factors_by_slot.values()))
+    in_features, out_features = first_A.shape[1], first_B.shape[0]
+    rank = max(lora_A.shape[0] for lora_A, _, _ in factors_by_slot.values())
+    a_stack = first_A.new_zeros(num_slots, in_features, rank)  # [S, in, r]
+    b_stack = first_B.new_zeros(num_slots, rank, out_features)  # [S, r, out]
+    with torch.no_grad():
+        for slot, (lora_A, lora_B, scaling) in factors_by_slot.items():
+            a_stack[slot, :, :lora_A.shape[0]] = lora_A.detach().t()
+            b_stack[slot, :lora_B.shape[1], :] = (lora_B.detach() * scaling).t()
+    return a_stack, b_stack
+
+
+def routed_lora_gathered_(y: torch.Tensor, x: torch.Tensor, expert_ids: torch.Tensor,
+                          a_stack: torch.Tensor, b_stack: torch.Tensor) -> torch.Tensor:
+    """The small-batch path: gather each token's own factors, two batched matmuls, one add.
+
+    Semantics:
+        for each token n with slot e = expert_ids[n]:
+            y[n] += (x[n] @ A_stack[e]) @ B_stack[e]    # = s_e * B_e A_e x[n]; + 0 for the base slot
+                                                        #   and absent adapters (finite x)
+        the same per-token delta as `routed_lora_reference` (up to float summation order);
+        cost: N copies of one expert's factors, no grouping, sort or host sync
+    """
+    # y: [N, out] (W x, modified in place), x: [..., in] with N tokens, expert_ids: [N]
+    # a_stack: [S, in, r], b_stack: [S, r, out]
+    x_rows = x.reshape(-1, 1, x.shape[-1])  # [N, 1, in]
+    hidden = torch.bmm(x_rows, a_stack.index_select(0, expert_ids))  # [N, 1, r]
+    delta = torch.bmm(hidden, b_stack.index_select(0, expert_ids))  # [N, 1, out]
+    return y.add_(delta.view(y.shape))
+
+
 def dense_soft_lora_delta(x: torch.Tensor, probs: torch.Tensor, experts: ExpertTable) -> torch.Tensor:
     """Benchmark baseline, not TRACE: every adapter on every token, weighted by the gate softmax.
 
@@ -240,28 +291,39 @@ class RoutedLoraLinear(nn.Module):
         self.lora_B = nn.ParameterDict()
         self.num_slots = num_slots
         self.scalings: dict[int, float] = {}
+        self.ranks: dict[int, int] = {}
         for slot, (lora_A, lora_B, scaling) in sorted(factors_by_slot.items()):
             if slot < 1 or slot >= num_slots:
                 raise FailedPrecondition(f"expert slot {slot} of {path} outside 1..{num_slots - 1}")
             self.lora_A[str(slot)] = nn.Parameter(lora_A, requires_grad=False)  # [r, in]
             self.lora_B[str(slot)] = nn.Parameter(lora_B, requires_grad=False)  # [out, r]
-            self.register_buffer(f"A_t_{slot}", lora_A.detach().t().contiguous(), persistent=False)
-            self.register_buffer(f"scaled_B_t_{slot}", (lora_B * scaling).detach().t().contiguous(),
-                                 persistent=False)
             self.scalings[slot] = scaling
+            self.ranks[slot] = lora_A.shape[0]
+        # The transposed, scaled factors of every slot, stacked by slot (frozen, derived from the
+        # parameters above, so not saved): the gathered path indexes them per token, and each
+        # slot's LoraFactors.A_t / scaled_B_t used by the grouped path are views into them.
+        a_stack, b_stack = stack_expert_factors(factors_by_slot, num_slots)
+        self.register_buffer("A_t_stack", a_stack, persistent=False)  # [S, in, r_max]
+        self.register_buffer("B_t_stack", b_stack, persistent=False)  # [S, r_max, out]
         self.experts: tuple[LoraFactors | None, ...] = ()
         self._rebuild_table()
 
     def _rebuild_table(self) -> None:
         table: list[LoraFactors | None] = [None] * self.num_slots
         for slot, scaling in self.scalings.items():
+            rank = self.ranks[slot]
             table[slot] = LoraFactors(self.lora_A[str(slot)], self.lora_B[str(slot)], scaling,
-                                      getattr(self, f"A_t_{slot}"), getattr(self, f"scaled_B_t_{slot}"))
+                                      self.A_t_stack[slot, :, :rank], self.B_t_stack[slot, :rank, :])
         self.experts = tuple(table)
 
     def _apply(self, fn, recurse=True):
-        # .to()/.double()/.cuda() may replace parameter and buffer objects: re-point the table at them
+        # .to()/.double()/.cuda() may replace parameter and buffer objects: re-derive the stacks from
+        # the converted parameters (so a wider dtype is not stuck with the old rounding of s * B)
+        # and re-point the table at them
         result = super()._apply(fn, recurse)
+        factors = {slot: (self.lora_A[str(slot)], self.lora_B[str(slot)], scaling)
+                   for slot, scaling in self.scalings.items()}
+        self.A_t_stack, self.B_t_stack = stack_expert_factors(factors, self.num_slots)
         self._rebuild_table()
         return result
 
@@ -270,6 +332,14 @@ class RoutedLoraLinear(nn.Module):
         if plan is None:
             raise FailedPrecondition(
                 f"{self.path} ran outside a decoder-layer forward, so no routing decision exists for it")
+        if plan.gathered:  # few tokens (decode), inference: per-token factor gather, in place
+            y2 = output.view(-1, output.shape[-1])  # [N, out], a view of `output`
+            if y2.shape[0] != plan.expert_ids.shape[0]:
+                raise FailedPrecondition(
+                    f"{self.path} saw {y2.shape[0]} tokens but layer {self.routing.layer} routed "
+                    f"{plan.expert_ids.shape[0]}; routed linears must see the layer's tokens unchanged")
+            routed_lora_gathered_(y2, args[0], plan.expert_ids, self.A_t_stack, self.B_t_stack)
+            return output
         if plan.sole_slot is not None and self.experts[plan.sole_slot] is None \
                 and (plan.st_factor is None or self.straight_through == "delta"):
             return output  # every token is on the base (or an adapter absent here): y = W x

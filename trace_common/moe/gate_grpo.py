@@ -1,0 +1,577 @@
+"""Gate training of an MoE composition as one job: warm start from capability provenance, then
+GRPO on the gates only (backbone and adapters frozen) over a mixture of the capability
+environments and the target's training tasks.
+
+Provenance (the warm start's data). For each capability c, `warm_start_episodes` episodes of c's
+environment are played by the composition itself with routing *forced* to slot c at every layer
+and token -- i.e. by the base with adapter c, the policy c's adapter was trained to be -- sampled
+at the GRPO `temperature`. Every token of those trajectories is labelled slot c and the gates
+are fitted to the labels (`gate_training.GateTrainer`). Playing the adapters, not an environment
+oracle, is deliberate: the gate learns to recognise the text each adapter actually produces and
+reads, and it needs no oracle (built-in and target environments have none). It costs
+K * warm_start_episodes rollouts, which are counted in `rollouts_total`.
+
+GRPO. The DESIGN's GRPO loop (`trace_common.grpo.trainer.GRPOTrainer`) runs unchanged with
+`GateWeights` as its trainable weights: the policy is the composed model (hard top-1 routing per
+token and layer; the gates learn through the straight-through factor of `composed.py`), rollouts
+come from the same in-process backend, the loss is the clipped surrogate on assistant tokens plus
+`load_balancing_coef` times the Switch load-balancing term, the KL reference (beta > 0) is the
+plain base (slot 0 forced), and checkpoints carry the gates + optimizer + RNG + seed cursor.
+
+Semantics (one job):
+    gates <- warm_start(provenance)                       if warm_start_steps > 0 (else the seeded init)
+    mixture seed s -> source j with probability w_j (target envs share target_fraction, the K
+        capability envs the rest), instance = a seeded draw from source j's training split
+    for it in 1..max_steps: GRPO iteration on the mixture, only the gates in the optimizer
+    write gates.safetensors + composition.json (composition_io.write_composition)
+
+Resume: a GRPO checkpoint under the job prefix (or the one named) restores gates, optimizer, RNG
+and seed cursor and skips the warm start; otherwise the warm start resumes from its own
+checkpoints (`<prefix>/gates-ckpt/`), or loads its finished gates without replaying provenance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import Field, model_validator
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from trace_common.artifacts import ArtifactStore
+from trace_common.env import Environment, Observation, StepResult
+from trace_common.env.trajectory import Trajectory
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument
+from trace_common.grpo import checkpoint as ckpt
+from trace_common.grpo.config import GRPOConfig
+from trace_common.grpo.rollouts import EnvFactory, EpisodeSpec, PolicyRollouts, play_groups
+from trace_common.grpo.trainable import TrainableWeights
+from trace_common.moe.composed import ComposedMoEModel
+from trace_common.moe.composition_io import (
+    BASE_SLOT_NAME,
+    GATES_FILE,
+    MANIFEST_FILE,
+    CompositionArtifact,
+    gates_metadata,
+    read_gates,
+    write_composition,
+)
+from trace_common.moe.gate_training import (
+    CKPT_DIR,
+    GateTrainer,
+    GateTrainingConfig,
+    list_gate_checkpoints,
+    provenance_examples,
+)
+from trace_common.policy.base import SamplingParams, derive_seed
+
+log = logging.getLogger(__name__)
+
+EventFn = Callable[[str, dict[str, Any]], None]
+_LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+class GateGRPOConfig(GRPOConfig):
+    """Gate-training job config: the GRPO fields (TRL names, same meaning, applied to the gates) plus
+    the warm start's. `lora_*` do not apply (the adapters are frozen) and are refused when set to
+    anything but their defaults."""
+
+    max_steps: int = Field(20, ge=0, le=1_000_000,
+                           description="GRPO iterations on the gates after the warm start (0 = warm start only).")
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="AdamW learning rate of the gates in GRPO.")
+    load_balancing_coef: float = Field(
+        0.01, ge=0.0, le=10.0, description="Weight of the Switch load-balancing term added to the GRPO loss.")
+    target_fraction: float = Field(
+        0.5, ge=0.0, le=1.0, description="Share of GRPO instances drawn from the target environment(s); the rest "
+        "is spread evenly over the capability environments (all of it when no target environment is given).")
+    warm_start_steps: int = Field(100, ge=0, le=1_000_000,
+                                  description="Warm-start optimizer steps on provenance (0 = no warm start).")
+    warm_start_episodes: int = Field(16, ge=1, le=4096,
+                                     description="Provenance episodes played per capability environment.")
+    warm_start_learning_rate: float = Field(5e-3, gt=0.0, le=1.0, description="AdamW learning rate of the warm start.")
+    warm_start_batch_size: int = Field(8, ge=1, le=4096, description="Provenance sequences per warm-start step.")
+    warm_start_tokens: Literal["all", "assistant"] = Field(
+        "all", description="Which provenance tokens carry the slot label (GateTrainingConfig.tokens).")
+    warm_start_max_length: int = Field(1024, ge=8, le=1 << 17, description="Tokens kept per provenance sequence.")
+    heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0,
+                                    description="Share of provenance kept out of the warm start to measure routing "
+                                                "accuracy.")
+
+    @model_validator(mode="after")
+    def _gates_only(self) -> GateGRPOConfig:
+        if self.rollout_backend != "in_process":
+            raise ValueError("rollout_backend must be 'in_process' for gate training: the composition routes every "
+                             "token through its gates, which a vLLM LoRA server cannot do; remove rollout_backend")
+        set_lora = sorted(f for f in _LORA_FIELDS
+                          if f in self.model_fields_set and getattr(self, f) != GRPOConfig.model_fields[f].default)
+        if set_lora:
+            raise ValueError(f"{', '.join(set_lora)}: gate training composes frozen adapters, so LoRA settings do not "
+                             "apply; remove them")
+        if self.max_steps == 0 and self.warm_start_steps == 0:
+            raise ValueError("max_steps=0 and warm_start_steps=0 train nothing; set warm_start_steps (e.g. 100) "
+                             "and/or max_steps (GRPO iterations)")
+        if self.gradient_checkpointing:
+            raise ValueError("gradient_checkpointing does not apply to gate training (the backbone gets no "
+                             "gradient); remove it")
+        return self
+
+    def warm_start_config(self) -> GateTrainingConfig:
+        return GateTrainingConfig(learning_rate=self.warm_start_learning_rate, max_steps=self.warm_start_steps,
+                                  per_device_train_batch_size=self.warm_start_batch_size,
+                                  max_length=self.warm_start_max_length, tokens=self.warm_start_tokens,
+                                  heldout_fraction=self.heldout_fraction, save_steps=self.save_steps, seed=self.seed)
+
+
+# ---- the gates as GRPO's trainable weights -------------------------------------------------------
+class GateWeights(TrainableWeights):
+    """The per-layer gates of a composition as the GRPO loop's trainable weights (trainable.py).
+
+    Freezes everything but the gates. While `counting()` is active (the rollouts), every routing
+    decision on a real (non-padding) token is counted per slot; `iteration_metrics` reports the
+    shares since the previous call as `routing_share_<slot name>`.
+    """
+
+    weights_file = GATES_FILE
+    config_file = "gates_config.json"
+
+    def __init__(self, composed: ComposedMoEModel, load_balancing_coef: float = 0.0):
+        self.composed = composed
+        self.coef = load_balancing_coef
+        composed.requires_grad_(False)
+        for p in composed.gate_parameters():
+            p.requires_grad_(True)
+        self.names = [BASE_SLOT_NAME, *composed.adapter_names]
+        self.counts = torch.zeros(composed.num_slots, dtype=torch.float64)
+
+    def parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return [(f"gates.{n}", p) for n, p in self.composed.gates.named_parameters()]
+
+    def state_bytes(self) -> bytes:
+        tensors = {k: v.contiguous().cpu() for k, v in self.composed.gate_state_dict().items()}
+        return st_save(tensors, metadata=gates_metadata(self.composed))
+
+    def config_bytes(self) -> bytes:
+        c = self.composed
+        return json.dumps({"adapters": list(c.adapter_names), "num_layers": c.num_layers,
+                           "hidden_size": c.hidden_size, "num_slots": c.num_slots,
+                           "load_balancing_coef": self.coef}, sort_keys=True).encode()
+
+    def load_state_bytes(self, data: bytes) -> None:
+        try:
+            state = st_load(data)
+        except Exception as exc:  # noqa: BLE001 - safetensors raises several types
+            raise ArtifactCorrupted(f"gate weights are not a valid safetensors file: {exc}") from exc
+        self.composed.load_gate_state_dict({k: v.float() for k, v in state.items()})
+
+    @contextmanager
+    def reference(self) -> Iterator[None]:
+        with self.composed.forced(0):  # the plain base
+            yield
+
+    def aux_loss(self) -> torch.Tensor | None:
+        if not self.coef or not torch.is_grad_enabled():
+            return None
+        # the last forward ran the decoder directly (logprobs.py), so the padding mask recorded by the
+        # base's forward hook belongs to an older call: drop it rather than risk a stale match
+        self.composed._last_mask = None
+        return self.coef * self.composed.load_balancing_loss()
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count routing decisions of the forwards inside the block (padding excluded when known)."""
+        composed = self.composed
+        from trace_common.moe.backbone import decoder_layout
+
+        def hook(layer: int):
+            def count(_module, _args, _output) -> None:
+                ids = composed._last_ids[layer]
+                if ids is None or composed.is_forced:
+                    return
+                mask = composed._last_mask
+                if mask is not None and mask.numel() == ids.numel():
+                    ids = ids[mask.reshape(-1).to(ids.device)]
+                self.counts += torch.bincount(ids.reshape(-1).cpu(), minlength=composed.num_slots).double()
+            return count
+
+        layers = decoder_layout(composed.base).layers
+        handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def routing_share(self, reset: bool = True) -> list[float]:
+        total = float(self.counts.sum())
+        share = (self.counts / total).tolist() if total > 0 else []
+        if reset:
+            self.counts.zero_()
+        return share
+
+    def iteration_metrics(self) -> dict[str, float]:
+        share = self.routing_share()
+        return {f"routing_share_{name}": float(v) for name, v in zip(self.names, share, strict=True)}
+
+
+class CountingRollouts(PolicyRollouts):
+    """In-process rollouts of the composition that count its routing decisions (GateWeights)."""
+
+    def __init__(self, policy, weights: GateWeights):
+        super().__init__(policy)
+        self.weights = weights
+
+    async def play(self, env_factory, specs, **kwargs):
+        with self.weights.counting():
+            return await super().play(env_factory, specs, **kwargs)
+
+
+# ---- the mixture of environments ------------------------------------------------------------------
+@dataclass(frozen=True)
+class MixtureSource:
+    """One environment of the GRPO mixture: a label (capability name or the target's), a factory,
+    its training seeds and its sampling weight."""
+
+    label: str
+    factory: EnvFactory
+    seeds: Sequence[int]
+    weight: float
+
+
+@dataclass(frozen=True)
+class Mixture:
+    sources: tuple[MixtureSource, ...]
+    size: int = 1_000_000  # mixture seeds (each maps to one source instance)
+    max_turns: int = 20
+
+    def factory(self) -> MixtureEnv:
+        return MixtureEnv(self)
+
+    def pick(self, seed: int) -> tuple[MixtureSource, int]:
+        """Semantics: u = Random(seed).random(); source j = first with cumulative weight > u;
+        instance = Random(seed).choice(source j's seeds) (drawn after u)."""
+        rng = random.Random(seed)
+        u = rng.random() * sum(s.weight for s in self.sources)
+        acc = 0.0
+        chosen = self.sources[-1]
+        for source in self.sources:
+            acc += source.weight
+            if u < acc:
+                chosen = source
+                break
+        return chosen, int(chosen.seeds[rng.randrange(len(chosen.seeds))])
+
+
+def build_mixture(capability_envs: Mapping[str, EnvFactory], target_envs: Sequence[tuple[str, EnvFactory]],
+                  *, target_fraction: float, split: str, splits: Mapping[str, str] | None = None) -> Mixture:
+    """The GRPO mixture (module docstring); each source's seeds (its `splits[label]`, default `split`)
+    are read once here."""
+    sources: list[MixtureSource] = []
+    share_caps = 1.0 - target_fraction if target_envs else 1.0
+    max_turns = 1
+    groups = [(capability_envs.items(), share_caps / max(len(capability_envs), 1))]
+    if target_envs:
+        groups.append((target_envs, target_fraction / len(target_envs)))
+    for items, weight in groups:
+        for label, factory in items:
+            probe = factory()
+            have = probe.splits()
+            want = (splits or {}).get(label) or split
+            if want not in have or len(have[want]) == 0:
+                raise InvalidArgument(field="spec.environments", expected=f"environment {probe.name!r} to define a "
+                                      f"non-empty {want!r} split", got=sorted(have),
+                                      fix="set config.train_split (or the environment's split param) to a split it "
+                                          "defines")
+            max_turns = max(max_turns, int(probe.default_max_turns))
+            if weight > 0:
+                sources.append(MixtureSource(label, factory, have[want], weight))
+    if not sources:
+        raise InvalidArgument(field="config.target_fraction", expected="a mixture with some weight on an environment")
+    return Mixture(tuple(sources), max_turns=max_turns)
+
+
+class MixtureEnv(Environment):
+    """Plays the instance a mixture seed maps to (`Mixture.pick`); everything else is delegated to
+    that source's environment (created lazily, one per source, per MixtureEnv instance)."""
+
+    name: ClassVar[str] = "gate-mixture"
+    version: ClassVar[str] = "1.0.0"
+
+    def __init__(self, mixture: Mixture):
+        self.mixture = mixture
+        self.default_max_turns = mixture.max_turns  # type: ignore[misc]
+        self._envs: dict[str, Environment] = {}
+        self._env: Environment | None = None
+        self._label = ""
+
+    def splits(self) -> dict[str, Sequence[int]]:
+        return {"train": range(self.mixture.size)}
+
+    def _current(self) -> Environment:
+        if self._env is None:
+            raise FailedPrecondition("reset the mixture environment first")
+        return self._env
+
+    def reset(self, seed: int) -> Observation:
+        source, inner = self.mixture.pick(self.check_seed(seed))
+        if source.label not in self._envs:
+            self._envs[source.label] = source.factory()
+        self._env, self._label = self._envs[source.label], source.label
+        self.name = self._env.name  # type: ignore[misc] - trajectories name the environment actually played
+        self.version = self._env.version  # type: ignore[misc]
+        return self._env.reset(inner)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return self._current().tool_schemas()
+
+    def step(self, action: Any) -> StepResult:
+        return self._current().step(action)
+
+    @property
+    def done(self) -> bool:
+        return self._current().done
+
+    def reward(self) -> float:
+        return self._current().reward()
+
+    @property
+    def task_id(self) -> str:
+        return self._current().task_id
+
+    def diagnostics(self) -> list[dict[str, Any]]:
+        return self._current().diagnostics()
+
+    def reward_breakdown(self) -> dict[str, float]:
+        return self._current().reward_breakdown()
+
+    def failure_reason(self) -> str | None:
+        return self._current().failure_reason()
+
+    def episode_info(self) -> dict[str, Any]:
+        return {**self._current().episode_info(), "mixture_source": self._label}
+
+    @property
+    def termination(self):
+        return self._current().termination
+
+
+# ---- provenance ---------------------------------------------------------------------------------------
+def play_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
+                    config: GateGRPOConfig, splits: Mapping[str, str] | None = None) -> dict[str, list[Trajectory]]:
+    """capability -> `warm_start_episodes` trajectories of its environment played with routing forced
+    to its slot (module docstring). Instances: a seeded draw from each environment's train split."""
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    slots = {name: i for i, name in enumerate(composed.adapter_names, start=1)}
+    params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                            max_tokens=config.max_completion_length)
+    out: dict[str, list[Trajectory]] = {}
+    for cap, factory in capability_envs.items():
+        seeds = list(factory().splits()[(splits or {}).get(cap) or config.train_split])
+        rng = random.Random(f"provenance:{config.seed}:{cap}")
+        specs = [EpisodeSpec(seed=int(seeds[rng.randrange(len(seeds))]), group=i, index=0, guided=False,
+                             sampling_seed=derive_seed(config.seed, slots[cap], i))
+                 for i in range(config.warm_start_episodes)]
+        policy = TransformersPolicy.from_model(composed.base, tokenizer, name=f"provenance-{cap}",
+                                               max_batch=config.generation_batch_size, max_wait_s=0.0)
+
+        async def play(policy=policy, factory=factory, specs=specs) -> list[Trajectory]:
+            try:
+                return await play_groups(policy, factory, specs, params=params, max_turns=config.max_turns or None,
+                                         deadline_s=config.episode_timeout_s)
+            finally:
+                await policy.close()
+
+        with composed.forced(slots[cap]):
+            out[cap] = asyncio.run(play())
+    return out
+
+
+# ---- the job ----------------------------------------------------------------------------------------
+@dataclass
+class GateJobResult:
+    iterations: int
+    stop_reason: str
+    stopped_early: bool
+    warm_start: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    composition: CompositionArtifact | None = None
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # {"uri", "sha256", "size", "kind"}
+
+
+def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
+                      config: GateGRPOConfig, *, store: ArtifactStore | None, prefix: str, emit: EventFn,
+                      should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """Warm start (module docstring); the summary, or None when stopped on request."""
+    wcfg = config.warm_start_config()
+    if store is not None:
+        done = [key for step, key in list_gate_checkpoints(store, prefix) if step == wcfg.max_steps]
+        if done:  # finished earlier: load its gates, no provenance replay
+            manifest = json.loads(store.get_bytes(done[-1]))
+            if manifest.get("config_digest") == wcfg.digest():
+                base = done[-1].rsplit("/", 1)[0]
+                import tempfile
+
+                with tempfile.TemporaryDirectory(prefix="trace-gates-") as tmp:
+                    path = Path(tmp) / GATES_FILE
+                    store.get_file(f"{base}/{GATES_FILE}", path)
+                    tensors, _ = read_gates(path)
+                composed.load_gate_state_dict({k: v.float() for k, v in tensors.items()})
+                state = json.loads(store.get_bytes(f"{base}/state.json"))
+                losses = state.get("losses") or [float("nan")]
+                return {"steps": wcfg.max_steps, "final_loss": losses[-1], "resumed": True}
+    provenance = play_provenance(composed, tokenizer, capability_envs, config, splits)
+    examples = provenance_examples(tokenizer, provenance, [BASE_SLOT_NAME, *composed.adapter_names], wcfg)
+
+    def on_event(kind: str, payload: dict[str, Any]) -> None:
+        if kind == "iteration":
+            emit("warm_start", {"step": payload["step"], "loss": payload["loss"]})
+        elif kind == "checkpoint":
+            emit("checkpoint", {"iteration": 0, "warm_start_step": payload["step"], "uri": payload["uri"]})
+
+    trainer = GateTrainer(composed, examples, wcfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,
+                          on_event=on_event, should_stop=should_stop)
+    result = trainer.train(resume=store is not None)
+    if result.stopped_early:
+        return None
+    summary = result.summary()
+    summary["provenance_reward_mean"] = {c: sum(t.reward for t in ts) / len(ts) for c, ts in provenance.items()}
+    return summary
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    return int(pad or 0)
+
+
+def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer: Any, *,
+                   capability_envs: Mapping[str, EnvFactory], target_envs: Sequence[tuple[str, EnvFactory]] = (),
+                   adapter_uris: Mapping[str, str], base_model: str, store: ArtifactStore | None, prefix: str,
+                   splits: Mapping[str, str] | None = None,
+                   capability: str = "moe", on_event: EventFn | None = None,
+                   should_stop: Callable[[], bool] | None = None, resume: bool | str = True) -> GateJobResult:
+    """Warm start, then GRPO on the gates, then the composition artifact (module docstring).
+
+    Args:
+        composed: base + the K frozen adapters (slot k = composed.adapter_names[k-1]).
+        capability_envs: adapter name -> factory of that capability's environment (every adapter needs one).
+        target_envs: (label, factory) of the target's training tasks (GRPO mixture only).
+        splits: label -> the split its seeds come from (default: config.train_split).
+        adapter_uris: adapter name -> PEFT adapter directory URI, recorded in the manifest.
+        store, prefix: checkpoints (`<prefix>/ckpt-<it>/` for GRPO, `<prefix>/gates-ckpt/` for the warm
+            start) and the composition (`<prefix>/gates.safetensors`, `<prefix>/composition.json`).
+        resume: True = latest GRPO checkpoint under the prefix (else the warm start's); a GRPO
+            checkpoint.json key = that one; False = start fresh.
+
+    Events (`on_event(kind, payload)`, the trainer-service worker's shapes): "warm_start" {step, loss};
+    "checkpoint" {iteration, uri, ...}; "iteration" {iteration, values} -- iteration 0 summarises the
+    warm start, 1..max_steps are GRPO iterations; "stopped" {iteration, reason}.
+    """
+    from trace_common.grpo.session import prompt_renderer
+    from trace_common.grpo.trainer import GRPOTrainer
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    emit = on_event or (lambda kind, payload: None)
+    stop = should_stop or (lambda: False)
+    missing = [n for n in composed.adapter_names if n not in capability_envs]
+    if missing:
+        raise InvalidArgument(field="capability_envs", expected="an environment for every adapter", got=missing)
+    if store is None and resume not in (False, True):
+        raise InvalidArgument(field="resume", expected="True/False without a store")
+    weights = GateWeights(composed, config.load_balancing_coef)
+    prefix = prefix.rstrip("/")
+    grpo_ckpt: str | None = None
+    if store is not None and resume:
+        if isinstance(resume, str):
+            grpo_ckpt = resume
+        else:
+            found = ckpt.latest_checkpoint(store, prefix)
+            grpo_ckpt = found.key if found is not None else None
+    offset = float(len(capability_envs) * config.warm_start_episodes) if config.warm_start_steps else 0.0
+    warm: dict[str, Any] = {}
+    if grpo_ckpt is None and config.warm_start_steps:
+        summary = _warm_start_gates(composed, tokenizer, capability_envs, config, store=store, prefix=prefix,
+                                    emit=emit, should_stop=stop, splits=splits)
+        if summary is None:
+            return GateJobResult(0, "stop requested", True)
+        warm = summary
+        # gate training leaves the gates frozen: GRPO trains them from here
+        weights = GateWeights(composed, config.load_balancing_coef)
+        values = {"warm_start_loss": float(summary.get("final_loss") or float("nan")),
+                  "warm_start_steps": float(summary["steps"]), "rollouts_total": offset}
+        if summary.get("heldout_accuracy") is not None:
+            values["routing_accuracy"] = float(summary["heldout_accuracy"])
+        for name, v in zip(weights.names, summary.get("routing_share") or [], strict=False):
+            values[f"routing_share_{name}"] = float(v)
+        warm["values"] = values
+        emit("iteration", {"iteration": 0, "values": values})
+
+    history: list[dict[str, float]] = []
+    iterations, stop_reason, early = 0, "completed", False
+    if config.max_steps:
+        mixture = build_mixture(capability_envs, target_envs, target_fraction=config.target_fraction,
+                                split=config.train_split, splits=splits)
+        policy = TransformersPolicy.from_model(composed.base, tokenizer, name=base_model or "composition",
+                                               max_batch=config.generation_batch_size, max_wait_s=0.0)
+        grpo_config = GRPOConfig.model_validate(config.model_dump(include=set(GRPOConfig.model_fields)))
+        grpo_config = grpo_config.model_copy(update={"train_split": "train"})  # the mixture's own split
+
+        def forward(kind: str, payload: dict[str, Any]) -> None:
+            if kind == "iteration":
+                payload = dict(payload, values={**payload["values"],
+                                                "rollouts_total": payload["values"].get("rollouts_total", 0.0)
+                                                + offset})
+            emit(kind, payload)
+
+        trainer = GRPOTrainer(grpo_config, composed.base, mixture.factory, CountingRollouts(policy, weights),
+                              render=prompt_renderer(policy), pad_id=policy.pad_id, store=store, prefix=prefix,
+                              capability=capability, on_event=forward, should_stop=stop, model_label=base_model,
+                              weights=weights)
+        result = trainer.train(resume=grpo_ckpt or False, write_adapter=False)
+        iterations, stop_reason, early = result.iterations, result.stop_reason, result.stopped_early
+        history = [{**h, "rollouts_total": h.get("rollouts_total", 0.0) + offset} for h in result.history]
+        if stop_reason == "stop requested":
+            return GateJobResult(iterations, stop_reason, True, warm, history)
+    share = _final_share(weights, history, warm)
+    training = {"warm_start": {k: v for k, v in warm.items() if k != "values"}, "grpo_iterations": iterations,
+                "stop_reason": stop_reason, "config": config.model_dump(mode="json"),
+                "rollouts_total": history[-1]["rollouts_total"] if history else offset}
+    out = GateJobResult(iterations, stop_reason, early, warm, history)
+    if store is not None:
+        art = write_composition(store, prefix, composed, base_model=base_model, adapter_uris=dict(adapter_uris),
+                                routing_share=share, training=training)
+        out.composition = art
+        for uri, key, kind in ((art.manifest_uri, f"{prefix}/{MANIFEST_FILE}", "composition"),
+                               (art.gates_uri, f"{prefix}/{GATES_FILE}", "gates")):
+            stat = store.stat(key)
+            out.outputs.append({"uri": uri, "sha256": stat.sha256, "size": stat.size, "kind": kind})
+        if history:
+            info = store.put_bytes(f"{prefix}/metrics.jsonl",
+                                   "".join(json.dumps(h, sort_keys=True) + "\n" for h in history).encode())
+            out.outputs.append({"uri": info.uri, "sha256": info.sha256, "size": info.size,
+                                "kind": "training_metrics"})
+    return out
+
+
+def _final_share(weights: GateWeights, history: list[dict[str, float]], warm: dict[str, Any]) -> list[float]:
+    """Routing share per slot: the last GRPO iteration's rollouts, else the warm start's held-out tokens."""
+    if history:
+        last = history[-1]
+        share = [last.get(f"routing_share_{n}") for n in weights.names]
+        if all(v is not None for v in share):
+            return [float(v) for v in share]  # type: ignore[arg-type]
+    return [float(v) for v in warm.get("routing_share") or []]
+
+
+__all__ = ["CKPT_DIR", "CountingRollouts", "GateGRPOConfig", "GateJobResult", "GateWeights", "Mixture",
+           "MixtureEnv", "build_mixture", "play_provenance", "train_gate_job"]
