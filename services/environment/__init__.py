@@ -11,6 +11,6 @@ Modules (domain code has no gRPC; `servicer.py` only translates):
   `sandbox.py`, `sandbox_env.py`: the locked-down worker process and its parent-side client.
 - `validation.py`, `policies.py`, `calibration.py`: the checks and the validation report.
 - `registry.py`: environments in the artifact store (code, manifest, validation report, sha256).
-- `episodes.py`: instances served by seed from sandbox workers; `remote_env.py`: the same over gRPC.
+- `episodes.py`: instances served by seed from sandbox workers; `trace_common.env.remote`: the same over gRPC (used by the trainer).
 - `service.py` (domain object), `servicer.py`, `app.py`, `settings.py`, `specs.py`, `metrics.py`.
 """

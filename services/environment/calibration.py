@@ -14,10 +14,15 @@ Semantics:
 
 The policy comes from a factory with the rollout service's `PolicyFactory` shape
 (`for_episode(env, seed, sample_index, sampling_seed) -> async policy`, `info`, `close()`),
-so the integrator can pass the base agent (in-process micro model, vLLM, the rollout
-service) where tests pass `policies.ScriptedSkillFactory`. Episodes of a group run
-concurrently on one event loop (a model backend can batch them); the environment side
-runs in the sandbox worker through `SandboxEnvironment`.
+so the service passes the real base agent (calibration_policy.py: in-process model or
+OpenAI-compatible endpoint) where tests may pass `policies.ScriptedSkillFactory`. Episodes
+of all groups run concurrently on one event loop, at most `concurrency` at a time (a model
+backend batches them); the environment side runs in the sandbox worker through
+`SandboxEnvironment`.
+
+A factory that exposes `unavailable` (the first backend failure its episodes met) makes a
+backend outage raise `CalibrationPolicyFailed` instead of scoring the episodes 0: an
+unreachable base model says nothing about the candidate.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trace_common.env import run_episode_async
-from trace_common.errors import Cancelled
+from trace_common.errors import Cancelled, Unavailable
 
 from .sandbox_env import SandboxEnvironment
+
+
+class CalibrationPolicyFailed(Unavailable):
+    """The calibration policy's backend failed (not the candidate's fault): the job fails."""
 
 
 @dataclass
@@ -82,32 +91,38 @@ def summarise(rewards: Sequence[Sequence[float]]) -> tuple[float, float]:
 async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, seeds: Sequence[int], group_size: int,
                     band: tuple[float, float], min_informative: float, *, base_seed: int = 0,
                     max_turns: int | None = None, deadline_s: float | None = 120.0,
-                    cancel: threading.Event | None = None) -> CalibrationResult:
+                    cancel: threading.Event | None = None, concurrency: int = 32) -> CalibrationResult:
     """Play the groups and summarise them (see module docstring)."""
-    rewards: list[list[float]] = []
+    rewards: list[list[float]] = [[0.0] * group_size for _ in seeds]  # [groups, group_size]
     errors: list[str] = []
-    try:
-        for seed in seeds:
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(g: int, seed: int, k: int) -> None:
+        async with slots:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("calibration cancelled")
+            env = make_env()
+            try:
+                policy = factory.for_episode(env, seed, k, sampling_seed(base_seed, seed, k))
+                traj = await run_episode_async(env, policy, seed, max_turns, policy=factory.info,
+                                               deadline_s=deadline_s, sample_index=k)
+                if traj.error:
+                    errors.append(f"seed {seed} sample {k}: {traj.error}")
+                rewards[g][k] = traj.reward
+            finally:
+                env.close()
 
-            async def one(k: int, seed: int = seed) -> float:
-                env = make_env()
-                try:
-                    policy = factory.for_episode(env, seed, k, sampling_seed(base_seed, seed, k))
-                    traj = await run_episode_async(env, policy, seed, max_turns, policy=factory.info,
-                                                   deadline_s=deadline_s, sample_index=k)
-                    if traj.error:
-                        errors.append(f"seed {seed} sample {k}: {traj.error}")
-                    return traj.reward
-                finally:
-                    env.close()
-
-            rewards.append(list(await asyncio.gather(*(one(k) for k in range(group_size)))))
+    try:
+        await asyncio.gather(*(one(g, seed, k) for g, seed in enumerate(seeds) for k in range(group_size)))
     finally:
         close = getattr(factory, "close", None)
         if close is not None:
             await close()
+    failure = getattr(factory, "unavailable", None)
+    if failure is not None:
+        raise CalibrationPolicyFailed(f"the calibration policy {factory.info.model!r} failed, so the candidate "
+                                      f"could not be judged: {failure}. Check that the base model's backend is up "
+                                      "(spec.calibration_policy) and retry the job")
     mean, frac = summarise(rewards)
     return CalibrationResult(policy=factory.info.model, seeds=list(seeds), group_size=group_size, rewards=rewards,
                              mean=mean, informative_fraction=frac, band=band, min_informative=min_informative,

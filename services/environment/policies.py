@@ -11,10 +11,11 @@
   and then plays the module's `solve(seed)` (the oracle) or `solve_unskilled(seed)` (the
   module's own model of an agent without the skill; the no-op when it has none). It
   mirrors the store expert's partial gaps; it is recorded as `scripted:skill-mixture@p`
-  in every report so nobody mistakes it for a model. The integrator plugs the real base
-  agent in through the same factory shape (`for_episode(env, seed, sample_index,
-  sampling_seed) -> async policy`, `info`, `close()`), which is the rollout service's
-  `PolicyFactory` shape.
+  in every report (and `scripted_stand_in: true` in `calibration_policy_info`, with the
+  reason it played) so nobody mistakes it for a model. The real base agent plugs in through
+  the same factory shape (`for_episode(env, seed, sample_index, sampling_seed) -> async
+  policy`, `info`, `close()`, the rollout service's `PolicyFactory` shape): see
+  calibration_policy.py.
 """
 
 from __future__ import annotations
@@ -122,11 +123,17 @@ def draw(seed: int, sample_index: int, p: float) -> bool:
 class ScriptedSkillFactory:
     """Calibration stand-in for the base policy (see module docstring)."""
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, note: str = "requested: SCRIPTED skill-mixture calibration policy"):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"skill probability {p} is not in [0, 1]")
         self.p = p
+        self.note = note
         self.info = PolicyInfo(model=f"scripted:skill-mixture@{p:g}")
+
+    def describe(self) -> dict[str, Any]:
+        """The validation report's record: always flagged as the scripted stand-in, with why it played."""
+        return {"backend": "POLICY_BACKEND_SCRIPTED", "model": f"skill-mixture@{self.p:g}",
+                "scripted_stand_in": True, "note": self.note}
 
     def for_episode(self, env: Any, seed: int, sample_index: int, sampling_seed: int):
         skilled = draw(seed, sample_index, self.p)

@@ -9,16 +9,20 @@ records as they are registered. Bad requests (unknown target, a library target w
 tools do not fit, a capability the library lacks, a calibration backend not wired in)
 fail at creation, before a job exists.
 
-Calibration policy. `spec.calibration_policy` with backend SCRIPTED and model
-`skill-mixture[@p]` uses `policies.ScriptedSkillFactory(p)` (default p:
-`calibration_skill_p`), also used when the spec names none; other backends go through
-`calibration_factories`, a callable (PolicyRefModel -> factory maker) the integrator passes
-to plug in the base agent (in-process micro model, vLLM, the rollout service).
+Calibration policy. The real base agent: `spec.calibration_policy` with backend IN_PROCESS
+or OPENAI_HTTP goes through `calibration_factories`, a callable (PolicyRefModel -> factory
+maker); the service's app passes `calibration_policy.ModelCalibration` (the shared policy
+factory). A maker may have `async prepare()` / `release()` (load the model before the first
+candidate is judged, hand it back after the job). Backend SCRIPTED with model
+`skill-mixture[@p]` uses `policies.ScriptedSkillFactory(p)`; so does a spec that names no
+calibration policy (default p: `calibration_skill_p`) -- a named fallback, never silent:
+the job's progress says so and every report records `scripted_stand_in: true`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -43,7 +47,19 @@ from .targets import TargetInfo, resolve_target
 from .validation import ValidationConfig, ValidationReport, validate
 
 FactoryMaker = Callable[[], Any]
+log = logging.getLogger(__name__)
 _SCRIPTED = re.compile(r"^skill-mixture(?:@(?P<p>0(?:\.\d+)?|1(?:\.0+)?))?$")
+
+
+def _describe_maker(maker: FactoryMaker) -> dict[str, Any]:
+    """The calibration policy's description (backend, model, scripted_stand_in, ...)."""
+    describe = getattr(maker, "describe", None)
+    if describe is None:
+        factory = maker()
+        describe = getattr(factory, "describe", None)
+        if describe is None:
+            return {"model": getattr(getattr(factory, "info", None), "model", type(factory).__name__)}
+    return dict(describe())
 
 
 class Environments:
@@ -66,7 +82,9 @@ class Environments:
     def calibration_maker(self, policy: PolicyRefModel | None) -> FactoryMaker:
         if policy is None:
             p = self.settings.calibration_skill_p
-            return lambda: ScriptedSkillFactory(p)
+            note = (f"fallback: the job named no calibration_policy, so the scripted stand-in skill-mixture@{p:g} "
+                    "played instead of the base model; set spec.calibration_policy to calibrate with the base agent")
+            return lambda: ScriptedSkillFactory(p, note)
         if policy.backend == "POLICY_BACKEND_SCRIPTED":
             match = _SCRIPTED.match(policy.model)
             if match is None:
@@ -82,7 +100,9 @@ class Environments:
         return self.calibration_factories(policy)
 
     def create_job(self, spec: GenerationSpecModel, run_id: str, labels: dict[str, str],
-                   request_id: str) -> JobRecord:
+                   request_id: str, maker: FactoryMaker | None = None) -> JobRecord:
+        """Start a generation job. `maker` is `calibration_maker(spec.calibration_policy)` when
+        the caller already made it (the servicer does, off the event loop)."""
         self.jobs.validate_request(run_id, labels, request_id)
         ref = spec.target
         target = resolve_target(ref.name, ref.version, ref.uri, dict(ref.params))
@@ -96,16 +116,28 @@ class Environments:
             client = ChatClient(LlmConfig(base_url=spec.llm.base_url, model=spec.llm.model,
                                           api_key_env=spec.llm.api_key_env,
                                           timeout_seconds=spec.llm.timeout_seconds or self.settings.llm_timeout_s))
-        maker = self.calibration_maker(spec.calibration_policy)
-        vconfig = self.settings.validation_config(band=spec.band, seed=spec.seed)
+        maker = maker or self.calibration_maker(spec.calibration_policy)
+        prepare, release = getattr(maker, "prepare", None), getattr(maker, "release", None)
+        who = _describe_maker(maker)
+        vconfig = self.settings.validation_config(band=spec.band, seed=spec.seed,
+                                                  min_informative=spec.calibration_min_informative)
         retries = spec.max_retries or self.settings.default_max_retries
 
         async def body(ctx):
             records = self._job_envs.setdefault(ctx.job_id, [])
             cancel = threading.Event()
             total = len(spec.capabilities)
+            if who.get("scripted_stand_in"):
+                log.warning("generation job %s: calibration by the scripted stand-in %s (%s)", ctx.job_id,
+                            who.get("model"), who.get("note", ""))
+            calibrator = f"{'scripted stand-in ' if who.get('scripted_stand_in') else ''}{who.get('model')}"
+            if prepare is not None:
+                ctx.progress(completed=0, total=total, stage="loading calibration policy",
+                             message=f"loading {who.get('model')} ({who.get('backend')})")
+                await prepare()
             ctx.progress(completed=0, total=total, stage="generating",
-                         message=f"{total} capabilities, mode {spec.mode.removeprefix('GENERATION_MODE_').lower()}")
+                         message=f"{total} capabilities, mode {spec.mode.removeprefix('GENERATION_MODE_').lower()}, "
+                                 f"calibration by {calibrator}")
 
             async def one(cap) -> EnvironmentRecord:
                 async def check(source: str) -> ValidationReport:
@@ -133,6 +165,8 @@ class Environments:
             finally:
                 if client is not None:
                     await client.close()
+                if release is not None:
+                    await release()
             accepted = sum(r.accepted for r in done)
             ctx.set_metrics({"accepted": accepted, "rejected": len(done) - accepted})
             ctx.progress(stage="done", message=f"{accepted} of {len(done)} accepted")
@@ -149,7 +183,8 @@ class Environments:
             tool_schemas=list(report.candidate.get("tool_schemas") or []),
             extra={"family": result.family, "extracted": result.extracted,
                    "kit_sha256": library.kit_sha256() if result.mode == MODE_LIBRARY else None,
-                   "calibration_policy": report.calibration_policy})
+                   "calibration_policy": report.calibration_policy,
+                   "calibration_policy_info": report.calibration_policy_info})
 
     def environments_of(self, job_id: str) -> list[EnvironmentRecord]:
         self.jobs.get(job_id)
@@ -183,3 +218,6 @@ class Environments:
     async def close(self) -> None:
         await self.jobs.shutdown()
         await asyncio.to_thread(self.episodes.shutdown)
+        closer = getattr(self.calibration_factories, "close", None)
+        if closer is not None:
+            await closer()

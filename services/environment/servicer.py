@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -50,7 +51,9 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
 
     async def CreateGenerationJob(self, request, context):
         spec = parse(GenerationSpecModel, request.spec, "spec")
-        rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id)
+        # off the loop: checking an in-process model ref imports torch the first time
+        maker = await asyncio.to_thread(self.d.calibration_maker, spec.calibration_policy)
+        rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id, maker=maker)
         return pb.CreateGenerationJobResponse(job=jobs_rpc.job_to_proto(rec))
 
     async def GetGenerationJob(self, request, context):

@@ -14,6 +14,7 @@ from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
 
+from .calibration_policy import CalibrationSampling
 from .sandbox import SandboxConfig
 from .validation import ValidationConfig
 
@@ -57,6 +58,14 @@ class EnvironmentSettings(ServiceSettings):
     validation_min_informative: float = Field(0.5, ge=0, le=1, description="Lowest informative-group fraction.")
     validation_min_tools: int = Field(3, ge=1, le=64, description="Fewest target tools a candidate may reuse.")
     validation_max_tools: int = Field(5, ge=1, le=64, description="Most target tools a candidate may reuse.")
+    validation_calibration_concurrency: int = Field(
+        32, ge=1, le=4096, description="Calibration episodes in flight at once (a model backend batches them).")
+    calibration_temperature: float = Field(
+        1.0, ge=0, le=5, description="Sampling temperature of the base policy during calibration (GRPO samples at "
+        "> 0; at 0 every group is constant and none is informative).")
+    calibration_max_tokens: int = Field(256, ge=1, le=32768, description="Most tokens of one calibration reply.")
+    calibration_keep_idle_policies: int = Field(
+        1, ge=0, le=16, description="Loaded calibration models kept while no job uses them (0: unload after each job).")
     calibration_skill_p: float = Field(
         0.3, ge=0, le=1, description="Skill probability of the scripted calibration stand-in used when a job names "
         "no calibration policy (policies.ScriptedSkillFactory).")
@@ -85,10 +94,17 @@ class EnvironmentSettings(ServiceSettings):
             require_network_isolation=self.sandbox_require_network_isolation,
             scratch_root=self.sandbox_scratch_root)
 
-    def validation_config(self, band: tuple[float, float] = (0.2, 0.6), seed: int = 0) -> ValidationConfig:
+    def validation_config(self, band: tuple[float, float] = (0.2, 0.6), seed: int = 0,
+                          min_informative: float | None = None) -> ValidationConfig:
         return ValidationConfig(
             seeds=self.validation_seeds, trivial_episodes=self.validation_trivial_episodes,
             noop_max_mean=self.validation_noop_max_mean, random_max_mean=self.validation_random_max_mean,
             trivial_max_success=self.validation_trivial_max_success, band=band, groups=self.validation_groups,
-            group_size=self.validation_group_size, min_informative=self.validation_min_informative,
-            min_tools=self.validation_min_tools, max_tools=self.validation_max_tools, seed=seed)
+            group_size=self.validation_group_size,
+            min_informative=self.validation_min_informative if min_informative is None else min_informative,
+            min_tools=self.validation_min_tools, max_tools=self.validation_max_tools, seed=seed,
+            calibration_concurrency=self.validation_calibration_concurrency)
+
+    def calibration_sampling(self) -> CalibrationSampling:
+        return CalibrationSampling(temperature=self.calibration_temperature, max_tokens=self.calibration_max_tokens,
+                                   keep_idle=self.calibration_keep_idle_policies)

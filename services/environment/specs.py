@@ -37,6 +37,7 @@ class GenerationSpecModel(Strict):
     calibration_reward_min: float = Field(0.0, ge=0.0, le=1.0)
     calibration_reward_max: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
+    calibration_min_informative: float | None = Field(None, ge=0.0, le=1.0)
 
     @property
     def band(self) -> tuple[float, float]:

@@ -14,6 +14,11 @@ other check still runs so the generation agent gets all reasons at once):
 | random        | `policies.RandomPolicy` scores mean <= random_max_mean, success <= trivial_max_success         |
 | calibration   | the base policy's mean reward is inside the band and >= min_informative of groups are informative (see calibration.py) |
 
+The report names the calibration policy (`calibration_policy_info`: backend, model, adapter,
+endpoint, and `scripted_stand_in`, True when the scripted skill-mixture played instead of a
+model). A calibration policy whose backend fails (`CalibrationPolicyFailed`) is not the
+candidate's fault: it propagates and fails the job instead of rejecting the candidate.
+
 The final status is ACCEPTED when every check passed, else REJECTED with one reason line
 per failed check. A sandbox violation or an exception in the module fails the check
 during which it happened (reason names the violation kind); it never escapes.
@@ -36,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trace_common.env import run_episode
 from trace_common.errors import Cancelled, TraceError
 
-from .calibration import CalibrationResult, calibrate
+from .calibration import CalibrationPolicyFailed, CalibrationResult, calibrate
 from .policies import ActionScript, RandomPolicy, noop_policy
 from .sandbox import SandboxConfig, SandboxViolation, SandboxWorker
 from .sandbox_env import LoadedModule, SandboxEnvironment, load_module
@@ -65,6 +70,8 @@ class ValidationConfig(BaseModel):
     max_tools: int = Field(5, ge=1, le=64, description="Most tools a candidate may expose.")
     max_turns: int = Field(0, ge=0, le=1000, description="Turn budget per episode (0: the env's default).")
     episode_deadline_s: float = Field(120.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode.")
+    calibration_concurrency: int = Field(32, ge=1, le=4096, description="Calibration episodes in flight at once "
+                                         "(across groups; a model backend batches them).")
     seed: int = Field(0, description="Seed of the seed sampling and the random policy.")
 
     @model_validator(mode="after")
@@ -97,6 +104,9 @@ class ValidationReport(BaseModel):
     isolation: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     calibration_policy: str = ""
+    calibration_policy_info: dict[str, Any] = Field(
+        default_factory=dict, description="Which policy calibrated: backend, model (adapter, endpoint when set) and "
+        "scripted_stand_in (True when the scripted skill-mixture stood in for the base model).")
     seconds: float = 0.0
     mode: str = Field("", description="How the candidate was obtained (GENERATION_MODE_LIBRARY / _LLM).")
     attempts: list[dict[str, Any]] = Field(default_factory=list, description="Every generation attempt.")
@@ -221,6 +231,15 @@ def sample_seeds(module: LoadedModule, n: int, rng: random.Random, exclude: Sequ
     return [int(s) for s in picked]
 
 
+def _describe(policy_factory: Any) -> dict[str, Any]:
+    if policy_factory is None:
+        return {}
+    describe = getattr(policy_factory, "describe", None)
+    if describe is not None:
+        return dict(describe())
+    return {"model": getattr(getattr(policy_factory, "info", None), "model", type(policy_factory).__name__)}
+
+
 class _Stop(Exception):
     """A check failed in a way that leaves nothing for later checks to run on."""
 
@@ -248,7 +267,7 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
                                 seconds=round(time.perf_counter() - t0, 3)))
             raise _Stop from None
         except TraceError as exc:
-            if isinstance(exc, Cancelled):
+            if isinstance(exc, (Cancelled, CalibrationPolicyFailed)):
                 raise
             check, value = Check(name=name, passed=False, reason=str(exc)), None
         check.seconds = round(time.perf_counter() - t0, 3)
@@ -363,12 +382,12 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
             result: CalibrationResult = asyncio.run(calibrate(
                 lambda: SandboxEnvironment(worker, module), policy_factory, cal_seeds, config.group_size,
                 config.band, config.min_informative, base_seed=config.seed, max_turns=max_turns,
-                deadline_s=config.episode_deadline_s, cancel=cancel))
+                deadline_s=config.episode_deadline_s, cancel=cancel, concurrency=config.calibration_concurrency))
             numbers["calibration_mean"] = result.mean
             numbers["informative_fraction"] = result.informative_fraction
             problems = []
             if not result.in_band:
-                problems.append(f"base policy mean reward {result.mean:.2f} outside the band "
+                problems.append(f"base policy {result.policy} mean reward {result.mean:.2f} outside the band "
                                 f"[{config.band[0]:.2f}, {config.band[1]:.2f}]")
             if not result.informative_ok:
                 problems.append(f"only {result.informative_fraction:.0%} of groups informative "
@@ -389,4 +408,5 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
         candidate=candidate, target=target.summary(), isolation=isolation,
         config=config.model_dump(mode="json"),
         calibration_policy=getattr(getattr(policy_factory, "info", None), "model", "") if policy_factory else "",
+        calibration_policy_info=_describe(policy_factory),
         seconds=round(time.perf_counter() - started, 3))

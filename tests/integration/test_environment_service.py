@@ -10,11 +10,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.environment.metrics import M
-from services.environment.remote_env import RemoteEnvironment
 from tests.support.fake_openai import FakeOpenAI, completion
 from tests.unit.environment.helpers import bundled, make_env, patched, tau2_retail_dir
 from trace_common.artifacts import open_uri
-from trace_common.env import run_episode
+from trace_common.env import Message, run_episode
+from trace_common.env.remote import RemoteEnvironment
 from trace_common.grpc.client import Endpoint, messages, open_channel
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl.cli import main as tracectl_main
@@ -193,7 +193,8 @@ def test_a_violating_episode_leaves_the_service_healthy(embedded_stack):
                       mode=E.GENERATION_MODE_LIBRARY), "NOT_FOUND", "ghost"),
     (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
                       mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(
-                          backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")), "UNIMPLEMENTED", "calibration_factories"),
+                          backend=t.POLICY_BACKEND_IN_PROCESS, model="no-such-agent")), "INVALID_ARGUMENT",
+     "spec.calibration_policy.model"),
     (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
                       mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(
                           backend=t.POLICY_BACKEND_SCRIPTED, model="expert")), "INVALID_ARGUMENT", "skill-mixture"),
@@ -213,3 +214,29 @@ def test_tracectl_envs_lists_with_validation_summary(embedded_stack, library_job
     assert "ACCEPTED" in out
     assert tracectl_main(["envs", "show", "precondition_verification", "--target", target]) == 0
     assert "find_user_id_by_email, get_order_details, cancel_pending_order" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("max_turns", [1, 40])   # ended by the turn limit / by the environment
+def test_remote_episodes_are_released_when_the_driver_finishes(embedded_stack, max_turns):
+    """The trainer plays service-held environments through RemoteEnvironment: every episode the
+    driver finishes -- done or cut by max_turns -- is closed on the service, none left open."""
+    from trace_common.env.remote import remote_factory
+
+    client = embedded_stack.stub("environment")
+    E_ = messages("environment")
+    job = client.CreateGenerationJob(E_.CreateGenerationJobRequest(spec=E_.GenerationSpec(
+        capabilities=[t.Capability(name="precondition_verification")], target=t.EnvironmentRef(name="store"),
+        mode=E_.GENERATION_MODE_LIBRARY))).job
+    list(client.WatchGenerationJob(E_.WatchGenerationJobRequest(job_id=job.job_id), timeout=600))
+    factory = remote_factory(embedded_stack.targets["environment"], "precondition_verification")
+    table = embedded_stack.domain("environment").episodes       # this stack's open episodes
+    for seed in range(3):
+        env, seen = factory(), []
+
+        def policy(msgs, tools, env=env, seen=seen):
+            seen.append(env.episode_id)
+            assert env.episode_id in table.episodes                 # open while it is played
+            return Message.assistant("I cannot help.")
+        traj = run_episode(env, policy, seed, max_turns)
+        assert traj.termination.value in ("done", "max_turns")
+        assert seen and env.episode_id == "" and seen[0] not in table.episodes   # released at the end

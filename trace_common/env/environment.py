@@ -167,6 +167,13 @@ class Environment(ABC):
         differ, which checks failed), merged into `Trajectory.info`. JSON-able, small."""
         return {}
 
+    def episode_finished(self) -> None:
+        """Called by the episode driver once the trajectory has been read, however the episode
+        ended (done, max turns, timeout, policy error). Environments holding resources per
+        episode (a remote episode, a sandbox slot) release them here; the instance stays usable
+        (the next `reset` starts a new episode). Default: nothing."""
+        return None
+
     @property
     def termination(self) -> Termination:
         return Termination.DONE

@@ -125,6 +125,10 @@ class _EpisodeDriver:
         breakdown = env.reward_breakdown()
         failure = env.failure_reason()
         self.t_env += time.perf_counter() - t0
+        info = {**self.obs.info, **env.episode_info()}
+        finished = getattr(env, "episode_finished", None)  # duck-typed environments may lack the hook
+        if callable(finished):
+            finished()
         return Trajectory(
             task_id=env.task_id, seed=self.seed,
             env=EnvInfo(name=env.name, version=env.version, params=dict(self.env_params or {})),
@@ -133,7 +137,7 @@ class _EpisodeDriver:
             reward_breakdown=breakdown, failure_reason=None if reward >= 1.0 else failure,
             diagnostics=diagnostics, tools=self.tools, turns=self.turns,
             timings={"policy": self.t_policy, "env": self.t_env, "total": time.perf_counter() - self.start},
-            error=self.error, info={**self.obs.info, **env.episode_info()}, sample_index=self.sample_index)
+            error=self.error, info=info, sample_index=self.sample_index)
 
 
 def run_episode(env: Environment, policy_fn: PolicyFn, seed: int, max_turns: int | None = None, *,

@@ -19,33 +19,17 @@ ADD_SCHEMA = {"type": "function", "function": {
                    "required": ["a", "b"]}}}
 
 
-class ToyEnv(Environment):
-    name: ClassVar[str] = "toy"
-    version: ClassVar[str] = "1.0.0"
-    default_max_turns: ClassVar[int] = 4
+class SeededEnv(Environment):
+    """What every toy environment of the tests shares: the seed of the current episode (task id)
+    and whether it is over. Subclasses call `self._begin(seed)` first in `reset`."""
 
-    def __init__(self, limit: int = 100):
-        self.limit = limit
+    def __init__(self) -> None:
         self._seed: int | None = None
         self._done = False
 
-    def splits(self) -> dict[str, Sequence[int]]:
-        return {"train": range(0, 50), "test": range(50, 60)}
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return [ADD_SCHEMA]
-
-    def reset(self, seed: int) -> Observation:
-        self._seed = self.check_seed(seed)
-        rng = random.Random(seed)
-        self.a, self.b = rng.randrange(self.limit), rng.randrange(self.limit)
-        self._done = False
-        self._told: list[str] = []
-        self._events: list[dict[str, Any]] = []
-        self._turn = 0
-        return Observation(messages=[Message.system("Add numbers."),
-                                     Message.user(f"What is {self.a} + {self.b}?")],
-                           task_id=str(seed), seed=seed, tools=self.tool_schemas())
+    def _begin(self, seed: int) -> int:
+        self._seed, self._done = self.check_seed(seed), False
+        return self._seed
 
     @property
     def task_id(self) -> str:
@@ -56,6 +40,33 @@ class ToyEnv(Environment):
     @property
     def done(self) -> bool:
         return self._done
+
+
+class ToyEnv(SeededEnv):
+    name: ClassVar[str] = "toy"
+    version: ClassVar[str] = "1.0.0"
+    default_max_turns: ClassVar[int] = 4
+
+    def __init__(self, limit: int = 100):
+        super().__init__()
+        self.limit = limit
+
+    def splits(self) -> dict[str, Sequence[int]]:
+        return {"train": range(0, 50), "test": range(50, 60)}
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [ADD_SCHEMA]
+
+    def reset(self, seed: int) -> Observation:
+        self._begin(seed)
+        rng = random.Random(seed)
+        self.a, self.b = rng.randrange(self.limit), rng.randrange(self.limit)
+        self._told: list[str] = []
+        self._events: list[dict[str, Any]] = []
+        self._turn = 0
+        return Observation(messages=[Message.system("Add numbers."),
+                                     Message.user(f"What is {self.a} + {self.b}?")],
+                           task_id=str(seed), seed=seed, tools=self.tool_schemas())
 
     def step(self, action: Any) -> StepResult:
         if self._done:

@@ -163,3 +163,20 @@ def test_tool_check(schemas, ok, fragment):
 def test_validation_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ValidationConfig(**kwargs)
+
+
+@pytest.mark.parametrize("spec_fields, band, min_informative", [
+    ({}, (0.2, 0.6), 0.5),                                            # unset: the service's defaults
+    ({"calibration_reward_min": 0.001, "calibration_min_informative": 0.0}, (0.001, 0.6), 0.0),
+    ({"calibration_reward_max": 0.9, "calibration_min_informative": 0.75}, (0.2, 0.9), 0.75),
+])
+def test_generation_spec_sets_the_calibration_thresholds(spec_fields, band, min_informative):
+    from services.environment.settings import EnvironmentSettings
+    from services.environment.specs import GenerationSpecModel
+
+    spec = GenerationSpecModel.model_validate({"capabilities": [{"name": "tool_call_precision"}],
+                                               "target": {"name": "store"}, "mode": "GENERATION_MODE_LIBRARY",
+                                               **spec_fields})
+    cfg = EnvironmentSettings().validation_config(band=spec.band, seed=spec.seed,
+                                                  min_informative=spec.calibration_min_informative)
+    assert cfg.band == band and cfg.min_informative == min_informative

@@ -27,6 +27,7 @@ register(
         "max_errors": "tool errors that end an episode (default 10)",
         "user_replies": "JSON list of scripted user replies (offline runs; no LLM)",
         "user_timeout": "per-request timeout of the user LLM in seconds (default 120)",
+        "user_max_tokens": "cap on the tokens of one user reply (default: the endpoint's own limit)",
     },
 )
 

@@ -25,7 +25,9 @@ failure reason.
 Parameters (strings, as the registry passes them; unset ones fall back to environment
 variables so services can be configured by the chart): `data` ($TRACE_TAU2_DATA),
 `user_base_url` ($TRACE_TAU2_USER_BASE_URL), `user_model` ($TRACE_TAU2_USER_MODEL),
-`user_api_key` ($TRACE_TAU2_USER_API_KEY), `user_seed`, `user_temperature`, `max_steps`,
+`user_api_key` ($TRACE_TAU2_USER_API_KEY), `user_seed`, `user_temperature`, `user_timeout`,
+`user_max_tokens` (cap on one user reply; unset, the endpoint's default applies -- for vLLM the
+rest of the context window, which a weak model that never stops fills), `max_steps`,
 `max_errors`, and `user_replies` (a JSON list: a scripted user instead of an LLM).
 """
 
@@ -255,7 +257,7 @@ def _env_or(value: str, var: str) -> str:
 
 def make_tau2_retail(data: str = "", user_base_url: str = "", user_model: str = "", user_api_key: str = "",
                      user_seed: str = "", user_temperature: str = "", max_steps: str = "", max_errors: str = "",
-                     user_replies: str = "", user_timeout: str = "") -> Tau2Environment:
+                     user_replies: str = "", user_timeout: str = "", user_max_tokens: str = "") -> Tau2Environment:
     """Registry factory: string parameters -> a `Tau2Environment` over the retail domain."""
     raw: dict[str, Any] = {"data": _env_or(data, "TRACE_TAU2_DATA") or None}
     if max_steps:
@@ -273,6 +275,8 @@ def make_tau2_retail(data: str = "", user_base_url: str = "", user_model: str = 
             user["temperature"] = user_temperature
         if user_timeout:
             user["timeout_s"] = user_timeout
+        if user_max_tokens:
+            user["max_tokens"] = user_max_tokens
         raw["user"] = user
     if user_replies:
         try:

@@ -50,9 +50,13 @@ class RemoteEnvironment(Environment):
     version = "0"
 
     def __init__(self, stub: Any, name: str, version: str = "", *, splits: dict[str, Sequence[int]] | None = None,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, record: Any = None):
+        """`record`: a GetEnvironmentResponse already fetched for this name and version (a factory
+        making one instance per episode fetches it once); otherwise it is fetched here."""
         self.stub, self.timeout_s = stub, timeout_s
-        record = stub.GetEnvironment(pb.GetEnvironmentRequest(name=name, version=version), timeout=timeout_s)
+        if record is None:
+            record = stub.GetEnvironment(pb.GetEnvironmentRequest(name=name, version=version), timeout=timeout_s)
+        self.record = record
         self.name, self.version = record.environment.name, record.environment.version
         self._tools = [json.loads(s.json) for s in record.tools]
         self._splits = dict(splits or DEFAULT_SPLITS)
@@ -112,8 +116,42 @@ class RemoteEnvironment(Environment):
             raise FailedPrecondition("no task yet: call reset(seed) first")
         return str(self._seed)
 
+    def episode_finished(self) -> None:
+        """The driver has read the final state (reward, diagnostics are kept here): free the
+        remote episode now instead of leaving it to the service's idle timeout."""
+        self.close()
+
     def close(self) -> None:
         """Close the open episode (frees its sandbox worker)."""
         if self.episode_id:
             self.stub.CloseEpisode(pb.CloseEpisodeRequest(episode_id=self.episode_id), timeout=self.timeout_s)
             self.episode_id = ""
+
+
+_STUBS: dict[tuple[str, str | None], Any] = {}
+
+
+def remote_factory(target: str, name: str, version: str = "", *, token: str | None = None):
+    """A zero-argument factory of `RemoteEnvironment`s for `name` served by the EnvironmentService at
+    `target` (host:port). One channel per (target, token) per process, shared by every environment
+    it makes; the environment's existence is checked now (NotFound with the reason otherwise)."""
+    from trace_common.grpc.client import Endpoint, open_channel, stub
+
+    key = (target, token)
+    if key not in _STUBS:
+        _STUBS[key] = stub("environment", open_channel(Endpoint(target, token)))
+    env_stub = _STUBS[key]
+    import grpc
+
+    from trace_common.errors import NotFound, Unavailable
+
+    try:
+        first = RemoteEnvironment(env_stub, name, version)   # GetEnvironment: fails fast when unknown
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.NOT_FOUND:
+            raise NotFound(f"environment {name!r}{' version ' + version if version else ''} is not registered: "
+                           f"neither built in nor in the environment service at {target} ({err.details()})") from None
+        raise Unavailable(f"environment service at {target}: {err.code().name}: {err.details()}") from None
+    def factory() -> RemoteEnvironment:  # the version pinned and its record fetched once, above
+        return RemoteEnvironment(env_stub, name, first.version, record=first.record)
+    return factory

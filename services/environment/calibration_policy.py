@@ -1,0 +1,321 @@
+"""The real base policy for calibration: a `PolicyRef` -> a calibration factory backed by a model.
+
+Calibration (calibration.py) asks "can GRPO learn this environment from the base agent?",
+so it must play the base agent itself, not a stand-in. This module plugs the shared policy
+factory (`trace_common.policy.factory.open_policy`, the one the rollout service uses) into
+the environment service as `Environments(calibration_factories=ModelCalibration(...))`:
+
+    calibration = ModelCalibration(CalibrationSampling(temperature=1.0, max_tokens=256))
+    maker = calibration(ref)        # cheap checks of the ref; INVALID_ARGUMENT naming the field
+    await maker.prepare()           # loads the model (FAILED_PRECONDITION naming the field on failure)
+    factory = maker()               # the PolicyFactory shape calibrate() drives
+    ...
+    await maker.release()
+
+Where things run. The candidate environment runs in a sandbox worker; the policy runs in
+this service process. Validation runs on worker threads, each calibrating on its own event
+loop (`asyncio.run` in validation.py), while a model backend is bound to one loop (the
+HTTP client's connections, the in-process batcher's collector). So every opened policy
+lives on one `PolicyHost` thread with its own loop, and episode policies forward each turn
+there (`run_coroutine_threadsafe`): concurrent episodes of every calibration running at the
+same time reach the same backend, and the in-process `TransformersPolicy` answers them in
+shared batches.
+
+Loaded policies are cached by their ref (a job's capabilities share one model, and the next
+job with the same base agent does not reload it); `keep_idle` of them stay loaded while no
+job uses them, older idle ones are closed.
+
+Failure modes, each named for the field that causes it:
+  * a ref that cannot name a loadable model (unknown built-in name, a directory without
+    config.json, HTTP without endpoint) -> `InvalidArgument` at job creation;
+  * a model that fails to load (corrupt weights, unreadable URI, failed warm start) ->
+    `FailedPrecondition` failing the job before any candidate is judged;
+  * a backend that stops answering during calibration (`PolicyUnavailable`) ->
+    `calibration.CalibrationPolicyFailed` (UNAVAILABLE) failing the job: an unreachable base
+    model says nothing about the candidate, so it is never fed back as a rejection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trace_common.env import PolicyInfo
+from trace_common.errors import FailedPrecondition, InvalidArgument, TraceError, Unavailable
+from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
+from trace_common.specs import PolicyRefModel
+
+FIELD = "spec.calibration_policy"
+MODEL_FIX = ("Give a built-in base agent (micro, smollm2, smollm2-base), a Hugging Face model directory written by "
+             "save_pretrained (config.json, weights, tokenizer) that this service can read, or its file:// or s3:// "
+             "URI; for a served model use backend POLICY_BACKEND_OPENAI_HTTP with endpoint.")
+HTTP_FIX = "Set endpoint to the OpenAI-compatible base URL serving the base model, e.g. http://vllm:8000/v1."
+
+
+class CalibrationSampling(BaseModel):
+    """How the base policy samples during calibration (the service settings fill this)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(1.0, ge=0.0, le=5.0, description="Sampling temperature; GRPO samples at > 0, "
+                               "and a greedy policy makes every group constant (no informative groups).")
+    max_tokens: int = Field(256, ge=1, le=32768, description="Most tokens of one reply.")
+    keep_idle: int = Field(1, ge=0, le=16, description="Loaded policies kept while no job uses them.")
+
+
+def _local_dir(model: str) -> Path | None:
+    """The directory a model string names locally, or None for names and s3:// URIs."""
+    if model.startswith("file://"):
+        return Path(model.removeprefix("file://"))
+    if model.startswith(("/", "./", "../", "~")):
+        return Path(model).expanduser()
+    return None
+
+
+def check_ref(ref: PolicyRefModel) -> None:
+    """Cheap checks (no loading) that `ref` can name a calibration policy; InvalidArgument otherwise."""
+    if ref.backend == "POLICY_BACKEND_OPENAI_HTTP":
+        if not ref.endpoint:
+            raise InvalidArgument(field=f"{FIELD}.endpoint", expected="the base URL of the served base model "
+                                  "for backend POLICY_BACKEND_OPENAI_HTTP", fix=HTTP_FIX)
+        return
+    if ref.backend != "POLICY_BACKEND_IN_PROCESS":
+        raise InvalidArgument(field=f"{FIELD}.backend", expected="POLICY_BACKEND_IN_PROCESS, _OPENAI_HTTP or "
+                              "_SCRIPTED (model 'skill-mixture@<p>')", got=ref.backend,
+                              fix="Use SCRIPTED only with model 'skill-mixture@<p>'; for the base agent choose "
+                              "POLICY_BACKEND_IN_PROCESS or POLICY_BACKEND_OPENAI_HTTP.")
+    path = _local_dir(ref.model)
+    if path is not None:
+        if not (path / "config.json").is_file():
+            what = "does not exist" if not path.exists() else "has no config.json"
+            raise InvalidArgument(f"the model directory {what}", field=f"{FIELD}.model",
+                                  expected="a Hugging Face model directory", got=ref.model, fix=MODEL_FIX)
+    elif not ref.model.startswith("s3://"):
+        from trace_common.agents.resolve import BUILT_IN
+
+        if ref.model not in BUILT_IN:
+            raise InvalidArgument(field=f"{FIELD}.model", expected=f"a built-in base agent ({', '.join(BUILT_IN)}), "
+                                  "a model directory or its file:// / s3:// URI", got=ref.model, fix=MODEL_FIX)
+    adapter = _local_dir(ref.adapter_uri) if ref.adapter_uri else None
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise InvalidArgument(field=f"{FIELD}.adapter_uri", expected="a PEFT adapter directory "
+                              "(adapter_config.json + adapter_model.safetensors)", got=ref.adapter_uri,
+                              fix="Point adapter_uri at an adapter the trainer wrote, or leave it empty.")
+
+
+def describe_ref(ref: PolicyRefModel) -> dict[str, Any]:
+    """What the validation report records about a model calibration policy."""
+    out: dict[str, Any] = {"backend": ref.backend, "model": ref.model, "scripted_stand_in": False}
+    for name in ("adapter_uri", "adapter_name", "endpoint", "composition_uri", "routing"):
+        if getattr(ref, name):
+            out[name] = getattr(ref, name)
+    return out
+
+
+@dataclass
+class _Entry:
+    task: asyncio.Future
+    leases: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class PolicyHost:
+    """Opened policies on one event-loop thread (see the module docstring).
+
+    Every method may be awaited from any thread's event loop; all state changes happen on
+    the host loop, so they need no locks."""
+
+    def __init__(self, s3: Any = None, keep_idle: int = 1):
+        self.s3 = s3
+        self.keep_idle = keep_idle
+        self._entries: dict[str, _Entry] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    @staticmethod
+    def key(ref: PolicyRefModel) -> str:
+        return ref.model_dump_json()
+
+    def _submit(self, coro) -> concurrent.futures.Future:
+        with self._start_lock:
+            if self._closed:
+                coro.close()
+                raise FailedPrecondition("the calibration policy host is closed (the service is stopping)")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="calibration-policies", daemon=True)
+                self._thread.start()
+                self._loop = loop
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _on_host(self, coro):
+        return await asyncio.wrap_future(self._submit(coro))
+
+    # -- leases -----------------------------------------------------------------------------------
+    async def acquire(self, ref: PolicyRefModel) -> Policy:
+        """The opened policy for `ref` (loaded once, shared); pair with `release(ref)`."""
+        return await self._on_host(self._acquire(self.key(ref), ref))
+
+    async def release(self, ref: PolicyRefModel) -> None:
+        await self._on_host(self._release(self.key(ref)))
+
+    async def _acquire(self, key: str, ref: PolicyRefModel) -> Policy:
+        from trace_common.policy.factory import open_policy
+
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(asyncio.ensure_future(open_policy(ref, self.s3)))
+        entry.leases += 1
+        try:
+            return await asyncio.shield(entry.task)
+        except BaseException:
+            entry.leases -= 1
+            if entry.task.done() and self._entries.get(key) is entry and (
+                    entry.task.cancelled() or entry.task.exception() is not None):
+                del self._entries[key]  # a failed load is not cached: the next job tries again
+            raise
+
+    async def _release(self, key: str) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.leases = max(0, entry.leases - 1)
+        entry.last_used = time.monotonic()
+        idle = sorted((e.last_used, k) for k, e in self._entries.items() if e.leases == 0 and e.task.done())
+        for _, k in idle[: max(0, len(idle) - self.keep_idle)]:
+            await self._close_entry(self._entries.pop(k))
+
+    @staticmethod
+    async def _close_entry(entry: _Entry) -> None:
+        if entry.task.done() and not entry.task.cancelled() and entry.task.exception() is None:
+            await entry.task.result().close()
+        elif not entry.task.done():
+            entry.task.cancel()
+
+    def loaded(self) -> int:
+        """How many policies are loaded or loading (for tests and diagnostics)."""
+        return len(self._entries)
+
+    # -- turns -----------------------------------------------------------------------------------
+    async def complete(self, policy: Policy, request: PolicyRequest):
+        return await self._on_host(policy.complete(request))
+
+    async def close(self) -> None:
+        with self._start_lock:
+            loop, self._closed = self._loop, True
+        if loop is None:
+            return
+
+        async def close_all() -> None:
+            for entry in list(self._entries.values()):
+                await self._close_entry(entry)
+            self._entries.clear()
+
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(close_all(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10.0)
+        loop.close()
+
+
+class ModelCalibrationFactory:
+    """The rollout service's `PolicyFactory` shape over a hosted model policy (one per validation)."""
+
+    def __init__(self, host: PolicyHost, policy: Policy, ref: PolicyRefModel, params: SamplingParams):
+        self.host = host
+        self.policy = policy
+        self.params = params
+        self.ref = ref
+        self.info = PolicyInfo(model=ref.model, adapter=ref.adapter_uri or ref.adapter_name or ref.composition_uri
+                               or None)
+        #: The first backend failure (PolicyUnavailable) seen by any episode; calibrate() reports it.
+        self.unavailable: Unavailable | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {**describe_ref(self.ref), "temperature": self.params.temperature,
+                "max_tokens": self.params.max_tokens}
+
+    def for_episode(self, env: Any, seed: int, sample_index: int, sampling_seed: int):
+        async def policy(messages, tools):
+            request = PolicyRequest(messages=messages, tools=tools, params=self.params)
+            if self.params.temperature > 0:
+                request.params = self.params.model_copy(update={"seed": derive_seed(sampling_seed,
+                                                                                    request.turn_index)})
+            try:
+                turn = await self.host.complete(self.policy, request)
+            except Unavailable as exc:
+                self.unavailable = self.unavailable or exc
+                raise
+            return turn.to_policy_turn()
+        return policy
+
+    async def close(self) -> None:
+        """Nothing to release per validation: the maker holds the model for the whole job."""
+
+
+class CalibrationMaker:
+    """One job's calibration policy: `prepare()` loads it, `()` makes a factory per validation,
+    `release()` hands it back to the host's cache."""
+
+    def __init__(self, host: PolicyHost, ref: PolicyRefModel, params: SamplingParams):
+        self.host = host
+        self.ref = ref
+        self.params = params
+        self.policy: Policy | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return describe_ref(self.ref)
+
+    async def prepare(self) -> None:
+        if self.policy is not None:
+            return
+        try:
+            self.policy = await self.host.acquire(self.ref)
+        except asyncio.CancelledError:
+            raise
+        except TraceError as exc:
+            raise self._load_error(f"{type(exc).__name__}: {exc.reason}") from None
+        except Exception as exc:  # noqa: BLE001 - a loader's own exception types (OSError, safetensors, ...)
+            raise self._load_error(f"{type(exc).__name__}: {exc}") from None
+
+    def _load_error(self, why: str) -> FailedPrecondition:
+        if self.ref.backend == "POLICY_BACKEND_OPENAI_HTTP":
+            return FailedPrecondition(f"{FIELD}: cannot open the HTTP policy {self.ref.model!r} at "
+                                      f"{self.ref.endpoint}: {why[:400]}. {HTTP_FIX}")
+        return FailedPrecondition(f"{FIELD}.model: cannot load the calibration policy {self.ref.model!r} "
+                                  f"({self.ref.backend}): {why[:400]}. {MODEL_FIX}")
+
+    def __call__(self) -> ModelCalibrationFactory:
+        if self.policy is None:
+            raise FailedPrecondition("the calibration policy is not loaded: await prepare() before validating")
+        return ModelCalibrationFactory(self.host, self.policy, self.ref, self.params)
+
+    async def release(self) -> None:
+        if self.policy is not None:
+            self.policy = None
+            await self.host.release(self.ref)
+
+
+class ModelCalibration:
+    """`calibration_factories` for `Environments`: PolicyRef (IN_PROCESS / OPENAI_HTTP) -> maker."""
+
+    def __init__(self, sampling: CalibrationSampling | None = None, s3: Any = None):
+        self.sampling = sampling or CalibrationSampling()
+        self.host = PolicyHost(s3, keep_idle=self.sampling.keep_idle)
+
+    def __call__(self, ref: PolicyRefModel) -> CalibrationMaker:
+        check_ref(ref)
+        params = SamplingParams(temperature=self.sampling.temperature, max_tokens=self.sampling.max_tokens)
+        return CalibrationMaker(self.host, ref, params)
+
+    async def close(self) -> None:
+        await self.host.close()
