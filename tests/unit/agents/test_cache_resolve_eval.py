@@ -115,3 +115,13 @@ def test_summary_per_task_type(skills, expect_all_pass):
         assert report.per_task_type["record_selection"].passed == report.per_task_type["record_selection"].total
         assert report.diagnostics.get("precondition_verification/write_precondition_false", 0) > 0
     assert "precondition_check" in report.format()
+
+
+@pytest.mark.parametrize(("temperature", "header"), [(0.0, "greedy"), (1.0, "sampled at T=1"),
+                                                      (0.7, "sampled at T=0.7")])
+def test_report_names_the_decoding(temperature, header):
+    trajs = expert_trajectories(WarmStartData(episodes=4, first_seed=1000))
+    stats = {"tool_call_turns": 1, "malformed_turns": 0, "completion_tokens": 10, "generate_seconds": 1.0}
+    report = summarise("expert", "-", trajs, stats, 1.0, None, temperature)
+    assert report.format().splitlines()[0].endswith(f"4 test episodes, {header}")
+    assert report.to_dict()["temperature"] == temperature
