@@ -2,7 +2,7 @@
 
   tracectl up [--once]         start all five services in this process (embedded default)
   tracectl status              health of each service (embedded, or --target svc=host:port)
-  tracectl run|rollout|analyze|envs|train|serve|report   pipeline stages (filled by later work)
+  tracectl run|rollout|analyze|envs|train|serve|report   pipeline stages
   tracectl tau2 replay-gold    tau2-bench gold replay (where available)
 
 Every subcommand lives in `tracectl/commands/<name>.py` with a `register(subparsers)` function.

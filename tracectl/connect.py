@@ -43,6 +43,8 @@ class Connection:
         self._targets = parse_targets(args.target)
         self._token = args.token
         self._root = args.root
+        #: Settings for every embedded service (e.g. an s3:// artifact root and its S3 settings).
+        self._overrides = dict(getattr(args, "overrides", None) or {})
         self._exit = ExitStack()
         self.embedded: BackgroundStack | None = None
 
@@ -57,6 +59,6 @@ class Connection:
             ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], self._token)))
             return stub(service, ch)
         if self.embedded is None:
-            self.embedded = BackgroundStack(self._root)
+            self.embedded = BackgroundStack(self._root, overrides=self._overrides)
             self._exit.callback(self.embedded.close)
         return self.embedded.stub(service)

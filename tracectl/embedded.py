@@ -43,11 +43,15 @@ class EmbeddedStack:
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        common = dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
-                      artifact_root=self.root.resolve().as_uri(), auth_token=self.token, **self.overrides)
+        common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
+                         artifact_root=self.root.resolve().as_uri(), auth_token=self.token),
+                  **self.overrides}  # e.g. an s3:// artifact_root with its S3 settings
         try:
             for name in SERVICE_NAMES:
-                settings, definition = build(name, **common)
+                extra = {}
+                if name == "trainer":  # environments of a run are played through the environment service
+                    extra["environment_address"] = self.servers["environment"].target
+                settings, definition = build(name, **common, **extra)
                 server = TraceServer(settings, definition)
                 await server.start()
                 self.servers[name] = server
@@ -55,7 +59,7 @@ class EmbeddedStack:
             await self.stop()
             raise
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": self.root.resolve().as_uri(),
+        tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
                                    "targets": self.targets, "metrics": self.metrics_urls,
                                    "auth": bool(self.token)}, indent=2))
         os.replace(tmp, self.state_file)

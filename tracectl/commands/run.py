@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("report", help="re-render a run's report from its manifest")
     r.add_argument("run_id")
-    r.add_argument("--config", type=Path, help="the run's config (default: the copy in its manifest)")
+    r.add_argument("--config", type=Path, help="the run's config: its store (s3:// too) and report settings "
+                   "(default: --root and the config copy in the manifest)")
     r.add_argument("--root", default="file://./.trace", help="artifact store root (default file://./.trace)")
     r.set_defaults(func=cmd_report)
 
@@ -67,6 +68,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     conn_args = argparse.Namespace(target=[f"{k}={v}" for k, v in cfg.services.items()],
                                    token=args.token or os.environ.get("TRACE_AUTH_TOKEN"),
                                    root=Path(root.removeprefix("file://")) if root.startswith("file://") else Path(".trace"))
+    if root.startswith("s3://") and not cfg.services:
+        # embedded services write to the same S3 store as the pipeline
+        conn_args.overrides = {"artifact_root": root, "s3_endpoint": cfg.store.s3_endpoint,
+                               "s3_access_key": os.environ.get(cfg.store.s3_access_key_env, ""),
+                               "s3_secret_key": os.environ.get(cfg.store.s3_secret_key_env, ""),
+                               "s3_secure": cfg.store.s3_secure}
     console.print(f"[bold]TRACE run {cfg.run_id}[/] — artifacts in {root}/runs/{cfg.run_id}/")
     with Connection(conn_args) as conn:
         pipe = Pipeline(cfg, JobRunner(conn), store, manifest)
@@ -85,14 +92,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     from trace_common.config import ServiceSettings
     from tracectl.run.report import write_report
 
-    root = ServiceSettings(artifact_root=args.root).artifact_root
-    store = open_store(root)
+    cfg = load_config(args.config) if args.config else None
+    if cfg is not None:  # the run's own store (s3:// with its credentials, or a file root)
+        root, store = _store(cfg)
+    else:
+        root = ServiceSettings(artifact_root=args.root).artifact_root
+        store = open_store(root)
     manifest = Manifest.load(store, args.run_id)
     if manifest is None:
         print(f"tracectl report: no run {args.run_id!r} under {root} (no runs/{args.run_id}/manifest.json)",
               file=sys.stderr)
         return 1
-    cfg = load_config(args.config) if args.config else RunConfig.model_validate(manifest.config)
+    cfg = cfg or RunConfig.model_validate(manifest.config)
     out = write_report(cfg, manifest, store)
     for name, uri in out["outputs"].items():
         print(f"{name}: {uri}")

@@ -29,11 +29,6 @@ console = Console()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    # Until pipeline.py drops its "not available yet" placeholder for `serve`, replace it here
-    # (argparse refuses a second parser of the same name).
-    if "serve" in sub._name_parser_map:
-        del sub._name_parser_map["serve"]
-        sub._choices_actions[:] = [a for a in sub._choices_actions if a.dest != "serve"]
     p = sub.add_parser("serve", help="serve a composition locally (gRPC + OpenAI-compatible HTTP)")
     add_composition_args(p)
     p.add_argument("--name", default="", help="composition name clients use as the model (default: "

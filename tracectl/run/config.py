@@ -82,8 +82,15 @@ class EnvironmentsSection(Section):
     mode: Literal["library", "llm"] = "library"
     llm: LlmSection | None = None
     max_retries: int = Field(3, ge=0)
-    calibration_reward_min: float = 0.2
-    calibration_reward_max: float = 0.6
+    calibration_reward_min: float = Field(0.2, gt=0.0, le=1.0, description="Lowest accepted mean reward of the base "
+                                          "policy on a candidate environment (a small value such as 0.001 accepts "
+                                          "any environment the base earns something on).")
+    calibration_reward_max: float = Field(0.6, gt=0.0, le=1.0, description="Highest accepted mean reward.")
+    calibration_min_informative: float | None = Field(
+        None, ge=0.0, le=1.0, description="Lowest fraction of informative calibration groups (None: the environment "
+                                          "service's setting, 0.5). 0 accepts environments where the base policy "
+                                          "never varies; GRPO then relies on guided rollouts (training.grpo."
+                                          "guidance_fraction).")
 
 
 class TrainingSection(Section):

@@ -22,7 +22,6 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from trace_common.artifacts import open_uri
 from trace_common.env import loads_jsonl
 from trace_common.grpc.client import messages
 from trace_common.stats import wilson_interval
@@ -38,11 +37,10 @@ def training_rollouts(metrics: dict[str, float], config: dict[str, Any]) -> int:
     return int(config.get("max_steps", 100) * config.get("groups_per_batch", 4) * config.get("num_generations", 8))
 
 
-def breakdown(uri: str) -> dict[str, dict[str, float]]:
+def breakdown(store, uri: str) -> dict[str, dict[str, float]]:
     """Pass rate per capability/task type, read from the arm's trajectories."""
-    store, key = open_uri(uri)
     groups: dict[str, list[bool]] = defaultdict(list)
-    for tr in loads_jsonl(store.get_bytes(key)):
+    for tr in loads_jsonl(store.get_bytes(store.key_of(uri))):
         cap = tr.info.get("capability") or tr.info.get("task_type") or "all"
         groups[str(cap)].append(tr.success)
     out = {}
@@ -66,7 +64,7 @@ def evaluate(p) -> dict[str, Any]:
     def test_arm(name: str, policy, spent: int, extra: dict[str, Any] | None = None) -> None:
         started = time.time()
         res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}")
-        res.update(training_rollouts=spent, breakdown=breakdown(res["uri"]), **(extra or {}))
+        res.update(training_rollouts=spent, breakdown=breakdown(p.store, res["uri"]), **(extra or {}))
         res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
         arms[name] = res
         jobs.append(res["job"])
@@ -103,4 +101,12 @@ def evaluate(p) -> dict[str, Any]:
             res = run_gepa(p, budget=trace_budget)
             arms["gepa"] = res
             jobs.extend(res.get("jobs", []))
-    return {"jobs": jobs, "result": {"arms": arms, "trace_training_rollouts": trace_budget}}
+    result: dict[str, Any] = {"arms": arms, "trace_training_rollouts": trace_budget}
+    if "trace_routing" in arms and gates_out.get("composition"):
+        from tracectl.run.routing import routing_usage
+
+        usage = routing_usage(p.runner.conn.stub("inference"), p.store, gates_out["composition"],
+                              arms["trace_routing"]["uri"], name=f"{p.cfg.run_id}-moe")
+        result["routed_example"] = usage.pop("routed_example")
+        result["expert_usage"] = usage
+    return {"jobs": jobs, "result": result}

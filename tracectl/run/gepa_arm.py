@@ -490,7 +490,7 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
         {"candidates": out.candidates, "best_index": out.best_index, "train_tasks": train, "val_tasks": val,
          "log": out.log}, indent=1).encode()).uri
     res.update(
-        training_rollouts=out.spent, breakdown=breakdown(res["uri"]), train_seconds=train_seconds,
+        training_rollouts=out.spent, breakdown=breakdown(p.store, res["uri"]), train_seconds=train_seconds,
         wall_seconds_total=time.time() - started, jobs=[*out.jobs, res["job"]],
         prompt=out.best_prompt, prompt_sha256=sha, prompt_uri=prompt_uri, search_uri=search_uri,
         seed_prompt_sha256=hashlib.sha256(seed_prompt.encode()).hexdigest(),

@@ -118,6 +118,8 @@ class Pipeline:
             calibration_reward_max=e.calibration_reward_max)
         if e.llm:
             spec.llm.CopyFrom(t.LlmEndpoint(base_url=e.llm.base_url, model=e.llm.model, api_key_env=e.llm.api_key_env))
+        if e.calibration_min_informative is not None:
+            spec.calibration_min_informative = e.calibration_min_informative
         resp = self.runner.run("environment", spec, self.cfg.run_id, "environment synthesis")
         envs = [MessageToDict(r, preserving_proto_field_name=True) for r in resp.environments]
         accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
@@ -146,18 +148,21 @@ class Pipeline:
 
         with ThreadPoolExecutor(self.cfg.training.parallel) as pool:
             done = list(pool.map(one, accepted))
-        adapters, metrics, jobs = {}, {}, []
+        adapters, metrics, curves, jobs = {}, {}, {}, []
         for cap, resp in done:
-            adapters[cap] = next(o.uri for o in resp.job.outputs if o.kind == "adapter")
+            outs = {o.kind: o.uri for o in resp.job.outputs}
+            adapters[cap] = outs["adapter"]
+            if "training_metrics" in outs:
+                curves[cap] = outs["training_metrics"]
             metrics[cap] = dict(resp.job.metrics)
             jobs.append(resp.job.job_id)
-        return {"outputs": adapters, "jobs": jobs, "result": {"metrics": metrics}}
+        return {"outputs": adapters, "jobs": jobs, "result": {"metrics": metrics, "curves": curves}}
 
     def stage_gates(self) -> dict[str, Any]:
         adapters = self.manifest.stages["adapters"].outputs
         envs = self.manifest.stages["environments"].result["environments"]
-        refs = [t.EnvironmentRef(name=r["name"], version=r.get("version", "")) for r in envs
-                if r["capability"] in adapters]
+        refs = [t.EnvironmentRef(name=r["name"], version=r.get("version", ""))
+                for r in sorted(envs, key=lambda r: r["capability"]) if r["capability"] in adapters]
         refs.append(self.target_ref(split="train"))
         resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, self.cfg.gates.config,
                           "gate training", adapter_uris=adapters)

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from trace_common.artifacts import ArtifactStore, open_uri  # noqa: E402
+from trace_common.artifacts import ArtifactStore  # noqa: E402
 from tracectl.run.config import RunConfig  # noqa: E402
 from tracectl.run.manifest import Manifest  # noqa: E402
 
@@ -64,9 +64,12 @@ def plot_candidates(cands: list[dict[str, Any]], rho: float, delta: float) -> by
     return _png(fig)
 
 
-def _curve(uri: str) -> list[dict[str, float]]:
-    store, key = open_uri(uri)
-    data = json.loads(store.get_bytes(key))
+def _curve(store: ArtifactStore, uri: str) -> list[dict[str, float]]:
+    """A training job's per-iteration metrics (JSON lines, or a JSON list / {"iterations": [...]})."""
+    text = store.get_bytes(store.key_of(uri)).decode()
+    if uri.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
     return data.get("iterations", data) if isinstance(data, dict) else data
 
 
@@ -140,7 +143,7 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
     adapters = m.stages["adapters"]
     curves: dict[str, list[dict[str, float]]] = {}
     for cap, res in adapters.result.get("curves", {}).items():
-        curves[cap] = _curve(res)
+        curves[cap] = _curve(store, res)
     usage = ev.get("expert_usage", {})
     example = ev.get("routed_example", {})
     plots = {
@@ -199,13 +202,21 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing) -> st
 
 
 def render_html(cfg: RunConfig, md: str, plots: dict[str, bytes | None], routed: str | None) -> str:
+    """One self-contained page: the markdown report rendered (tables included), the plots as
+    PNG data URIs, the routed example as coloured spans. Nothing is fetched from anywhere."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(
+        "\n".join(line for line in md.splitlines() if not line.startswith(("![", "## Plots"))))
     imgs = "".join(f'<figure id="{k}"><img alt="{k}" src="data:image/png;base64,{base64.b64encode(v).decode()}">'
                    f"<figcaption>{k.replace('_', ' ')}</figcaption></figure>" for k, v in plots.items() if v)
     routed_html = routed or "<p>No routed example in this run.</p>"
+    style = ("body{font-family:system-ui,sans-serif;max-width:1020px;margin:auto;padding:0 12px;color:#222}"
+             "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px}"
+             "td{text-align:right}td:first-child{text-align:left}th{background:#f3f3f3}"
+             "figure{display:inline-block;margin:8px;vertical-align:top}img{max-width:480px}"
+             "pre.routed{white-space:pre-wrap;font-size:13px;line-height:1.6}")
     return ("<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>TRACE run {html.escape(cfg.run_id)}</title><style>body{{font-family:sans-serif;max-width:980px;"
-            "margin:auto}} figure{display:inline-block;margin:8px} img{max-width:460px} pre{white-space:pre-wrap}"
-            "</style></head><body>"
-            f"<h1>TRACE run {html.escape(cfg.run_id)}</h1><h2>Report</h2><pre>{html.escape(md)}</pre>"
-            f"<h2>Plots</h2>{imgs}<h2 id='routed_example'>Example trajectory, tokens coloured by expert</h2>"
-            f"{routed_html}</body></html>")
+            f"<title>TRACE run {html.escape(cfg.run_id)}</title><style>{style}</style></head><body>"
+            f"{body}<h2>Plots</h2>{imgs}<h2 id='routed_example'>Example generation, tokens coloured by expert "
+            f"(majority over layers; hover for the expert)</h2>{routed_html}</body></html>")
