@@ -137,6 +137,10 @@ def with_system_prompt(policy, prompt: str):
     return wrapped
 
 
+#: Shortest time between two progress updates of a rollout job (seconds).
+PROGRESS_INTERVAL_S = 0.2
+
+
 def sampling_seed(base: int, task_seed: int, k: int) -> int:
     digest = hashlib.sha256(f"{base}:{task_seed}:{k}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
@@ -152,10 +156,10 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
     sem = asyncio.Semaphore(spec.concurrency or default_concurrency)
     done = 0
     ctx.progress(completed=0, total=p.episodes, stage="playing", message=f"{p.episodes} episodes of {env_name}")
-    started = time.perf_counter()
+    started = last_progress = time.perf_counter()
 
     async def one(task_seed: int, k: int) -> Trajectory:
-        nonlocal done
+        nonlocal done, last_progress
         async with sem:
             env: Environment = p.env_spec.factory(**params)
             policy = factory.for_episode(env, task_seed, k, sampling_seed(spec.seed, task_seed, k))
@@ -176,7 +180,14 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
         if traj.error and traj.termination == Termination.POLICY_ERROR:
             m.POLICY_ERRORS.labels(traj.error.split(":", 1)[0][:40]).inc()
         done += 1
-        ctx.progress(completed=done)
+        # Watchers get every job change, each a gRPC message: at hundreds of episodes per second,
+        # one update per episode would be hundreds of messages per second per watcher, all on the
+        # loop that plays the episodes. So the count is sent at most every PROGRESS_INTERVAL_S,
+        # and always for the last episode.
+        now = time.perf_counter()
+        if now - last_progress >= PROGRESS_INTERVAL_S or done == p.episodes:
+            last_progress = now
+            ctx.progress(completed=done)
         return traj
 
     try:
