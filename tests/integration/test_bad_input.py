@@ -17,6 +17,14 @@ R, A, E, T, INF = (messages(s) for s in ("rollout", "analysis", "environment", "
 GOOD_POLICY = t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")
 GOOD_ENV = t.EnvironmentRef(name="store")
 
+
+def _struct(**values):
+    from google.protobuf.struct_pb2 import Struct
+
+    s = Struct()
+    s.update(values)
+    return s
+
 # (service, method, request, code, message fragment)
 CASES = [
     # rollout
@@ -98,8 +106,15 @@ CASES = [
         kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY,
         resume_from_uri="nope")), "INVALID_ARGUMENT", "resume_from_uri"),
     ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
-        kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY)),
-     "UNIMPLEMENTED", "trainer issue"),
+        kind=T.TRAINING_KIND_GATES, capability="moe", environments=[GOOD_ENV], policy=GOOD_POLICY,
+        adapter_uris={"a": "file:///elsewhere/adapter_model.safetensors"})),
+     "INVALID_ARGUMENT", "this trainer's artifact store"),
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
+        kind=T.TRAINING_KIND_ADAPTER, capability="Bad Name", environments=[GOOD_ENV], policy=GOOD_POLICY)),
+     "INVALID_ARGUMENT", "spec.capability"),
+    ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
+        kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY,
+        config=t.Config(values=_struct(num_generations=1)))), "INVALID_ARGUMENT", "num_generations"),
     ("trainer", "GetTrainingJob", T.GetTrainingJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("trainer", "CancelTrainingJob", T.CancelTrainingJobRequest(), "INVALID_ARGUMENT", "job_id"),
     ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id="nope"), "NOT_FOUND", "nope"),

@@ -95,6 +95,14 @@ class ArtifactStore(abc.ABC):
         """Full URI of `key` in this store (what protos carry)."""
         return self._uri_for(validate_key(key))
 
+    def key_of(self, uri: str) -> str:
+        """The key of a full object URI inside this store (inverse of `uri_for`)."""
+        root = self.root_uri.rstrip("/") + "/"
+        if not isinstance(uri, str) or not uri.startswith(root):
+            raise InvalidArgument(field="uri", expected=f"an object URI under this store's root {root}", got=uri,
+                                  fix="read it through a store opened on its own root (artifacts.open_uri)")
+        return validate_key(uri[len(root):])
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.root_uri!r})"
 
