@@ -17,19 +17,14 @@ import pytest
 from minio import Minio
 
 from tests.chart.helm import CHART, FULLNAME, VENV_BIN, render, require_tool
+from tests.support.prom import free_port
 
 KEY, SECRET = "bucketjobkey", "bucketjobsecret-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def fresh_s3(tmp_path):
-    port = _free_port()
+    port = free_port()
     (tmp_path / "s3").mkdir()
     proc = subprocess.Popen([str(require_tool(VENV_BIN / "rclone")), "serve", "s3", "--addr", f"127.0.0.1:{port}",
                              "--auth-key", f"{KEY},{SECRET}", str(tmp_path / "s3")],
@@ -83,7 +78,7 @@ def test_bucket_job_creates_buckets_idempotently(value_set, buckets, fresh_s3):
 
 @pytest.mark.integration
 def test_bucket_job_gives_up_on_an_unreachable_server():
-    command, env = job_command_and_env("defaults", f"127.0.0.1:{_free_port()}")
+    command, env = job_command_and_env("defaults", f"127.0.0.1:{free_port()}")
     env["TRACE_BUCKETS_WAIT_SECONDS"] = "1"
     proc = subprocess.run([sys.executable, "-c", command[2]], env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=60)

