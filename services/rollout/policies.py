@@ -66,13 +66,18 @@ class ScriptedFactory(PolicyFactory):
         self.info = PolicyInfo(model=f"scripted:{model}", version=self.expert.config.digest())
 
     def for_episode(self, env, seed, sample_index, sampling_seed):
-        env.reset(seed)  # the expert plans from the episode's task; run_episode resets again (same seed)
-        fn = self.expert.policy_for(env, self.expert.skill_flags(seed, sample_index))
+        # The expert plans from the episode's task: at its first turn, when the episode driver
+        # has reset `env` to `seed` and nothing has changed it yet (no reset of our own).
+        flags = self.expert.skill_flags(seed, sample_index)
         latency = self.latency
+        fn = None
 
         async def policy(messages, tools):
+            nonlocal fn
             if latency:
                 await asyncio.sleep(latency)
+            if fn is None:
+                fn = self.expert.policy_for(env, flags)
             return fn(messages, tools)
         return policy
 

@@ -29,9 +29,9 @@ from trace_common.env import (
     Message,
     Termination,
     Trajectory,
-    dumps_jsonl,
     get_spec,
     run_episode_async,
+    to_json_line_bytes,
 )
 from trace_common.errors import InvalidArgument, NotFound, Unavailable
 from trace_common.jobs import JobContext, Output
@@ -157,6 +157,10 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
     done = 0
     ctx.progress(completed=0, total=p.episodes, stage="playing", message=f"{p.episodes} episodes of {env_name}")
     started = last_progress = time.perf_counter()
+    # Metric children bound once per job, not looked up by label per episode.
+    episodes_by_outcome = {o: m.EPISODES.labels(env_name, o) for o in ("success", "failure", "error")}
+    steps, rewards, durations = (m.STEPS.labels(env_name), m.EPISODE_REWARD.labels(env_name),
+                                 m.EPISODE_DURATION.labels(env_name))
 
     async def one(task_seed: int, k: int) -> Trajectory:
         nonlocal done, last_progress
@@ -173,10 +177,10 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
                 m.EPISODES_ACTIVE.dec()
         outcome = "error" if traj.termination in (Termination.POLICY_ERROR, Termination.AGENT_ERROR) else (
             "success" if traj.success else "failure")
-        m.EPISODES.labels(env_name, outcome).inc()
-        m.STEPS.labels(env_name).inc(traj.assistant_turns())
-        m.EPISODE_REWARD.labels(env_name).observe(traj.reward)
-        m.EPISODE_DURATION.labels(env_name).observe(traj.timings.get("total", 0.0))
+        episodes_by_outcome[outcome].inc()
+        steps.inc(traj.assistant_turns())
+        rewards.observe(traj.reward)
+        durations.observe(traj.timings.get("total", 0.0))
         if traj.error and traj.termination == Termination.POLICY_ERROR:
             m.POLICY_ERRORS.labels(traj.error.split(":", 1)[0][:40]).inc()
         done += 1
@@ -188,10 +192,12 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
         if now - last_progress >= PROGRESS_INTERVAL_S or done == p.episodes:
             last_progress = now
             ctx.progress(completed=done)
-        return traj
+        # Serialised now, while the record is fresh in cache: publishing then only joins lines.
+        return traj, to_json_line_bytes(traj)
 
     try:
-        trajs = await asyncio.gather(*(one(s, k) for s in p.seeds for k in range(p.samples)))
+        played = await asyncio.gather(*(one(s, k) for s in p.seeds for k in range(p.samples)))
+        trajs = [traj for traj, _ in played]
     finally:
         await factory.close()
     wall = time.perf_counter() - started
@@ -200,7 +206,7 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
         raise Unavailable(f"all {len(trajs)} episodes failed in the policy backend; first error: "
                           f"{policy_errors[0].error}")
     ctx.progress(stage="publishing", message="writing trajectories")
-    info = await asyncio.to_thread(store.put_bytes, f"{key_prefix}/trajectories.jsonl", dumps_jsonl(trajs))
+    info = await asyncio.to_thread(store.put_bytes, f"{key_prefix}/trajectories.jsonl", b"".join(line for _, line in played))
     ctx.add_output(Output(info.uri, info.sha256, info.size, "trajectories"))
     summary = RolloutSummary.of(trajs, info.uri, wall)
     sinfo = await asyncio.to_thread(store.put_bytes, f"{key_prefix}/summary.json",

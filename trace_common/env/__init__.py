@@ -41,6 +41,7 @@ from trace_common.env.trajectory import (
     dumps_jsonl,
     loads_jsonl,
     read_jsonl,
+    to_json_line_bytes,
     write_jsonl,
 )
 
@@ -48,7 +49,7 @@ __all__ = [
     "Action", "Diagnostic", "EnvInfo", "EnvSpec", "Environment", "FunctionCall", "Message",
     "MessageAction", "Observation", "PolicyFn", "PolicyInfo", "PolicyTurn", "Registry", "StepResult",
     "Termination", "ToolAction", "ToolCall", "Trajectory", "TurnRecord", "action_from_dict",
-    "actions_from_message", "default_registry", "dumps_jsonl", "get_spec", "list_environments",
+    "actions_from_message", "default_registry", "dumps_jsonl", "to_json_line_bytes", "get_spec", "list_environments",
     "loads_jsonl", "make", "messages_from_dicts", "messages_to_dicts", "read_jsonl", "register",
     "run_episode", "run_episode_async", "AsyncPolicyFn", "tool_action_from_call", "write_jsonl",
 ]

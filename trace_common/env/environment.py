@@ -118,7 +118,10 @@ class Environment(ABC):
     9. `task_id`: a stable string id of the current task (procedural envs: `str(seed)`).
 
     Optional: `reward_breakdown()` (named components in [0, 1]), `failure_reason()` (one
-    line, None on success), `termination` (a `Termination`, defaults to DONE).
+    line, None on success), `termination` (a `Termination`, defaults to DONE), and
+    `inline_steps = True` for an environment whose every call is short CPU work (well under a
+    millisecond or so, no I/O): `run_episode_async` then calls it on the event loop instead of
+    handing each call to a worker thread (the hand-off costs more than such a call).
 
     An instance plays one episode at a time (concurrent episodes use separate instances);
     `__init__` takes only keyword parameters with defaults, documented for the registry
@@ -129,6 +132,9 @@ class Environment(ABC):
     version: ClassVar[str]
     description: ClassVar[str] = ""
     default_max_turns: ClassVar[int] = 20
+    #: True: reset/step/reward never block (no I/O, no LLM calls, short CPU work); async drivers
+    #: run them inline on the event loop. False (default): they may block; drivers use a thread.
+    inline_steps: ClassVar[bool] = False
 
     @abstractmethod
     def reset(self, seed: int) -> Observation: ...

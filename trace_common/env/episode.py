@@ -177,9 +177,13 @@ async def run_episode_async(env: Environment, policy_fn: AsyncPolicyFn, seed: in
     hold an episode past it. Cancellation of the caller propagates (no trajectory is made).
     """
     # Environment calls run in a worker thread: an environment may block (a tau2 user simulator
-    # calls an LLM inside step), and the loop is shared with the service's gRPC server.
-    d = await asyncio.to_thread(_EpisodeDriver, env, policy_fn, seed, max_turns, policy=policy,
-                                env_params=env_params, deadline_s=deadline_s, sample_index=sample_index)
+    # calls an LLM inside step), and the loop is shared with the service's gRPC server. An
+    # environment that declares `inline_steps` is called on the loop: its calls are shorter than
+    # the thread hand-off (bench/rollout_overhead: three hand-offs per turn were the loop's
+    # largest cost after the environment itself).
+    env_call = _inline if getattr(env, "inline_steps", False) else asyncio.to_thread
+    d = await env_call(_EpisodeDriver, env, policy_fn, seed, max_turns, policy=policy,
+                       env_params=env_params, deadline_s=deadline_s, sample_index=sample_index)
     while (request := d.next_request()) is not None:
         try:
             call = policy_fn(request, d.tools)
@@ -195,5 +199,10 @@ async def run_episode_async(env: Environment, policy_fn: AsyncPolicyFn, seed: in
         except Exception as exc:  # noqa: BLE001 - any backend failure ends the episode, recorded
             d.fail(exc)
             break
-        await asyncio.to_thread(d.answer, reply)
-    return await asyncio.to_thread(d.trajectory)
+        await env_call(d.answer, reply)
+    return await env_call(d.trajectory)
+
+
+async def _inline(fn, /, *args, **kwargs):
+    """`asyncio.to_thread`'s signature, run on the calling loop (environments with inline_steps)."""
+    return fn(*args, **kwargs)

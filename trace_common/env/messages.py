@@ -58,17 +58,25 @@ class ToolCall(BaseModel):
         return self.function.name
 
 
+def _unset(value: Any) -> bool:
+    return value is None
+
+
 class Message(BaseModel):
     """One chat message. `content` may be None only for an assistant message with tool calls."""
 
     model_config = ConfigDict(extra="ignore")
 
+    # Unset optional keys are left out of every dump (as `to_dict` does), so pydantic's own
+    # serialiser writes the OpenAI shape: `Trajectory.to_json_line` relies on it to write a
+    # trajectory in one Rust-side pass (5x faster than dict + json.dumps; bench/rollout_overhead).
     role: Role
     content: str | None = None
     tool_calls: list[ToolCall] | None = Field(
-        default=None, description="Assistant only: the calls this message makes.")
-    tool_call_id: str | None = Field(default=None, description="Tool only: the id of the call answered.")
-    name: str | None = Field(default=None, description="Optional author name.")
+        default=None, exclude_if=_unset, description="Assistant only: the calls this message makes.")
+    tool_call_id: str | None = Field(default=None, exclude_if=_unset,
+                                     description="Tool only: the id of the call answered.")
+    name: str | None = Field(default=None, exclude_if=_unset, description="Optional author name.")
 
     @model_validator(mode="after")
     def _role_fields(self) -> Message:

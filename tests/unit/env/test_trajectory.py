@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from pydantic import ValidationError
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 from tests.unit.env.toy_env import ToyEnv
 from trace_common.env import (
     Message,
+    ToolCall,
     PolicyTurn,
     Trajectory,
     TurnRecord,
@@ -79,3 +81,21 @@ def _toy_numbers(seed):
     env = ToyEnv()
     env.reset(seed)
     return env.a, env.b
+
+
+@pytest.mark.parametrize("messages", [
+    [Message.system("s"), Message.user("What is 1 + 2?"), Message.assistant("It is 3.")],
+    [Message.system("s"), Message.user("naïve ünïcode ✓"),
+     Message.assistant(None, [ToolCall.create("c1", "find_order", {"order_id": "#W1", "n": 2})]),
+     Message.tool("c1", '{"status": "délivré"}'), Message.assistant("done", [])],
+])
+def test_json_line_is_the_openai_dict_form(messages):
+    # to_json_line is pydantic's one-pass serialiser; it must write the dict form (OpenAI
+    # messages without unset keys), compact, UTF-8 (not \u-escaped). Floats may be spelled
+    # differently from json.dumps (1.2e-05 vs 0.000012): same values.
+    traj = _trajectories()[0].model_copy(update={"messages": messages, "info": {"note": "é", "k": [1, 2.5]}})
+    line = traj.to_json_line()
+    assert json.loads(line) == traj.to_dict()
+    assert "\n" not in line and "é" in line and line.startswith('{"schema_version":1,"task_id":')
+    assert json.loads(line)["messages"] == [m.to_dict() for m in messages]
+    assert Trajectory.from_json_line(line) == traj
