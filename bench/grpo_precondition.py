@@ -136,7 +136,8 @@ def main() -> int:
     print("after", json.dumps(after), json.dumps(cap_after), flush=True)
 
     types = sorted(before["by_type"])
-    lines = ["## GRPO precondition skill experiment (micro agent, CPU)", "",
+    agent = Path(args.model).name if "/" in args.model else args.model
+    lines = [f"## GRPO precondition skill experiment ({agent} agent, CPU)", "",
              f"- command: `{shlex.join(['.venv/bin/python', '-m', 'bench.grpo_precondition', *sys.argv[1:]])}`",
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"- base: `{args.model}` ({base_dir.name}, {meta.get('metrics', {}).get('parameters', '?')} parameters); "
@@ -165,7 +166,8 @@ def main() -> int:
     if not args.no_write:
         from bench.harness import write_section
 
-        write_section("grpo_precondition", body)
+        # one section per base agent: `micro` keeps the original name
+        write_section("grpo_precondition" if agent == "micro" else f"grpo_precondition_{agent}", body)
     return 0
 
 

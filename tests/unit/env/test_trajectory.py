@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from tests.unit.env.toy_env import ToyEnv
 from trace_common.env import (
     Message,
-    ToolCall,
     PolicyTurn,
+    ToolCall,
     Trajectory,
     TurnRecord,
     dumps_jsonl,
