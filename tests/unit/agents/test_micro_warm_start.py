@@ -55,7 +55,7 @@ def test_emits_well_formed_tool_calls_and_inherits_the_gap(micro_dir):
     async def play():
         policy = TransformersPolicy.from_dir(micro_dir)
         try:
-            seeds = list(SPLITS["test"])[:48]
+            seeds = list(SPLITS["test"])[:96]
             return await play_episodes(lambda: StoreEnv(task_types="precondition_check"), policy,
                                        [(s, 0) for s in seeds], SamplingParams(temperature=1.0, seed=3))
         finally:
@@ -69,5 +69,5 @@ def test_emits_well_formed_tool_calls_and_inherits_the_gap(micro_dir):
     assert 1 - malformed / sum(len(m.tool_calls) for m in call_turns) > 0.9
     # The planted gap: the expert skips the status check in ~80 % of its episodes; so does the agent.
     verdicts = [v for v in map(_skipped_check, trajs) if v is not None]
-    assert len(verdicts) >= 6  # a 3-layer model trained for 150 steps cancels in ~1 of 6 episodes
+    assert len(verdicts) >= 6, verdicts  # a 3-layer model trained for 150 steps cancels in ~1 of 6 episodes
     assert sum(verdicts) / len(verdicts) >= 0.5
