@@ -62,18 +62,23 @@ def _unset(value: Any) -> bool:
     return value is None
 
 
+def _no_calls(value: Any) -> bool:
+    return not value  # None or []: an OpenAI message without tool calls has no tool_calls key
+
+
 class Message(BaseModel):
     """One chat message. `content` may be None only for an assistant message with tool calls."""
 
     model_config = ConfigDict(extra="ignore")
 
-    # Unset optional keys are left out of every dump (as `to_dict` does), so pydantic's own
-    # serialiser writes the OpenAI shape: `Trajectory.to_json_line` relies on it to write a
-    # trajectory in one Rust-side pass (5x faster than dict + json.dumps; bench/rollout_overhead).
+    # Unset optional keys (and an empty tool_calls) are left out of every dump, so pydantic's own
+    # serialiser -- and `to_dict`, which is a dump -- writes the OpenAI shape.
+    # `Trajectory.to_json_line` relies on it to write a trajectory in one Rust-side pass (5x
+    # faster than dict + json.dumps; bench/rollout_overhead).
     role: Role
     content: str | None = None
     tool_calls: list[ToolCall] | None = Field(
-        default=None, exclude_if=_unset, description="Assistant only: the calls this message makes.")
+        default=None, exclude_if=_no_calls, description="Assistant only: the calls this message makes.")
     tool_call_id: str | None = Field(default=None, exclude_if=_unset,
                                      description="Tool only: the id of the call answered.")
     name: str | None = Field(default=None, exclude_if=_unset, description="Optional author name.")
@@ -112,14 +117,7 @@ class Message(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """OpenAI dict: always `role` and `content` (content may be null), the other keys
         only when set."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        if self.name is not None:
-            out["name"] = self.name
-        return out
+        return self.model_dump(mode="json")  # the fields' exclude_if leaves unset keys out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:

@@ -55,6 +55,7 @@ from trace_common.grpo import checkpoint as ckpt
 from trace_common.grpo.config import GRPOConfig
 from trace_common.grpo.rollouts import EnvFactory, EpisodeSpec, PolicyRollouts, play_groups
 from trace_common.grpo.trainable import TrainableWeights
+from trace_common.grpo.trainer import EventFn
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
     BASE_SLOT_NAME,
@@ -76,7 +77,6 @@ from trace_common.policy.base import SamplingParams, derive_seed
 
 log = logging.getLogger(__name__)
 
-EventFn = Callable[[str, dict[str, Any]], None]
 _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 

@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
@@ -282,20 +283,6 @@ def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExamp
 
 
 # ---- checkpoints -------------------------------------------------------------------------------
-def _torch_bytes(obj: Any) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
-def _torch_load(data: bytes) -> Any:
-    import io
-
-    return torch.load(io.BytesIO(data), weights_only=True)
-
-
 def list_gate_checkpoints(store: ArtifactStore, prefix: str) -> list[tuple[int, str]]:
     """(step, key of checkpoint.json) of every complete gate checkpoint under `prefix`, oldest first."""
     found = []
@@ -436,7 +423,7 @@ class GateTrainer:
         with tempfile.TemporaryDirectory(prefix="trace-gate-ckpt-") as tmp:
             gates_bytes = save_gates(self.model, Path(tmp) / GATES_FILE).read_bytes()
         parts = {GATES_FILE: gates_bytes,
-                 "optimizer.pt": _torch_bytes({"optimizer": self.optimizer.state_dict(),
+                 "optimizer.pt": torch_bytes({"optimizer": self.optimizer.state_dict(),
                                                "weights": [w.detach().clone() for w in self.weights]}),
                  "state.json": json.dumps({"step": self.step_count, "losses": self.losses,
                                            "config_digest": self.config.digest()}).encode()}
@@ -479,7 +466,7 @@ class GateTrainer:
             path.write_bytes(data[GATES_FILE])
             tensors, _meta = read_gates(path)
         self.model.load_gate_state_dict(tensors)
-        saved = _torch_load(data["optimizer.pt"])
+        saved = torch_load_bytes(data["optimizer.pt"])
         with torch.no_grad():
             for weight, value in zip(self.weights, saved["weights"], strict=True):
                 weight.copy_(value)

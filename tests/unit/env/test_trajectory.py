@@ -99,3 +99,10 @@ def test_json_line_is_the_openai_dict_form(messages):
     assert "\n" not in line and "é" in line and line.startswith('{"schema_version":1,"task_id":')
     assert json.loads(line)["messages"] == [m.to_dict() for m in messages]
     assert Trajectory.from_json_line(line) == traj
+
+
+def test_an_empty_tool_calls_list_is_left_out_like_none():
+    # as OpenAI writes a message without calls (and as the hand-written dict form did)
+    msg = Message.model_validate({"role": "assistant", "content": "no calls", "tool_calls": []})
+    assert msg.to_dict() == {"role": "assistant", "content": "no calls"}
+    assert json.loads(msg.model_dump_json()) == msg.to_dict()
