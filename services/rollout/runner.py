@@ -162,7 +162,7 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
     steps, rewards, durations = (m.STEPS.labels(env_name), m.EPISODE_REWARD.labels(env_name),
                                  m.EPISODE_DURATION.labels(env_name))
 
-    async def one(task_seed: int, k: int) -> Trajectory:
+    async def one(task_seed: int, k: int) -> tuple[Trajectory, bytes]:
         nonlocal done, last_progress
         async with sem:
             env: Environment = p.env_spec.factory(**params)
