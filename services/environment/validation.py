@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trace_common import pyast
 from trace_common.env import run_episode
 from trace_common.errors import Cancelled, TraceError
 
@@ -130,7 +131,7 @@ def _allowed(module: str) -> bool:
 def static_check(source: str, min_doc: int = 200) -> Check:
     """Parse-level checks (nothing is executed)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         return Check(name="static", passed=False, reason=f"syntax error at line {exc.lineno}: {exc.msg}")
     problems: list[str] = []

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trace_common import pyast
 from trace_common.errors import FailedPrecondition
 
 HERE = Path(__file__).resolve().parent
@@ -83,7 +84,7 @@ def kit_sha256() -> str:
 
 def _split(source: str, drop_import_of: str | None) -> tuple[str, str]:
     """(docstring source text, remaining code) without `from __future__` and the kit import."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     lines = source.splitlines(keepends=True)
     drop: list[tuple[int, int]] = []
     doc = ""

@@ -8,7 +8,7 @@ Python's own operators, refusing powers whose result would be astronomically lar
 
 Semantics:
     if any char not in "0123456789+-*/(). ": raise ValueError("Invalid characters in expression")
-    tree = compile(expr, "<string>", "eval", AST)          # SyntaxError text as eval's
+    tree = parse(expr, "<string>", "eval")                 # SyntaxError text as eval's
     value = walk(tree)      # ints stay exact ints, "/" is true division, "//" floor, "**" power
     return str(round(float(value), 2))
 """
@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import operator
 from typing import Any
+
+from trace_common import pyast
 
 _ALLOWED = set("0123456789+-*/(). ")
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -30,7 +32,7 @@ _MAX_POW_BITS = 4096
 def calculate_expression(expression: str) -> str:
     if not all(char in _ALLOWED for char in expression):
         raise ValueError("Invalid characters in expression")
-    tree = compile(expression, "<string>", "eval", ast.PyCF_ONLY_AST)
+    tree = pyast.parse(expression, "<string>", "eval")
     value = _walk(tree.body)
     return str(round(float(value), 2))
 
