@@ -22,7 +22,12 @@ backend batches them); the environment side runs in the sandbox worker through
 
 A factory that exposes `unavailable` (the first backend failure its episodes met) makes a
 backend outage raise `CalibrationPolicyFailed` instead of scoring the episodes 0: an
-unreachable base model says nothing about the candidate.
+unreachable base model says nothing about the candidate. Likewise an episode that runs past
+`deadline_s` (wall clock, which includes waiting for a shared model: with `concurrency`
+episodes in flight on a slow backend each one takes about `concurrency` times longer) raises
+`CalibrationTimedOut`: its 0 reward would measure the machine, not the candidate. (Found by the
+SmolLM2 run on a 2-core CPU, where every calibration episode timed out and all three library
+environments were rejected as "mean reward 0.00".)
 """
 
 from __future__ import annotations
@@ -35,14 +40,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trace_common.env import run_episode_async
-from trace_common.errors import Cancelled, Unavailable
+from trace_common.env import Termination, run_episode_async
+from trace_common.errors import Cancelled, DeadlineExceeded, Unavailable
 
 from .sandbox_env import SandboxEnvironment
 
 
 class CalibrationPolicyFailed(Unavailable):
     """The calibration policy's backend failed (not the candidate's fault): the job fails."""
+
+
+class CalibrationTimedOut(DeadlineExceeded):
+    """Calibration episodes ran past their deadline (not the candidate's fault): the job fails."""
 
 
 @dataclass
@@ -95,6 +104,7 @@ async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, se
     """Play the groups and summarise them (see module docstring)."""
     rewards: list[list[float]] = [[0.0] * group_size for _ in seeds]  # [groups, group_size]
     errors: list[str] = []
+    timed_out: list[str] = []
     slots = asyncio.Semaphore(max(1, concurrency))
 
     async def one(g: int, seed: int, k: int) -> None:
@@ -108,6 +118,8 @@ async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, se
                                                deadline_s=deadline_s, sample_index=k)
                 if traj.error:
                     errors.append(f"seed {seed} sample {k}: {traj.error}")
+                if traj.termination == Termination.TIMEOUT:
+                    timed_out.append(f"seed {seed} sample {k}")
                 rewards[g][k] = traj.reward
             finally:
                 env.close()
@@ -123,6 +135,13 @@ async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, se
         raise CalibrationPolicyFailed(f"the calibration policy {factory.info.model!r} failed, so the candidate "
                                       f"could not be judged: {failure}. Check that the base model's backend is up "
                                       "(spec.calibration_policy) and retry the job")
+    if timed_out:
+        n = len(seeds) * group_size
+        raise CalibrationTimedOut(
+            f"{len(timed_out)} of {n} calibration episodes of {factory.info.model!r} ran past their {deadline_s:g} s "
+            f"deadline (first: {timed_out[0]}) with up to {concurrency} in flight, so their reward says nothing about "
+            "the candidate. Raise TRACE_ENVIRONMENT_VALIDATION_EPISODE_DEADLINE_S or lower "
+            "TRACE_ENVIRONMENT_VALIDATION_CALIBRATION_CONCURRENCY for a slow base model, and retry the job")
     mean, frac = summarise(rewards)
     return CalibrationResult(policy=factory.info.model, seeds=list(seeds), group_size=group_size, rewards=rewards,
                              mean=mean, informative_fraction=frac, band=band, min_informative=min_informative,

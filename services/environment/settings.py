@@ -60,6 +60,9 @@ class EnvironmentSettings(ServiceSettings):
     validation_max_tools: int = Field(5, ge=1, le=64, description="Most target tools a candidate may reuse.")
     validation_calibration_concurrency: int = Field(
         32, ge=1, le=4096, description="Calibration episodes in flight at once (a model backend batches them).")
+    validation_episode_deadline_s: float = Field(
+        600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode, waiting for the model included "
+        "(a CPU model with many episodes in flight needs minutes); an episode past it fails the job, never scores 0.")
     calibration_temperature: float = Field(
         1.0, ge=0, le=5, description="Sampling temperature of the base policy during calibration (GRPO samples at "
         "> 0; at 0 every group is constant and none is informative).")
@@ -103,7 +106,8 @@ class EnvironmentSettings(ServiceSettings):
             group_size=self.validation_group_size,
             min_informative=self.validation_min_informative if min_informative is None else min_informative,
             min_tools=self.validation_min_tools, max_tools=self.validation_max_tools, seed=seed,
-            calibration_concurrency=self.validation_calibration_concurrency)
+            calibration_concurrency=self.validation_calibration_concurrency,
+            episode_deadline_s=self.validation_episode_deadline_s)
 
     def calibration_sampling(self) -> CalibrationSampling:
         return CalibrationSampling(temperature=self.calibration_temperature, max_tokens=self.calibration_max_tokens,

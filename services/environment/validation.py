@@ -16,8 +16,8 @@ other check still runs so the generation agent gets all reasons at once):
 
 The report names the calibration policy (`calibration_policy_info`: backend, model, adapter,
 endpoint, and `scripted_stand_in`, True when the scripted skill-mixture played instead of a
-model). A calibration policy whose backend fails (`CalibrationPolicyFailed`) is not the
-candidate's fault: it propagates and fails the job instead of rejecting the candidate.
+model). A calibration policy whose backend fails (`CalibrationPolicyFailed`) or whose episodes
+run past their deadline (`CalibrationTimedOut`) is not the candidate's fault: it propagates and fails the job instead of rejecting the candidate.
 
 The final status is ACCEPTED when every check passed, else REJECTED with one reason line
 per failed check. A sandbox violation or an exception in the module fails the check
@@ -42,7 +42,7 @@ from trace_common import pyast
 from trace_common.env import run_episode
 from trace_common.errors import Cancelled, TraceError
 
-from .calibration import CalibrationPolicyFailed, CalibrationResult, calibrate
+from .calibration import CalibrationPolicyFailed, CalibrationResult, CalibrationTimedOut, calibrate
 from .policies import ActionScript, RandomPolicy, noop_policy
 from .sandbox import SandboxConfig, SandboxViolation, SandboxWorker
 from .sandbox_env import LoadedModule, SandboxEnvironment, load_module
@@ -70,7 +70,8 @@ class ValidationConfig(BaseModel):
     min_tools: int = Field(3, ge=1, le=64, description="Fewest tools a candidate may expose.")
     max_tools: int = Field(5, ge=1, le=64, description="Most tools a candidate may expose.")
     max_turns: int = Field(0, ge=0, le=1000, description="Turn budget per episode (0: the env's default).")
-    episode_deadline_s: float = Field(120.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode.")
+    episode_deadline_s: float = Field(600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode "
+                                      "(waiting for a shared model included).")
     calibration_concurrency: int = Field(32, ge=1, le=4096, description="Calibration episodes in flight at once "
                                          "(across groups; a model backend batches them).")
     seed: int = Field(0, description="Seed of the seed sampling and the random policy.")
@@ -268,7 +269,7 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
                                 seconds=round(time.perf_counter() - t0, 3)))
             raise _Stop from None
         except TraceError as exc:
-            if isinstance(exc, (Cancelled, CalibrationPolicyFailed)):
+            if isinstance(exc, (Cancelled, CalibrationPolicyFailed, CalibrationTimedOut)):
                 raise
             check, value = Check(name=name, passed=False, reason=str(exc)), None
         check.seconds = round(time.perf_counter() - t0, 3)

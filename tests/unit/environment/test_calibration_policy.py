@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.environment.calibration import CalibrationPolicyFailed
+from services.environment.calibration import CalibrationPolicyFailed, CalibrationTimedOut
 from services.environment.calibration_policy import CalibrationSampling, ModelCalibration, check_ref
 from services.environment.service import Environments
 from services.environment.settings import EnvironmentSettings
@@ -43,14 +43,15 @@ def _ref(backend: str = IN_PROCESS, **kw) -> PolicyRefModel:
     return PolicyRefModel(backend=backend, **kw)
 
 
-def _calibrate(ref: PolicyRefModel, family: str, target_name: str, sampling: CalibrationSampling = SAMPLING):
+def _calibrate(ref: PolicyRefModel, family: str, target_name: str, sampling: CalibrationSampling = SAMPLING,
+               cal: ValidationConfig = CAL):
     """Prepare the maker, validate one library bundle with it, release; returns (report, maker, calibration)."""
     calibration = ModelCalibration(sampling)
     maker = calibration(ref)
     try:
         asyncio.run(maker.prepare())
         policy = maker.policy
-        report = validate(bundled(family, target_name), target(target_name), CAL, SANDBOX, maker(), label=family)
+        report = validate(bundled(family, target_name), target(target_name), cal, SANDBOX, maker(), label=family)
         asyncio.run(maker.release())
     finally:
         asyncio.run(calibration.close())
@@ -136,6 +137,21 @@ def test_http_backend_failure_fails_calibration_not_the_candidate(reply):
         srv.close()
     assert err.value.code == "UNAVAILABLE"
     assert "calibration policy 'served-base' failed" in str(err.value) and "policy backend" in str(err.value)
+
+
+def test_episodes_past_the_deadline_fail_calibration_not_the_candidate():
+    """A slow model must not be read as a 0 reward (every environment would be rejected as too hard)."""
+    srv = FakeOpenAI(default={"json": completion("", [CALL])}, latency=0.3)  # several turns of 0.3 s each
+    try:
+        with pytest.raises(CalibrationTimedOut) as err:
+            _calibrate(_ref(HTTP, model="slow-base", endpoint=srv.base_url), "precondition_verification", "store",
+                       cal=CAL.model_copy(update={"episode_deadline_s": 0.5}))
+    finally:
+        srv.close()
+    assert err.value.code == "DEADLINE_EXCEEDED"
+    msg = str(err.value)
+    assert "calibration episodes of 'slow-base' ran past their 0.5 s deadline" in msg
+    assert "TRACE_ENVIRONMENT_VALIDATION_EPISODE_DEADLINE_S" in msg  # says how to fix it
 
 
 # -- bad refs -------------------------------------------------------------------------------------------
