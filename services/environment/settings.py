@@ -61,8 +61,10 @@ class EnvironmentSettings(ServiceSettings):
     validation_calibration_concurrency: int = Field(
         32, ge=1, le=4096, description="Calibration episodes in flight at once (a model backend batches them).")
     validation_episode_deadline_s: float = Field(
-        600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode, waiting for the model included "
-        "(a CPU model with many episodes in flight needs minutes); an episode past it fails the job, never scores 0.")
+        3600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode, waiting for the shared model "
+        "included; an episode past it fails the job, never scores 0. A last-resort guard only: an HTTP model call has "
+        "its own timeout and retries, and max_turns bounds the turns, while SmolLM2 on a 2-core CPU with 64 episodes "
+        "in flight took over 600 s per episode.")
     calibration_temperature: float = Field(
         1.0, ge=0, le=5, description="Sampling temperature of the base policy during calibration (GRPO samples at "
         "> 0; at 0 every group is constant and none is informative).")

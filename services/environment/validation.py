@@ -70,7 +70,7 @@ class ValidationConfig(BaseModel):
     min_tools: int = Field(3, ge=1, le=64, description="Fewest tools a candidate may expose.")
     max_tools: int = Field(5, ge=1, le=64, description="Most tools a candidate may expose.")
     max_turns: int = Field(0, ge=0, le=1000, description="Turn budget per episode (0: the env's default).")
-    episode_deadline_s: float = Field(600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode "
+    episode_deadline_s: float = Field(3600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode "
                                       "(waiting for a shared model included).")
     calibration_concurrency: int = Field(32, ge=1, le=4096, description="Calibration episodes in flight at once "
                                          "(across groups; a model backend batches them).")
