@@ -46,11 +46,11 @@ def _follow_plain(watch_stream, description: str, out: Console):
         job = last = msg.job
         done, total = job.progress.completed, job.progress.total
         decile = min(10, done * 10 // total) if total else -1
-        now = time.monotonic()
-        if (_stage(job), decile) != logged or now - last_line >= LOG_INTERVAL_S:
+        stage, now = _stage(job), time.monotonic()
+        if (stage, decile) != logged or now - last_line >= LOG_INTERVAL_S:
             count = f"{done}/{total}" if total else f"{done}"
-            out.print(f"{description}: {count} {_stage(job)} [{now - start:.0f} s]", highlight=False)
-            logged, last_line = (_stage(job), decile), now
+            out.print(f"{description}: {count} {stage} [{now - start:.0f} s]", highlight=False)
+            logged, last_line = (stage, decile), now
     if last is not None:
         out.print(f"{description}: {state_name(last).lower()} after {time.monotonic() - start:.0f} s",
                   highlight=False)
@@ -58,7 +58,7 @@ def _follow_plain(watch_stream, description: str, out: Console):
 
 
 def _stage(job) -> str:
-    return job.progress.stage or t.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()
+    return job.progress.stage or state_name(job).lower()
 
 
 def state_name(job) -> str:

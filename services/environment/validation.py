@@ -17,7 +17,8 @@ other check still runs so the generation agent gets all reasons at once):
 The report names the calibration policy (`calibration_policy_info`: backend, model, adapter,
 endpoint, and `scripted_stand_in`, True when the scripted skill-mixture played instead of a
 model). A calibration policy whose backend fails (`CalibrationPolicyFailed`) or whose episodes
-run past their deadline (`CalibrationTimedOut`) is not the candidate's fault: it propagates and fails the job instead of rejecting the candidate.
+run past their deadline (`CalibrationTimedOut`) is not the candidate's fault: it propagates and
+fails the job instead of rejecting the candidate.
 
 The final status is ACCEPTED when every check passed, else REJECTED with one reason line
 per failed check. A sandbox violation or an exception in the module fails the check
