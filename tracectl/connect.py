@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -47,6 +48,9 @@ class Connection:
         self._overrides = dict(getattr(args, "overrides", None) or {})
         self._exit = ExitStack()
         self.embedded: BackgroundStack | None = None
+        # `tracectl run` asks for stubs from several threads (parallel adapter jobs); when the run
+        # resumes at such a stage, they race to start the embedded stack. One lock, one stack.
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Connection:
         return self
@@ -55,10 +59,13 @@ class Connection:
         self._exit.close()
 
     def stub(self, service: str):
-        if service in self._targets:
-            ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], self._token)))
-            return stub(service, ch)
-        if self.embedded is None:
-            self.embedded = BackgroundStack(self._root, overrides=self._overrides)
-            self._exit.callback(self.embedded.close)
-        return self.embedded.stub(service)
+        """A stub for `service`; safe to call from several threads at once."""
+        with self._lock:
+            if service in self._targets:
+                ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], self._token)))
+                return stub(service, ch)
+            if self.embedded is None:
+                self.embedded = BackgroundStack(self._root, overrides=self._overrides)
+                self._exit.callback(self.embedded.close)
+            embedded = self.embedded
+        return embedded.stub(service)

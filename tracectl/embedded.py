@@ -58,7 +58,7 @@ class EmbeddedStack:
         except BaseException:
             await self.stop()
             raise
-        tmp = self.state_file.with_suffix(".tmp")
+        tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")  # two processes on one root never share it
         tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
                                    "targets": self.targets, "metrics": self.metrics_urls,
                                    "auth": bool(self.token)}, indent=2))
@@ -96,6 +96,7 @@ class BackgroundStack:
         self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {})
         self.token = token
         self.channels: dict[str, object] = {}
+        self._channels_lock = threading.Lock()
         try:
             self.call(self.stack.start())
         except BaseException:
@@ -125,9 +126,11 @@ class BackgroundStack:
         """A stub with the stack's token (token=True), none (None) or the given one."""
         tok = self.token if token is True else token
         key = f"{service}:{tok}"
-        if key not in self.channels:
-            self.channels[key] = open_channel(Endpoint(self.targets[service], tok or None))
-        return stub(service, self.channels[key])
+        with self._channels_lock:  # one channel per key, also when threads ask at once
+            if key not in self.channels:
+                self.channels[key] = open_channel(Endpoint(self.targets[service], tok or None))
+            channel = self.channels[key]
+        return stub(service, channel)
 
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
