@@ -28,6 +28,10 @@ episodes in flight on a slow backend each one takes about `concurrency` times lo
 `CalibrationTimedOut`: its 0 reward would measure the machine, not the candidate. (Found by the
 SmolLM2 run on a 2-core CPU, where every calibration episode timed out and all three library
 environments were rejected as "mean reward 0.00".)
+
+`on_progress(done, total)`, when given, is called after each episode (from the thread running
+`calibrate`'s event loop), so a job can show calibration progress: with a slow base model it is
+most of a generation job's time (47 min for two environments with SmolLM2 on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -100,14 +104,17 @@ def summarise(rewards: Sequence[Sequence[float]]) -> tuple[float, float]:
 async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, seeds: Sequence[int], group_size: int,
                     band: tuple[float, float], min_informative: float, *, base_seed: int = 0,
                     max_turns: int | None = None, deadline_s: float | None = 120.0,
-                    cancel: threading.Event | None = None, concurrency: int = 32) -> CalibrationResult:
+                    cancel: threading.Event | None = None, concurrency: int = 32,
+                    on_progress: Callable[[int, int], None] | None = None) -> CalibrationResult:
     """Play the groups and summarise them (see module docstring)."""
     rewards: list[list[float]] = [[0.0] * group_size for _ in seeds]  # [groups, group_size]
+    total, done = len(seeds) * group_size, 0
     errors: list[str] = []
     timed_out: list[str] = []
     slots = asyncio.Semaphore(max(1, concurrency))
 
     async def one(g: int, seed: int, k: int) -> None:
+        nonlocal done
         async with slots:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("calibration cancelled")
@@ -123,6 +130,9 @@ async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, se
                 rewards[g][k] = traj.reward
             finally:
                 env.close()
+            done += 1
+            if on_progress is not None:
+                on_progress(done, total)
 
     try:
         await asyncio.gather(*(one(g, seed, k) for g, seed in enumerate(seeds) for k in range(group_size)))
@@ -136,9 +146,8 @@ async def calibrate(make_env: Callable[[], SandboxEnvironment], factory: Any, se
                                       f"could not be judged: {failure}. Check that the base model's backend is up "
                                       "(spec.calibration_policy) and retry the job")
     if timed_out:
-        n = len(seeds) * group_size
         raise CalibrationTimedOut(
-            f"{len(timed_out)} of {n} calibration episodes of {factory.info.model!r} ran past their {deadline_s:g} s "
+            f"{len(timed_out)} of {total} calibration episodes of {factory.info.model!r} ran past their {deadline_s:g} s "
             f"deadline (first: {timed_out[0]}) with up to {concurrency} in flight, so their reward says nothing about "
             "the candidate. Raise TRACE_ENVIRONMENT_VALIDATION_EPISODE_DEADLINE_S or lower "
             "TRACE_ENVIRONMENT_VALIDATION_CALIBRATION_CONCURRENCY for a slow base model, and retry the job")

@@ -131,18 +131,34 @@ class Environments:
                 log.warning("generation job %s: calibration by the scripted stand-in %s (%s)", ctx.job_id,
                             who.get("model"), who.get("note", ""))
             calibrator = f"{'scripted stand-in ' if who.get('scripted_stand_in') else ''}{who.get('model')}"
+            # Progress counts calibration episodes (most of the job's time with a real base model):
+            # `per_env` per environment; a finished environment counts in full (also when it was
+            # rejected before calibrating), and an LLM-mode retry starts its environment's count again.
+            loop = asyncio.get_running_loop()
+            per_env = vconfig.groups * vconfig.group_size
+            played = dict.fromkeys((c.name for c in spec.capabilities), 0)
+
+            def show(name: str | None = None, episodes: int = 0) -> None:
+                if name is not None:
+                    played[name] = episodes
+                ctx.progress(completed=sum(played.values()), total=per_env * len(played),
+                             stage=f"calibration episodes, {len(records)}/{total} environments done")
+
             if prepare is not None:
-                ctx.progress(completed=0, total=total, stage="loading calibration policy",
+                ctx.progress(completed=0, total=per_env * total, stage="loading calibration policy",
                              message=f"loading {who.get('model')} ({who.get('backend')})")
                 await prepare()
-            ctx.progress(completed=0, total=total, stage="generating",
-                         message=f"{total} capabilities, mode {spec.mode.removeprefix('GENERATION_MODE_').lower()}, "
+            show()
+            ctx.progress(message=f"{total} capabilities, mode {spec.mode.removeprefix('GENERATION_MODE_').lower()}, "
                                  f"calibration by {calibrator}")
 
             async def one(cap) -> EnvironmentRecord:
+                def step(done: int, _n: int) -> None:  # called on validate's thread
+                    loop.call_soon_threadsafe(show, cap.name, done)
+
                 async def check(source: str) -> ValidationReport:
                     return await asyncio.to_thread(validate, source, target, vconfig, self.sandbox, maker(),
-                                                   label=cap.name, cancel=cancel)
+                                                   label=cap.name, cancel=cancel, on_calibration_progress=step)
                 if library_mode:
                     result = await generate_library(cap.name, target, check)
                 else:
@@ -154,7 +170,8 @@ class Environments:
                 for kind, art in (("environment-code", record.code), ("validation-report", record.validation),
                                   ("environment-manifest", record.manifest)):
                     ctx.add_output(Output(art["uri"], art["sha256"], int(art["size"]), kind))
-                ctx.progress(completed=len(records), message=f"{cap.name}: {record.status.lower()}")
+                show(cap.name, per_env)
+                ctx.progress(message=f"{cap.name}: {record.status.lower()}")
                 return record
 
             try:

@@ -34,7 +34,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -249,8 +249,11 @@ class _Stop(Exception):
 
 def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox: SandboxConfig,
              policy_factory: Any, *, label: str = "candidate", cancel: threading.Event | None = None,
-             params: dict[str, Any] | None = None) -> ValidationReport:
-    """Run every check on `source` (see module docstring). Never raises for the candidate's faults."""
+             params: dict[str, Any] | None = None,
+             on_calibration_progress: Callable[[int, int], None] | None = None) -> ValidationReport:
+    """Run every check on `source` (see module docstring). Never raises for the candidate's faults.
+
+    `on_calibration_progress(done, total)` is `calibrate`'s per-episode callback."""
     started = time.perf_counter()
     checks: list[Check] = []
     numbers: dict[str, float] = {}
@@ -385,7 +388,8 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
             result: CalibrationResult = asyncio.run(calibrate(
                 lambda: SandboxEnvironment(worker, module), policy_factory, cal_seeds, config.group_size,
                 config.band, config.min_informative, base_seed=config.seed, max_turns=max_turns,
-                deadline_s=config.episode_deadline_s, cancel=cancel, concurrency=config.calibration_concurrency))
+                deadline_s=config.episode_deadline_s, cancel=cancel, concurrency=config.calibration_concurrency,
+                on_progress=on_calibration_progress))
             numbers["calibration_mean"] = result.mean
             numbers["informative_fraction"] = result.informative_fraction
             problems = []

@@ -89,6 +89,13 @@ def test_in_process_calibration_policy_plays_the_candidate(request, stack_name, 
     rewards = check["details"]["rewards"]
     assert len(rewards) == report["config"]["groups"] and {len(g) for g in rewards} == {report["config"]["group_size"]}
     assert all(c["passed"] for c in report["checks"] if c["name"] != "calibration")
+    # progress counts calibration episodes as they finish, not only environments
+    episodes = report["config"]["groups"] * report["config"]["group_size"]
+    counts = [j.progress.completed for j in watched if j.progress.total == episodes]
+    assert counts == sorted(counts) and counts[-1] == episodes, counts
+    assert len({c for c in counts if 0 < c < episodes}) >= episodes // 2, counts
+    assert watched[-1].progress.stage == "done" and resp.job.progress.completed == episodes
+    assert any(j.progress.stage == "calibration episodes, 0/1 environments done" for j in watched)
 
 
 def test_no_calibration_policy_is_a_named_scripted_fallback(embedded_stack):
