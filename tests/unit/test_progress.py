@@ -1,4 +1,5 @@
-"""`tracectl.progress.follow` away from a terminal: plain lines a log file can show."""
+"""`tracectl.progress.follow` and `trace_common.progress.Reporter` away from a terminal: plain lines
+a log file can show."""
 
 import io
 import re
@@ -7,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
+from trace_common import progress as reporter
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import progress
 
@@ -45,8 +47,63 @@ def test_plain_progress_lines(updates, expected):
 
 def test_quiet_job_still_logs_every_interval(monkeypatch):
     clock = iter([0.0, 1.0, 2.0, 70.0, 71.0, 72.0])
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(reporter.time, "monotonic", lambda: next(clock))
     buf = io.StringIO()
     progress.follow(_stream((RUNNING, 1, 100, ""), (RUNNING, 2, 100, ""), (RUNNING, 3, 100, ""),
                             (DONE, 100, 100, "")), "job", out=Console(file=buf, force_terminal=False))
     assert _untimed(buf)[:3] == ["job: 1/100 running", "job: 3/100 running", "job: 100/100 succeeded"]
+
+
+@pytest.mark.parametrize(("updates", "expected"), [
+    # a detail (e.g. a training iteration's reward) rides on the line of its step
+    ([(1, 3, "training", "reward 0.100"), (2, 3, "training", "reward 0.200"), (3, 3, "done", "")],
+     ["it: 1/3 training  reward 0.100", "it: 2/3 training  reward 0.200", "it: 3/3 done"]),
+    # many small steps of one stage: one line per 10 %
+    ([(i, 20, "tasks replayed", "") for i in range(1, 21)],
+     [f"it: {i}/20 tasks replayed" for i in range(1, 21) if i % 2 == 0 or i == 1]),
+])
+def test_reporter_plain_lines(updates, expected):
+    buf = io.StringIO()
+    with reporter.Reporter("it", Console(file=buf, force_terminal=False, width=200)) as r:
+        for done, total, stage, detail in updates:
+            r.update(done, total, stage, detail)
+        r.finish("done")
+    assert _untimed(buf) == [*expected, "it: done"]
+
+
+def test_reporter_draws_a_bar_on_a_terminal():
+    buf = io.StringIO()
+    with reporter.Reporter("it", Console(file=buf, force_terminal=True, width=100)) as r:
+        r.update(5, 10, "half")
+        r.finish("done")  # the bar shows the outcome: no extra line
+    text = buf.getvalue()
+    assert "5/10" in text and "half" in text and "after" not in text
+
+
+def test_train_follow_logs_each_iteration_off_a_terminal():
+    from trace_common.grpc.client import messages
+    from tracectl.commands.train import follow_training
+
+    T = messages("trainer")
+
+    def msg(state, it, stage, reward=None):
+        m = T.WatchTrainingJobResponse(job=t.Job(job_id="tj", state=state,
+                                                 progress=t.Progress(completed=it, total=2, stage=stage)))
+        if reward is not None:
+            m.iteration.CopyFrom(T.IterationMetrics(iteration=it, values={"reward_mean": reward, "step_seconds": 3}))
+        return m
+
+    class Stub:
+        def WatchTrainingJob(self, request):
+            assert request.job_id == "tj"
+            yield from [msg(RUNNING, 0, "starting"), msg(RUNNING, 1, "training", 0.25),
+                        msg(RUNNING, 2, "training", 0.5), msg(DONE, 2, "done")]
+
+    buf = io.StringIO()
+    final = follow_training(Stub(), "tj", Console(file=buf, force_terminal=False, width=200))
+    assert final.state == DONE
+    assert _untimed(buf) == [
+        "train tj: 0/2 starting",
+        "train tj: 1/2 training  reward 0.250  pass 0.00  informative 0.00  3.0s/it",
+        "train tj: 2/2 training  reward 0.500  pass 0.00  informative 0.00  3.0s/it",
+        "train tj: 2/2 succeeded", "train tj: succeeded"]

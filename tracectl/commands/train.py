@@ -21,9 +21,9 @@ from pathlib import Path
 import grpc
 from google.protobuf.struct_pb2 import Struct
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trace_common.grpc.client import messages, new_request_id
+from trace_common.progress import Reporter
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
@@ -97,23 +97,23 @@ def follow_training(stub, job_id: str, console: Console):
     """Watch until the job ends (re-watching past a stream deadline); returns the final Job."""
     T = messages("trainer")
     last = None
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task(f"train {job_id}", total=None, info="")
+    with Reporter(f"train {job_id}", console) as report:
         while last is None or last.state not in TERMINAL:
             try:
                 for msg in stub.WatchTrainingJob(T.WatchTrainingJobRequest(job_id=job_id)):
                     last = msg.job
-                    info = state_name(last).lower() if last.state != t.JOB_STATE_RUNNING else last.progress.stage
+                    stage = state_name(last).lower() if last.state != t.JOB_STATE_RUNNING else last.progress.stage
+                    detail = ""
                     if msg.HasField("iteration"):
                         v = msg.iteration.values
-                        info = (f"reward {v.get('reward_mean', 0):.3f}  pass {v.get('pass_rate', 0):.2f}  "
-                                f"informative {v.get('informative_group_fraction', 0):.2f}  "
-                                f"{v.get('step_seconds', 0):.1f}s/it")
-                    bar.update(task, completed=last.progress.completed, total=last.progress.total or None, info=info)
+                        detail = (f"reward {v.get('reward_mean', 0):.3f}  pass {v.get('pass_rate', 0):.2f}  "
+                                  f"informative {v.get('informative_group_fraction', 0):.2f}  "
+                                  f"{v.get('step_seconds', 0):.1f}s/it")
+                    report.update(last.progress.completed, last.progress.total, stage, detail)
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise
+        report.finish(state_name(last).lower())
     return last
 
 

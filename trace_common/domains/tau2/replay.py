@@ -80,23 +80,32 @@ def replay_gold(domain: Tau2Domain, progress: Callable[[str], None] | None = Non
 
 def run_replay_gold(data: str | Path | None, out: str | Path, domain: str | None = None,
                     show_progress: bool = True) -> dict[str, Any]:
-    """Load the domain, replay all tasks with a rich progress bar on stderr, write `out` atomically.
+    """Load the domain, replay all tasks with progress on stderr (`trace_common.progress.Reporter`:
+    a bar on a terminal, plain lines elsewhere), write `out` atomically.
 
     Returns a summary: tasks, actions, tool errors, seconds.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from trace_common.progress import Reporter
 
     start = time.perf_counter()
     loaded = load_domain(data, domain)
     if not loaded.has_tools:
         raise FailedPrecondition(f"tau2 domain {loaded.name!r} has no TRACE tool implementation; "
                                  "replay-gold supports: retail")
-    console = Console(stderr=True)
-    with Progress(TextColumn("replay-gold {task.fields[domain]}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=not show_progress) as bar:
-        job = bar.add_task("replay", total=len(loaded.tasks), domain=loaded.name)
-        result = replay_gold(loaded, progress=lambda _tid: bar.advance(job))
+    total = len(loaded.tasks)
+    if show_progress:
+        with Reporter(f"replay-gold {loaded.name}") as report:
+            done = 0
+
+            def step(_tid: str) -> None:
+                nonlocal done
+                done += 1
+                report.update(done, total, "tasks replayed")
+
+            result = replay_gold(loaded, progress=step)
+            report.finish("done")
+    else:
+        result = replay_gold(loaded)
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
