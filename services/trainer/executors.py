@@ -126,7 +126,8 @@ class LocalExecutor:
             raise error_from_event(final)
         tail = " | ".join(list(stderr_tail)[-5:])
         how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
-        raise E.TraceError(f"training worker {how} without reporting a result; last output: {tail[-600:]}")
+        raise E.TraceError(f"training worker {how} without reporting a result{_kill_hint(rc)}; "
+                           f"last output: {tail[-600:]}")
 
     async def _stop(self, proc: asyncio.subprocess.Process) -> None:
         if proc.returncode is not None:
@@ -144,3 +145,17 @@ class LocalExecutor:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+def _kill_hint(rc: int | None) -> str:
+    """What a SIGKILL nobody in TRACE sent most likely was, and what to change.
+
+    The executor itself only sends SIGKILL after a cancel's grace period, and then the job is
+    CANCELLED, not failed; a worker killed by signal 9 otherwise was almost always stopped by the
+    kernel's out-of-memory killer (as when two SmolLM2 workers each took 21 GB for one
+    32-episode backward pass on a 23 GB machine)."""
+    if rc != -signal.SIGKILL:
+        return ""
+    return (" (SIGKILL from outside TRACE: usually the kernel's out-of-memory killer, see `dmesg`). To lower the "
+            "worker's peak memory raise the config's gradient_accumulation_steps (smaller micro-batches, same "
+            "update) or set gradient_checkpointing: true, or run fewer training jobs at once (training.parallel)")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from services.trainer.executors import error_from_event
+from services.trainer.executors import _kill_hint, error_from_event
 from services.trainer.jobspec import EVENT_PREFIX, decode_line, encode_event
 from services.trainer.worker import EventSink
 from trace_common.artifacts import open_store
@@ -59,3 +59,16 @@ def test_iteration_writes_are_throttled_but_final_events_are_not(tmp_path, capsy
     sink.emit("error", {"code": "INTERNAL", "message": "x"})
     assert [json.loads(x)["event"] for x in store.get_bytes("e.jsonl").splitlines()] == [
         "iteration", "iteration", "error"]
+
+
+@pytest.mark.parametrize("rc, fragment", [
+    (-9, "out-of-memory killer"),     # SIGKILL nobody in TRACE sent: say what it likely was and what to lower
+    (-15, ""),                        # SIGTERM: an ordinary stop, no guess
+    (1, ""),
+    (None, ""),
+])
+def test_kill_hint(rc, fragment):
+    hint = _kill_hint(rc)
+    assert (fragment in hint) if fragment else hint == ""
+    if fragment:
+        assert "gradient_accumulation_steps" in hint and "training.parallel" in hint

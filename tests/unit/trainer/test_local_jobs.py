@@ -103,6 +103,7 @@ def test_kill_and_resume_gives_the_uninterrupted_adapter(tmp_path, model_dir):
     straight, killed, resumed = asyncio.run(go())
     assert straight.state == JobState.SUCCEEDED
     assert killed.state == JobState.FAILED and "killed by signal 9" in killed.error_message
+    assert "out-of-memory killer" in killed.error_message and "gradient_accumulation_steps" in killed.error_message
     assert resumed.state == JobState.SUCCEEDED
     assert [it.iteration for it in domain.iteration_history(resumed.job_id)] == [3, 4]   # resumed after ckpt-2
     a = load_file(tmp_path / "store/runs/straight/adapters/pick_skill/v1/adapter_model.safetensors")
