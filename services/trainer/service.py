@@ -176,6 +176,10 @@ class Training:
                 m.STEP_DURATION.labels(capability).observe(values["step_seconds"])
             if values.get("trained_tokens"):
                 m.TOKENS.labels(capability).inc(values["trained_tokens"])
+        elif kind == "warm_start":
+            ctx.progress(stage="gate warm start", message=f"step {event.get('step')}, loss {event.get('loss')}")
+        elif kind == "phase":
+            ctx.progress(stage=f"iteration {event.get('iteration')}: {event.get('phase', '')}"[:200])
         elif kind == "checkpoint":
             ctx.progress(stage=f"checkpoint {event.get('iteration')}")
         elif kind == "stopped":

@@ -38,8 +38,8 @@ log = logging.getLogger("trace.trainer.worker")
 
 class EventSink:
     """Events to stdout (local executor) and, when `events_key` is set, to the artifact store
-    (the last `keep_iterations` iteration events plus every other event; rewritten at most every
-    `min_interval_s` for iterations, always for the others)."""
+    (the last `keep_iterations` iteration events, the latest `phase` event, and every other event;
+    rewritten at most every `min_interval_s` for iterations and phases, always for the others)."""
 
     def __init__(self, store: Any = None, key: str = "", enabled: bool = True, keep_iterations: int = 200,
                  min_interval_s: float = 2.0):
@@ -58,13 +58,15 @@ class EventSink:
             sys.stdout.flush()
             if not (self.store is not None and self.key):
                 return
+            if kind == "phase":  # only the current phase matters to a reader
+                self.events = [e for e in self.events if e["event"] != "phase"]
             self.events.append(json.loads(line))
             its = [e for e in self.events if e["event"] == "iteration"]
             if len(its) > self.keep:
                 drop = {id(e) for e in its[: len(its) - self.keep]}
                 self.events = [e for e in self.events if id(e) not in drop]
             now = time.monotonic()
-            if kind == "iteration" and now - self._last_write < self.min_interval:
+            if kind in ("iteration", "phase") and now - self._last_write < self.min_interval:
                 return
             self._flush()
             self._last_write = now

@@ -75,7 +75,9 @@ from .trainable import LoraWeights, TrainableWeights
 log = logging.getLogger(__name__)
 
 #: Event callback: (kind, payload) with kind "iteration" ({"iteration", "values"}), "checkpoint"
-#: ({"iteration", "uri", "sha256", "size"}), "adapter" ({"version", "uri", "outputs"}) or "stopped".
+#: ({"iteration", "uri", "sha256", "size"}), "adapter" ({"version", "uri", "outputs"}), "stopped", or
+#: "phase" ({"iteration", "phase"}: what the iteration in progress is doing, for job progress -- with a
+#: real model one iteration's rollouts take minutes).
 EventFn = Callable[[str, dict[str, Any]], None]
 
 
@@ -276,6 +278,8 @@ class GRPOTrainer:
         first = self.state.seed_cursor
         self.state.seed_cursor += len(seeds)
         self.model.eval()
+        it = self.state.iteration + 1
+        self.on_event("phase", {"iteration": it, "phase": f"playing {len(seeds) * cfg.num_generations} episodes"})
         groups = self._play(seeds, first)
         rewards = self._rewards(groups, len(seeds))
         adv = group_advantages(rewards, cfg.scale_rewards, cfg.advantage_epsilon)
@@ -289,6 +293,7 @@ class GRPOTrainer:
         while cfg.max_resample_rounds and rounds < cfg.max_resample_rounds and len(kept_groups) < len(seeds):
             rounds += 1
             need = len(seeds) - len(kept_groups)
+            self.on_event("phase", {"iteration": it, "phase": f"resampling {need} groups (round {rounds})"})
             extra = self.schedule.take(self.state.seed_cursor, need)
             start = self.state.seed_cursor
             self.state.seed_cursor += need
@@ -313,6 +318,8 @@ class GRPOTrainer:
                 episodes.append(TrainEpisode(group=g, index=i, seed=t.seed, reward=t.reward,
                                              advantage=float(a.advantages[g, t.sample_index]), guided=guided,
                                              turns=episode_turns(t, guided=guided, render=self.render)))
+        if episodes:
+            self.on_event("phase", {"iteration": it, "phase": f"updating on {len(episodes)} episodes"})
         train_metrics = self._update(episodes) if self.dist.all_sum([float(len(episodes))])[0] > 0 else {}
         if train_metrics:
             self.state.policy_version += 1

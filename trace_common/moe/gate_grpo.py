@@ -475,7 +475,8 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
 
     Events (`on_event(kind, payload)`, the trainer-service worker's shapes): "warm_start" {step, loss};
     "checkpoint" {iteration, uri, ...}; "iteration" {iteration, values} -- iteration 0 summarises the
-    warm start, 1..max_steps are GRPO iterations; "stopped" {iteration, reason}.
+    warm start, 1..max_steps are GRPO iterations; "phase" {iteration, phase} while one runs;
+    "stopped" {iteration, reason}.
     """
     from trace_common.grpo.session import prompt_renderer
     from trace_common.grpo.trainer import GRPOTrainer

@@ -41,13 +41,16 @@ def test_store_log_is_bounded_and_keeps_every_other_event(tmp_path, capsys):
     sink = EventSink(store=store, key="runs/r/adapters/c/jobs/j/events.jsonl", keep_iterations=3, min_interval_s=0)
     sink.emit("checkpoint", {"iteration": 0, "uri": "u", "sha256": "s", "size": 1})
     for it in range(1, 8):
+        sink.emit("phase", {"iteration": it, "phase": "playing 8 episodes"})
+        sink.emit("phase", {"iteration": it, "phase": "updating on 8 episodes"})
         sink.emit("iteration", {"iteration": it, "values": {}})
+    sink.emit("phase", {"iteration": 8, "phase": "playing 8 episodes"})   # only the latest phase is kept
     sink.emit("result", {"iterations": 7})
     lines = [json.loads(x) for x in store.get_bytes("runs/r/adapters/c/jobs/j/events.jsonl").splitlines()]
     assert [(e["event"], e.get("iteration")) for e in lines] == [
-        ("checkpoint", 0), ("iteration", 5), ("iteration", 6), ("iteration", 7), ("result", None)]
+        ("checkpoint", 0), ("iteration", 5), ("iteration", 6), ("iteration", 7), ("phase", 8), ("result", None)]
     out = [decode_line(x) for x in capsys.readouterr().out.splitlines()]
-    assert len(out) == 9 and all(out)                        # stdout gets every event
+    assert len(out) == 24 and all(out)                       # stdout gets every event
 
 
 def test_iteration_writes_are_throttled_but_final_events_are_not(tmp_path, capsys):

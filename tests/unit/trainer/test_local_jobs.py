@@ -60,6 +60,10 @@ def test_job_succeeds_with_iterations_and_adapter(tmp_path, model_dir):
     assert final.state == JobState.SUCCEEDED, final.error_message
     assert sorted({r.completed for r in records if r.state == JobState.RUNNING}) == [0, 1, 2, 3, 4]
     assert [it.iteration for it in domain.iteration_history(rec.job_id)] == [1, 2, 3, 4]
+    stages = [r.stage for r in records]   # what each iteration is doing, while it does it
+    for it in range(1, 5):
+        assert f"iteration {it}: playing 32 episodes" in stages, stages
+    assert any(s.startswith("iteration 1: updating on ") for s in stages), stages
     assert {"reward_mean", "pass_rate", "informative_group_fraction", "step_seconds"} <= set(final.metrics)
     kinds = {o.kind: o for o in final.outputs}
     assert {"adapter", "adapter_config", "training_curve"} <= set(kinds)
