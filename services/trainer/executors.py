@@ -158,4 +158,5 @@ def _kill_hint(rc: int | None) -> str:
         return ""
     return (" (SIGKILL from outside TRACE: usually the kernel's out-of-memory killer, see `dmesg`). To lower the "
             "worker's peak memory raise the config's gradient_accumulation_steps (smaller micro-batches, same "
-            "update) or set gradient_checkpointing: true, or run fewer training jobs at once (training.parallel)")
+            "update) or set gradient_checkpointing: true, or run fewer training jobs at once (training.parallel); "
+            "a re-run continues from the job's last checkpoint")

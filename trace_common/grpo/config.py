@@ -220,9 +220,11 @@ class GRPOConfig(BaseModel):
         """Short hash of the config (recorded in checkpoints and the run manifest)."""
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
-    #: Fields that say how long to train and how often to save, not what is trained: a checkpoint
-    #: written under one value continues under another ("train longer" resumes).
-    RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"max_steps", "save_steps"})
+    #: Fields that say how long to train, how often to save, or how the update is laid out in memory,
+    #: not what is trained: a checkpoint written under one value continues under another ("train
+    #: longer" resumes; so does a re-run with more micro-batches after the worker ran out of memory).
+    RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset(
+        {"max_steps", "save_steps", "gradient_accumulation_steps", "gradient_checkpointing"})
 
     def resume_digest(self) -> str:
         """Short hash of the fields a checkpoint must agree on to be continued (recorded in it)."""

@@ -74,6 +74,8 @@ def test_incomplete_checkpoint_is_skipped_and_corruption_detected(tmp_path):
 @pytest.mark.parametrize("changed, resumes", [
     ({}, True),                       # same config: a re-run continues after the last checkpoint
     ({"learning_rate": 1e-3}, False),  # another config: a new training starts fresh
+    # memory layout only (e.g. re-run with more micro-batches after an OOM kill): continues
+    ({"gradient_accumulation_steps": 4, "gradient_checkpointing": True}, True),
 ])
 def test_automatic_resume_only_continues_the_same_config(tmp_path, changed, resumes):
     store = open_store(tmp_path.as_uri())
