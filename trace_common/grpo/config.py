@@ -226,10 +226,22 @@ class GRPOConfig(BaseModel):
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset(
         {"max_steps", "save_steps", "gradient_accumulation_steps", "gradient_checkpointing"})
 
+    #: RESUME_NEUTRAL before the memory-layout fields joined it: checkpoints written then carry a
+    #: digest over those fields, and still continue under the same values (`resumable_digests`).
+    _LEGACY_RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"max_steps", "save_steps"})
+
+    def _digest_without(self, neutral: frozenset[str]) -> str:
+        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in neutral}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
     def resume_digest(self) -> str:
         """Short hash of the fields a checkpoint must agree on to be continued (recorded in it)."""
-        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in self.RESUME_NEUTRAL}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return self._digest_without(self.RESUME_NEUTRAL)
+
+    def resumable_digests(self) -> frozenset[str]:
+        """Digests of the checkpoints this config continues: today's, and the one an older TRACE
+        recorded for the same values (so an upgrade mid-training does not restart it)."""
+        return frozenset({self.resume_digest(), self._digest_without(self._LEGACY_RESUME_NEUTRAL)})
 
 
 def parse_config(values: dict[str, Any] | None, model: type[GRPOConfig] = GRPOConfig) -> GRPOConfig:

@@ -170,7 +170,7 @@ class GRPOTrainer:
                 return False
             manifest_key = found.key
         loaded = ckpt.load_checkpoint(self.store, manifest_key)
-        if loaded.config_digest and loaded.config_digest != self.config.resume_digest():
+        if loaded.config_digest and loaded.config_digest not in self.config.resumable_digests():
             if not explicit:  # a re-run with a changed config is a new training, not a continuation
                 log.warning("the latest checkpoint under %s was written with another config (%s != %s): "
                             "starting fresh", self.prefix, loaded.config_digest, self.config.resume_digest())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from trace_common.errors import InvalidArgument
@@ -42,6 +45,24 @@ def test_invalid_config_says_how_to_fix(values, field, fix):
 ])
 def test_valid_config(values, check):
     assert check(parse_config(values))
+
+
+@pytest.mark.parametrize("changed, same_resume_digest", [
+    ({"max_steps": 99, "save_steps": 7}, True),                                  # how long, how often
+    ({"gradient_accumulation_steps": 8, "gradient_checkpointing": True}, True),  # memory layout
+    ({"learning_rate": 1e-3}, False),                                             # what is trained
+])
+def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
+    assert (GRPOConfig(**changed).resume_digest() == GRPOConfig().resume_digest()) is same_resume_digest
+
+
+def test_checkpoints_of_older_versions_still_resume():
+    """Before the memory-layout fields became neutral, the recorded digest covered them."""
+    cfg = GRPOConfig(gradient_accumulation_steps=8)
+    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in {"max_steps", "save_steps"}}
+    legacy = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert legacy != cfg.resume_digest() and legacy in cfg.resumable_digests()
+    assert legacy not in GRPOConfig(gradient_accumulation_steps=4).resumable_digests()
 
 
 def test_digest_changes_with_values():
