@@ -178,8 +178,9 @@ class Training:
                 m.TOKENS.labels(capability).inc(values["trained_tokens"])
         elif kind == "warm_start":
             ctx.progress(stage="gate warm start", message=f"step {event.get('step')}, loss {event.get('loss')}")
-        elif kind == "phase":
-            ctx.progress(stage=f"iteration {event.get('iteration')}: {event.get('phase', '')}"[:200])
+        elif kind == "phase":  # iteration i running: i - 1 done (also right after a resume from a checkpoint)
+            it = int(event.get("iteration") or 1)
+            ctx.progress(completed=max(0, it - 1), stage=f"iteration {it}: {event.get('phase', '')}"[:200])
         elif kind == "checkpoint":
             ctx.progress(stage=f"checkpoint {event.get('iteration')}")
         elif kind == "stopped":

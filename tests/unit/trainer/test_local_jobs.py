@@ -90,9 +90,12 @@ def test_cancel_stops_the_worker_and_keeps_a_checkpoint(tmp_path, model_dir):
 def test_kill_and_resume_gives_the_uninterrupted_adapter(tmp_path, model_dir):
     domain = make_domain(tmp_path)
 
+    seen: dict[str, list] = {}
+
     async def run_job(run_id, kill_at=None):
         rec = domain.create_job(spec(model_dir, max_steps=4, save_steps=2), run_id, {}, "")
         async for snap in domain.jobs.watch(rec.job_id):
+            seen.setdefault(rec.job_id, []).append(snap)
             if kill_at is not None and snap.stage == f"checkpoint {kill_at}":
                 proc = domain.local.processes[rec.job_id]
                 os.kill(proc.pid, signal.SIGKILL)   # no chance to checkpoint or say goodbye
@@ -110,6 +113,8 @@ def test_kill_and_resume_gives_the_uninterrupted_adapter(tmp_path, model_dir):
     assert "out-of-memory killer" in killed.error_message and "gradient_accumulation_steps" in killed.error_message
     assert resumed.state == JobState.SUCCEEDED
     assert [it.iteration for it in domain.iteration_history(resumed.job_id)] == [3, 4]   # resumed after ckpt-2
+    resumed_stages = [(r.completed, r.stage) for r in seen[resumed.job_id] if r.stage.startswith("iteration")]
+    assert resumed_stages[0] == (2, "iteration 3: playing 32 episodes"), resumed_stages  # progress starts at 2/4
     a = load_file(tmp_path / "store/runs/straight/adapters/pick_skill/v1/adapter_model.safetensors")
     b = load_file(tmp_path / "store/runs/killed/adapters/pick_skill/v1/adapter_model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
