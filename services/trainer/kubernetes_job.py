@@ -14,6 +14,7 @@ Semantics (run):
     create Job; every poll_seconds: forward new events (iterations, checkpoints)
     Job condition Complete -> the worker's `result` event
     Job condition Failed (retries used up) -> the worker's last `error` event, else the Job's reason
+                                              and how its pods' containers ended (OOMKilled -> what to lower)
     cancelled -> delete the Job (pods too, background propagation), re-raise
 """
 
@@ -157,12 +158,19 @@ class KubernetesExecutor:
         self.store = store
         self._api_factory = api_client
         self._api: client.BatchV1Api | None = None
+        self._core: client.CoreV1Api | None = None
 
     @property
     def batch(self) -> client.BatchV1Api:
         if self._api is None:
             self._api = client.BatchV1Api(self._api_factory())
         return self._api
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        if self._core is None:
+            self._core = client.CoreV1Api(self.batch.api_client)
+        return self._core
 
     async def run(self, spec: WorkerSpec, on_event: EventFn) -> dict[str, Any]:
         ns = default_namespace(self.settings)
@@ -204,7 +212,8 @@ class KubernetesExecutor:
                     return final
                 if final is not None and final["event"] == "error":
                     raise error_from_event(final)
-                raise E.TraceError(f"Kubernetes Job {name} failed: {reason}")
+                ends = await asyncio.to_thread(self._container_ends, spec.job_id, ns)
+                raise E.TraceError(f"Kubernetes Job {name} failed: {reason}{_ends_text(ends, self.settings)}")
         except asyncio.CancelledError:
             await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
             raise
@@ -246,9 +255,45 @@ class KubernetesExecutor:
             return "complete", ""
         return "running", ""
 
+    def _container_ends(self, job_id: str, ns: str) -> list[str]:
+        """How the trainer containers of the Job's pods ended ("OOMKilled (exit 137)", ...), oldest
+        pod first. A worker killed from outside writes no `error` event, so this is the only place
+        that says why; unreadable pods give [] (the Job's own reason is still reported)."""
+        label = _label_value(job_id)
+        try:
+            pods = self.core.list_namespaced_pod(ns, label_selector=f"{LABEL_JOB}={label}")
+        except client.ApiException as exc:
+            log.warning("cannot list the pods of training job %s: %s %s", job_id, exc.status, exc.reason)
+            return []
+        # the label check again here: an API server (or emulator) that ignores the selector must not
+        # blame another job's pods
+        mine = [p for p in pods.items if (p.metadata.labels or {}).get(LABEL_JOB) == label]
+        ends = []
+        for pod in sorted(mine, key=lambda p: str(p.metadata.creation_timestamp or "")):
+            for cs in (pod.status.container_statuses or []) if pod.status else []:
+                term = (cs.state.terminated if cs.state else None) or (
+                    cs.last_state.terminated if cs.last_state else None)
+                if term is not None and term.reason:
+                    ends.append(f"{term.reason} (exit {term.exit_code})")
+        return ends
+
     def _delete(self, name: str, ns: str) -> None:
         try:
             self.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
         except client.ApiException as exc:
             if exc.status != 404:
                 log.warning("could not delete Kubernetes Job %s: %s %s", name, exc.status, exc.reason)
+
+
+def _ends_text(ends: list[str], settings: TrainerSettings) -> str:
+    """The pods' container ends for a failed Job's error, with what to change when one was OOMKilled."""
+    if not ends:
+        return ""
+    text = f"; its pods' trainer containers ended: {', '.join(ends)}"
+    if any(e.startswith("OOMKilled") for e in ends):
+        text += (f". OOMKilled: the worker went over the pod's memory limit ({settings.job_memory}). Raise "
+                 "TRACE_TRAINER_JOB_MEMORY, or lower the worker's peak memory: raise the config's "
+                 "gradient_accumulation_steps (smaller micro-batches, same update) or set gradient_checkpointing: "
+                 "true; a re-run continues from the job's last checkpoint")
+    return text
+

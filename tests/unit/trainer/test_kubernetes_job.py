@@ -128,16 +128,34 @@ async def test_executor_create_watch_succeed(kmock, tmp_path):
     assert [e["event"] for e in seen] == ["iteration", "iteration", "checkpoint"]
 
 
+async def add_pod(core: client.CoreV1Api, job_id: str, n: int, terminated: dict) -> None:
+    """A pod as the Job controller would create it from the template (our labels), ended as `terminated`."""
+    pod = {"metadata": {"name": f"p{n}", "labels": {"trace.dev/training-job": job_id}},
+           "spec": {"containers": [{"name": "trainer", "image": "i:1"}]}}
+    await asyncio.to_thread(core.create_namespaced_pod, "trace", pod)
+    status = {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": "trainer", "image": "i:1", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": terminated}}]}}
+    await asyncio.to_thread(core.patch_namespaced_pod_status, f"p{n}", "trace", status)
+
+
 @pytest.mark.asyncio
-@pytest.mark.parametrize("events, condition, error, text", [
-    ([("error", {"code": "RESOURCE_EXHAUSTED", "message": "CUDA out of memory"})], {"reason": "BackoffLimitExceeded"},
-     ResourceExhausted, "CUDA out of memory"),
-    ([], {"reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}, Exception,
+@pytest.mark.parametrize("events, pods, condition, error, text", [
+    ([("error", {"code": "RESOURCE_EXHAUSTED", "message": "CUDA out of memory"})], [],
+     {"reason": "BackoffLimitExceeded"}, ResourceExhausted, "CUDA out of memory"),
+    ([], [], {"reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}, Exception,
      "DeadlineExceeded"),
+    # killed from outside: no error event, the pods say why, and the error says what to change
+    ([], [{"reason": "OOMKilled", "exitCode": 137}, {"reason": "OOMKilled", "exitCode": 137}],
+     {"reason": "BackoffLimitExceeded"}, Exception,
+     r"ended: OOMKilled \(exit 137\), OOMKilled \(exit 137\)\. OOMKilled: .*\(48Gi\)\. Raise TRACE_TRAINER_JOB_MEMORY"),
+    ([], [{"reason": "Error", "exitCode": 1}], {"reason": "BackoffLimitExceeded"}, Exception,
+     r"BackoffLimitExceeded; its pods' trainer containers ended: Error \(exit 1\)$"),
 ])
-async def test_executor_failed_job_reports_the_reason(kmock, tmp_path, events, condition, error, text):
+async def test_executor_failed_job_reports_the_reason(kmock, tmp_path, events, pods, condition, error, text):
     store = open_store(tmp_path.as_uri())
-    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, job_image="i:1"),
+    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, job_image="i:1",
+                                            job_memory="48Gi"),
                             store, api_factory(kmock))
     spec = wspec(root=tmp_path.as_uri())
     task = asyncio.create_task(ex.run(spec, lambda e: None))
@@ -145,6 +163,9 @@ async def test_executor_failed_job_reports_the_reason(kmock, tmp_path, events, c
     sink = EventSink(store=store, key=spec.events_key, min_interval_s=0)
     for kind, payload in events:
         sink.emit(kind, payload)
+    for n, terminated in enumerate(pods):
+        await add_pod(ex.core, spec.job_id, n, terminated)
+    await add_pod(ex.core, "another-job", 99, {"reason": "OOMKilled", "exitCode": 137})   # not this Job's pod
     await set_status(ex.batch, job.metadata.name, "Failed", **condition)
     with pytest.raises(error, match=text):
         await asyncio.wait_for(task, 10)
