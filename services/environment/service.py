@@ -141,7 +141,7 @@ class Environments:
             def show(name: str | None = None, episodes: int = 0) -> None:
                 if name is not None:
                     played[name] = episodes
-                ctx.progress(completed=sum(played.values()), total=per_env * len(played),
+                ctx.progress(completed=sum(played.values()), total=per_env * total,
                              stage=f"calibration episodes, {len(records)}/{total} environments done")
 
             if prepare is not None:

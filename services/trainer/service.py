@@ -177,7 +177,9 @@ class Training:
             if values.get("trained_tokens"):
                 m.TOKENS.labels(capability).inc(values["trained_tokens"])
         elif kind == "warm_start":
-            ctx.progress(stage="gate warm start", message=f"step {event.get('step')}, loss {event.get('loss')}")
+            loss = event.get("loss")
+            shown = f"{loss:.4f}" if isinstance(loss, (int, float)) else "n/a"
+            ctx.progress(stage="gate warm start", message=f"step {event.get('step')}, loss {shown}")
         elif kind == "phase":  # iteration i running: i - 1 done (also right after a resume from a checkpoint)
             it = int(event.get("iteration") or 1)
             ctx.progress(completed=max(0, it - 1), stage=f"iteration {it}: {event.get('phase', '')}"[:200])

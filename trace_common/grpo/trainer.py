@@ -308,7 +308,7 @@ class GRPOTrainer:
 
         errors = [t for t in first_round if t.termination == Termination.POLICY_ERROR]
         if first_round and len(errors) == len(first_round):
-            raise Unavailable(f"every rollout of iteration {self.state.iteration + 1} failed in the policy backend: "
+            raise Unavailable(f"every rollout of iteration {it} failed in the policy backend: "
                               f"{errors[0].error}")
         # Episodes this rank trains on.
         episodes: list[TrainEpisode] = []

@@ -75,3 +75,29 @@ def test_kill_hint(rc, fragment):
     assert (fragment in hint) if fragment else hint == ""
     if fragment:
         assert "gradient_accumulation_steps" in hint and "training.parallel" in hint
+
+
+class _Ctx:
+    """Records what a job's progress was set to (the part of JobContext `_on_event` uses for these events)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def progress(self, **kw):
+        self.calls.append(kw)
+
+
+@pytest.mark.parametrize("event, expected", [
+    ({"event": "warm_start", "step": 40, "loss": 0.5770475268363953},
+     {"stage": "gate warm start", "message": "step 40, loss 0.5770"}),
+    ({"event": "warm_start", "step": 0, "loss": None}, {"stage": "gate warm start", "message": "step 0, loss n/a"}),
+    ({"event": "phase", "iteration": 3, "phase": "playing 32 episodes"},
+     {"completed": 2, "stage": "iteration 3: playing 32 episodes"}),
+    ({"event": "checkpoint", "iteration": 4}, {"stage": "checkpoint 4"}),
+])
+def test_events_become_job_progress(event, expected):
+    from services.trainer.service import Training
+
+    ctx = _Ctx()
+    Training._on_event(None, ctx, "cap", event)   # these events touch no service state
+    assert ctx.calls == [expected]
