@@ -7,13 +7,22 @@ saving for single-turn completions with `logits_to_keep`, which cannot express t
 scattered assistant spans of a multi-turn episode.
 
 Semantics (B sequences of length T, N = number of target tokens):
-    h = backbone(input_ids, attention_mask)                 # [B, T, H]
+    mask = None if every row is right-padded else attention_mask
+    h = backbone(input_ids, mask)                             # [B, T, H]
     targets: positions t >= 1 with target_mask[b, t]          # [N]
     z = lm_head(h[b, t - 1]) / temperature                    # [N, V] float32
     logp = log_softmax(z)[input_ids[b, t]]                    # [N]
     entropy = -sum softmax(z) * log_softmax(z)                # [N] (no grad)
 Dividing by the sampling temperature makes logp the logprob under the distribution the
 tokens were sampled from (the generation backend reports the same), as TRL does.
+
+Right padding needs no mask: in a causal model a real position attends only to positions at or
+before it, and on a right-padded row those are all real, so the pad tokens after it change
+nothing that is selected (positions are 0..T-1 either way). Without a mask, transformers calls
+SDPA with `is_causal=True`, which runs the fused kernel; with one it builds a [B, 1, T, T] mask,
+and on a CPU that falls back to the math kernel, which keeps every [B, heads, T, T] attention
+matrix for the backward pass (bench/row_layout.py measures both). A row padded anywhere else
+(left padding, holes) keeps its mask.
 
 Shared prefix: the episodes of a batch usually start with the same system prompt and tool
 list -- often most of each sequence. With `prefix_len = P > 0` (every row starts with the
@@ -64,6 +73,12 @@ def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor, tar
     return p if p >= min_len else 0
 
 
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """True when every row of the [B, T] mask is ones then zeros (module docstring: no mask needed)."""
+    am = attention_mask.bool()
+    return not bool((am[:, 1:] & ~am[:, :-1]).any())
+
+
 def selected_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       target_mask: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = True,
                       prefix_len: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -75,16 +90,17 @@ def selected_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
     if parts is not None:
         backbone, head = parts
         inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-        checkpointing = bool(getattr(inner, "is_gradient_checkpointing", False)) and inner.training
+        checkpointing = bool(getattr(inner, "is_activation_checkpointing", False)) and inner.training
         if prefix_len > 0 and not checkpointing:
             hidden = _suffix_hidden(backbone, inner.config, input_ids, attention_mask, prefix_len)  # [B, T-P, H]
             h = hidden[:, :-1][target_mask[:, prefix_len + 1:].bool()]  # [N, H]
         else:
-            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+            mask = None if right_padded(attention_mask) else attention_mask
+            hidden = backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state  # [B, T, H]
             h = hidden[:, :-1][sel]                                   # [N, H]
         logits = head(h).float()                                      # [N, V]
     else:
-        out = model(input_ids=input_ids, attention_mask=attention_mask)
+        out = model(input_ids=input_ids, attention_mask=None if right_padded(attention_mask) else attention_mask)
         logits = out.logits[:, :-1][sel].float()                      # [N, V]
     if temperature != 1.0:
         logits = logits / temperature

@@ -33,6 +33,49 @@ def test_selected_equals_full_forward(wrap, temperature):
     assert torch.allclose(ent, -(p * torch.log_softmax(logits[:, :-1], -1)).sum(-1)[sel], atol=1e-5)
 
 
+@pytest.mark.parametrize("att, needs_mask", [
+    ([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], False),   # right padding: the causal kernel, no mask
+    ([[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]], False),
+    ([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]], True),    # left padding keeps its mask
+    ([[1, 1, 1, 1, 1], [1, 0, 1, 1, 0]], True),    # a hole keeps its mask
+])
+def test_mask_only_where_padding_is_not_on_the_right(monkeypatch, att, needs_mask):
+    """Same logprobs and gradients as the masked full forward; SDPA gets a mask only when needed."""
+    from trace_common.grpo.logprobs import right_padded
+
+    model = attach_lora(tiny_model(seed=5), GRPOConfig(lora_r=4, seed=1))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 11, 12, 13, 14]])
+    att = torch.tensor(att)
+    target = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    target[1, 2:] = att[1, 2:].bool()
+    assert right_padded(att) is not needs_mask
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*a, **kw):
+        masks.append(kw.get("attn_mask"))
+        return sdpa(*a, **kw)
+    trainable = [q for q in model.parameters() if q.requires_grad]
+
+    def grads(logp):
+        for q in trainable:
+            q.grad = None
+        logp.sum().backward()
+        return [q.grad.clone() for q in trainable]
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    logp, _ = selected_logprobs(model, ids, att, target, with_entropy=False)
+    g = grads(logp)
+    assert masks and all((m is not None) is needs_mask for m in masks)
+    logits = model(input_ids=ids, attention_mask=att).logits.float()    # the masked reference
+    full = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)[target[:, 1:]]
+    assert torch.allclose(logp, full, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g, grads(full), strict=True))
+
+
 @pytest.mark.parametrize("wrap", [False, True])
 def test_shared_prefix_gives_the_same_logprobs_and_gradients(wrap):
     from trace_common.grpo.logprobs import shared_prefix_len
