@@ -5,7 +5,7 @@ services) inside every stage in turn -- at a random moment after the stage start
 the seed is in every failure message), inside a training job once its first checkpoint is
 stored -- and re-run after each kill. At the end: the manifest is complete, no stage that had
 committed its output before a kill was redone (same jobs, same artifacts), the killed training
-job continued from its checkpoint, every artifact the manifest names reads back with its
+job continued from its checkpoint, the finished evaluation arm was kept, every artifact the manifest names reads back with its
 sha256 intact, the report is written, and `tracectl report` re-renders it.
 
 Slow: minutes (the `micro` base agent is built on first use and cached in TRACE_AGENT_CACHE)."""
@@ -81,6 +81,9 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
     def status(stage: str) -> str:
         return manifest(store).get("stages", {}).get(stage, {}).get("status", "")
 
+    def partial(stage: str) -> dict:
+        return manifest(store).get("stages", {}).get(stage, {}).get("partial", {})
+
     def run_until(condition, delay: float = 0.0) -> bool:
         """Start `tracectl run`; once `condition()` holds, wait `delay` s and SIGKILL the whole
         process group. False if the run finished first (only allowed for the report stage)."""
@@ -112,6 +115,10 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
             cap = manifest(store)["stages"]["analysis"]["result"]["capabilities"][0]["name"]
             ckpt1 = f"runs/quick/adapters/{cap}/ckpt-1/checkpoint.json"
             done = run_until(lambda ckpt1=ckpt1: read(store, ckpt1) is not None)
+        elif stage == "evaluation":
+            # once its first arm is recorded: the re-run must keep that arm, not play it again
+            done = run_until(lambda: "arm base" in partial("evaluation"), rng.uniform(0.0, 1.5))
+            base_arm = partial("evaluation").get("arm base") or {}
         else:
             done = run_until(lambda stage=stage: status(stage) in ("running", "completed"), rng.uniform(0.0, 1.5))
         if not done:
@@ -148,6 +155,7 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
     assert caps and set(after["adapters"]["outputs"]) == set(after["environments"]["outputs"]) <= caps
     assert "composition" in after["gates"]["outputs"]
     arms = after["evaluation"]["result"]["arms"]
+    assert base_arm and arms["base"]["job"] == base_arm["job"], where   # the arm finished before the kill was kept
     assert set(arms) == {"base", "best_single", "grpo_target", "trace_routing", "trace_per_request"}
     for name, arm in arms.items():
         assert arm["episodes"] == 24, name  # evaluation.limit of quick.yaml

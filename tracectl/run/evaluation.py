@@ -12,7 +12,10 @@ Arms (each a rollout job on `evaluation.split`, greedy unless configured otherwi
   trace_per_request  the same composition exported as one adapter per request
 
 Every arm records pass rate with a 95 % Wilson interval, per-capability breakdown (from the
-trajectories' task metadata), training rollouts spent and wall time.
+trajectories' task metadata), training rollouts spent and wall time. Each arm (and each dev
+rollout, and the GRPO arm's training job) is a unit of the stage (`Pipeline.unit`): recorded in
+the manifest when it finishes, so a run killed in the middle of the evaluation keeps the arms
+it finished.
 """
 
 from __future__ import annotations
@@ -62,19 +65,23 @@ def evaluate(p) -> dict[str, Any]:
     jobs: list[str] = []
 
     def test_arm(name: str, policy, spent: int, extra: dict[str, Any] | None = None) -> None:
-        started = time.time()
-        res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}")
-        res.update(training_rollouts=spent, breakdown=breakdown(p.store, res["uri"]), **(extra or {}))
-        res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
-        arms[name] = res
-        jobs.append(res["job"])
+        def work() -> dict[str, Any]:
+            started = time.time()
+            res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}")
+            res.update(training_rollouts=spent, breakdown=breakdown(p.store, res["uri"]), **(extra or {}))
+            res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
+            return res
+        arms[name] = p.unit("evaluation", f"arm {name}", work)   # an arm a killed attempt finished is kept
+        jobs.append(arms[name]["job"])
 
     for arm in ev.arms:
         if arm == "base":
             test_arm("base", p.base_policy(), 0)
         elif arm == "best_single":
-            dev = {cap: p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.limit, 1, ev.temperature,
-                                  f"dev {cap}")["pass_rate"] for cap, uri in adapters.items()}
+            dev = {cap: p.unit("evaluation", f"dev {cap}",
+                               lambda cap=cap, uri=uri: p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.limit, 1,
+                                                                  ev.temperature, f"dev {cap}"))["pass_rate"]
+                   for cap, uri in adapters.items()}
             best = max(sorted(dev), key=lambda c: dev[c])
             test_arm("best_single", p.base_policy(adapter_uri=adapters[best]),
                      training_rollouts(adapter_metrics.get(best, {}), p.cfg.training.grpo),
@@ -83,12 +90,17 @@ def evaluate(p) -> dict[str, Any]:
             cfg = dict(p.cfg.training.grpo)
             per_step = cfg.get("groups_per_batch", 4) * cfg.get("num_generations", 8)
             cfg["max_steps"] = max(1, math.ceil(trace_budget / per_step))
-            started = time.time()
-            resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
-            uri = next(o.uri for o in resp.job.outputs if o.kind == "adapter")
-            test_arm("grpo_target", p.base_policy(adapter_uri=uri), training_rollouts(dict(resp.job.metrics), cfg),
-                     {"adapter_uri": uri, "train_seconds": time.time() - started})
-            jobs.append(resp.job.job_id)
+
+            def train(cfg=cfg) -> dict[str, Any]:
+                started = time.time()
+                resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
+                return {"job": resp.job.job_id, "uri": next(o.uri for o in resp.job.outputs if o.kind == "adapter"),
+                        "rollouts": training_rollouts(dict(resp.job.metrics), cfg),
+                        "train_seconds": time.time() - started}
+            trained = p.unit("evaluation", "train grpo_target", train)
+            test_arm("grpo_target", p.base_policy(adapter_uri=trained["uri"]), trained["rollouts"],
+                     {"adapter_uri": trained["uri"], "train_seconds": trained["train_seconds"]})
+            jobs.append(trained["job"])
         elif arm in ("trace_routing", "trace_per_request"):
             comp = gates_out.get("composition")
             if not comp:
@@ -98,7 +110,7 @@ def evaluate(p) -> dict[str, Any]:
         elif arm == "gepa":
             from tracectl.run.gepa_arm import run_gepa
 
-            res = run_gepa(p, budget=trace_budget)
+            res = p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=trace_budget))
             arms["gepa"] = res
             jobs.extend(res.get("jobs", []))
     result: dict[str, Any] = {"arms": arms, "trace_training_rollouts": trace_budget}

@@ -9,6 +9,9 @@ Semantics:
                               and manifest[s].config_hash == hash(config of s and of every stage before it)
     `--from s` marks s and every later stage stale; a stale or failed stage is re-run, and
     re-running a stage makes every later stage stale.
+    Within a stage, units of work (the evaluation's arms) are recorded in `partial` as they
+    finish: a re-run of a killed or failed stage under the same config_hash reuses them;
+    `--from`, another config or the stage's completion clears them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ class StageRecord(BaseModel):
     #: Small results the next stages and the report need (retained capabilities, pass rates...).
     result: dict[str, Any] = Field(default_factory=dict)
     error: str = ""
+    #: Units of work finished while the stage was running (key -> the unit's result), reused by a
+    #: re-run under the same config_hash (module docstring); empty once the stage completes.
+    partial: dict[str, Any] = Field(default_factory=dict)
 
 
 class Manifest(BaseModel):
@@ -66,6 +72,7 @@ class Manifest(BaseModel):
         for s in STAGES[STAGES.index(stage):]:
             if self.stages[s].status == "completed":
                 self.stages[s].status = "stale"
+            self.stages[s].partial = {}
 
 
 def config_hash(*parts: Any) -> str:

@@ -79,6 +79,19 @@ class Pipeline:
                 "ci": [s.pass_rate_ci_low, s.pass_rate_ci_high], "reward_mean": s.reward_mean,
                 "wall_seconds": (resp.job.end_time.ToNanoseconds() - resp.job.start_time.ToNanoseconds()) / 1e9}
 
+    def unit(self, stage: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`work()` once per stage attempt chain: its result is recorded in the manifest as soon as it
+        returns, and a re-run of the stage after a kill or failure (same config) reuses it instead of
+        running it again (manifest.py: `partial`). The result must be JSON-serialisable."""
+        rec = self.manifest.stages[stage]
+        if key in rec.partial:
+            console.print(f"[dim]{stage}: {key} done earlier, reused[/]")
+            return rec.partial[key]
+        out = work()
+        rec.partial[key] = out
+        self.manifest.save(self.store)
+        return out
+
     # -- stages ------------------------------------------------------------------------------
     def stage_rollout(self) -> dict[str, Any]:
         r = self.cfg.rollout
@@ -196,6 +209,11 @@ class Pipeline:
                 if until == stage:
                     break
                 continue
+            if stale or rec.config_hash != want:
+                rec.partial = {}  # units finished under another config or on other inputs are not reusable
+            elif rec.partial:
+                console.print(f"[dim]stage {stage}: {len(rec.partial)} unit(s) finished by an earlier attempt "
+                              "are reused[/]")
             stale = True  # everything after a re-run stage is re-run too
             rec.status, rec.config_hash, rec.started_at, rec.error = "running", want, time.time(), ""
             m.save(self.store)
@@ -207,6 +225,7 @@ class Pipeline:
                 m.save(self.store)
                 raise
             rec.outputs, rec.jobs, rec.result = out.get("outputs", {}), out.get("jobs", []), out.get("result", {})
+            rec.partial = {}
             rec.status, rec.finished_at = "completed", time.time()
             m.save(self.store)
             if on_stage:
