@@ -17,6 +17,7 @@ import sys
 
 import grpc
 
+from trace_common.malloc import limit_arenas
 from tracectl import commands
 
 
@@ -32,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        limit_arenas()  # before any thread: the embedded services keep models in this process
+    except ValueError as err:
+        print(f"tracectl: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
