@@ -5,8 +5,8 @@ runs models on many threads (asyncio's `to_thread`, the gRPC servers' pools, the
 worker) then keeps freed tensor memory spread over many arenas, and none of it goes back to the
 OS. Measured on the smollm2 run's evaluation stage (one `tracectl run` holding the embedded
 services, 2 cores): the process grew from 4.9 GB to 8.8 GB over the first arms and was at
-17 GB in the per-request arm when the kernel's OOM killer stopped it; with 2 arenas the same
-arms stayed at 2.2-3.2 GB. `MALLOC_ARENA_MAX` does the same, but it must be in the environment
+17 GB in the per-request arm when the kernel's OOM killer stopped it; run with 2 arenas, the
+per-request arm held at 2.2-3.2 GB. `MALLOC_ARENA_MAX` does the same, but it must be in the environment
 before the process starts; `mallopt(M_ARENA_MAX)` from Python, before the worker threads exist,
 applies it to the running process.
 
