@@ -239,6 +239,11 @@ class JobManager:
         self._evict()
         return rec
 
+    def by_request(self, request_id: str) -> JobRecord | None:
+        """The job an earlier request with this `request_id` created (what `submit` returns again)."""
+        job_id = self._by_request.get(request_id) if request_id else None
+        return self._jobs.get(job_id) if job_id else None
+
     def cancel(self, job_id: str) -> JobRecord:
         rec = self.get(job_id)
         if rec.state.terminal:

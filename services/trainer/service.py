@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
-from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from trace_common.grpo import checkpoint as ckpt
 from trace_common.grpo.config import GRPOConfig, parse_config
 from trace_common.grpo.models import check_model_ref
@@ -116,6 +116,8 @@ class Training:
         resume = self.resume_key(spec.resume_from_uri)
         gates = spec.kind == "TRAINING_KIND_GATES"
         prefix = gates_prefix(run_id, spec.capability) if gates else prefix_for(run_id, spec.capability)
+        if self.jobs.by_request(request_id) is None:   # (a retried request gets its job back from submit)
+            self._refuse_second_writer(prefix)
         s3 = self.settings
         kube = spec.executor == "EXECUTOR_KUBERNETES"
 
@@ -144,6 +146,22 @@ class Training:
         self.prefixes.setdefault(rec.job_id, prefix)
         self.iterations.setdefault(rec.job_id, deque(maxlen=MAX_KEPT_ITERATIONS))
         return rec
+
+    def _refuse_second_writer(self, prefix: str) -> None:
+        """One live job per checkpoint prefix: two workers training the same run's capability would
+        interleave their checkpoints, and each resumes from whatever the other wrote last."""
+        for job_id, other in list(self.prefixes.items()):
+            if other != prefix:
+                continue
+            try:
+                live = not self.jobs.get(job_id).state.terminal
+            except NotFound:  # evicted: long finished
+                continue
+            if live:
+                raise FailedPrecondition(f"training job {job_id} is already training {prefix}; a second job would "
+                                         "write the same checkpoints. Wait for it (WatchJob) or cancel it "
+                                         "(CancelJob) -- a new job then resumes from its last checkpoint -- or use "
+                                         "another run_id or capability")
 
     def kube_executor(self):
         if self._kube is None:

@@ -194,6 +194,11 @@ async def test_training_job_cancel_deletes_the_kubernetes_job(kmock, tmp_path):
             break
         await asyncio.sleep(0.05)
     assert domain.jobs.get(rec.job_id).metrics["reward_mean"] == 0.25
+    # one live job per checkpoint prefix: the same run + capability is refused while this one runs
+    for request_id in ("", "another-request"):
+        with pytest.raises(FailedPrecondition, match=f"{rec.job_id} is already training runs/r1/adapters/"
+                                                     "precondition_verification"):
+            domain.create_job(spec, "r1", {}, request_id)
     domain.jobs.cancel(rec.job_id)
     final = await domain.jobs.wait(rec.job_id, 10)
     assert final.state == JobState.CANCELLED
@@ -202,3 +207,9 @@ async def test_training_job_cancel_deletes_the_kubernetes_job(kmock, tmp_path):
             await asyncio.to_thread(batch.read_namespaced_job, name, "trace")
             await asyncio.sleep(0.05)
     assert err.value.status == 404
+    # once it has ended, a new job may take the prefix over (and resume from its checkpoints); a retried
+    # request gets its own job back rather than being refused as a second writer
+    again = domain.create_job(spec, "r1", {}, "req-1")
+    assert domain.create_job(spec, "r1", {}, "req-1").job_id == again.job_id
+    domain.jobs.cancel(again.job_id)
+    assert (await domain.jobs.wait(again.job_id, 10)).state == JobState.CANCELLED
