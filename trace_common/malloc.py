@@ -48,3 +48,13 @@ def limit_arenas(n: int = DEFAULT_ARENAS) -> int | None:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt arenas)
         return None
     return n if mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(n)) == 1 else None
+
+
+def limit_arenas_or_exit(prog: str) -> int | None:
+    """`limit_arenas()` for a program's entry point: a bad TRACE_MALLOC_ARENA_MAX is printed as
+    "<prog>: <what to set>" on stderr and ends the process with exit status 2 (a usage error)."""
+    try:
+        return limit_arenas()
+    except ValueError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -17,7 +17,7 @@ import sys
 
 import grpc
 
-from trace_common.malloc import limit_arenas
+from trace_common.malloc import limit_arenas_or_exit
 from tracectl import commands
 
 
@@ -33,11 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        limit_arenas()  # before any thread: the embedded services keep models in this process
-    except ValueError as err:
-        print(f"tracectl: {err}", file=sys.stderr)
-        return 2
+    limit_arenas_or_exit("tracectl")  # before any thread: the embedded services keep models in this process
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

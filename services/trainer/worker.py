@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_common.errors import FailedPrecondition, TraceError
-from trace_common.malloc import limit_arenas
+from trace_common.malloc import limit_arenas_or_exit
 
 from .jobspec import EVENT_PREFIX, SPEC_ENV, WorkerSpec, encode_event
 from .jobspec import env_factory as resolve_env
@@ -180,11 +180,7 @@ def _stop_with_parent() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _stop_with_parent()
-    try:
-        limit_arenas()  # before torch's and the generation backend's threads (trace_common/malloc.py)
-    except ValueError as err:
-        print(f"training worker: {err}", file=sys.stderr)
-        return 2
+    limit_arenas_or_exit("training worker")  # before torch's and the generation backend's threads
     parser = argparse.ArgumentParser(prog="python -m services.trainer.worker", description=__doc__.split("\n")[0])
     parser.add_argument("--spec-file", default="", help=f"job spec JSON (default: ${SPEC_ENV})")
     args = parser.parse_args(argv)

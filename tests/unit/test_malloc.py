@@ -53,3 +53,16 @@ def test_a_bad_setting_says_how_to_fix(monkeypatch):
     monkeypatch.setenv("TRACE_MALLOC_ARENA_MAX", "two")
     with pytest.raises(ValueError, match="TRACE_MALLOC_ARENA_MAX='two': expected a whole number"):
         limit_arenas()
+
+
+@pytest.mark.parametrize("command, prog", [
+    ([sys.executable, "-m", "tracectl", "status"], "tracectl"),
+    ([sys.executable, "-m", "services.analysis"], "analysis"),
+    ([sys.executable, "-m", "services.trainer.worker", "--spec-file", "/nonexistent"], "training worker"),
+])
+def test_entry_points_refuse_a_bad_setting_with_exit_2(command, prog):
+    base = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "TRACE_MALLOC_ARENA_MAX")}
+    out = subprocess.run(command, cwd=REPO, env={**base, "TRACE_MALLOC_ARENA_MAX": "two"}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"{prog}: TRACE_MALLOC_ARENA_MAX='two': expected a whole number" in out.stderr

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from trace_common.config import SERVICE_NAMES
 from trace_common.grpc.server import TraceServer, configure_logging, run_forever
-from trace_common.malloc import limit_arenas
+from trace_common.malloc import limit_arenas_or_exit
 
 
 def build(service: str, **overrides):
@@ -25,11 +25,7 @@ def build(service: str, **overrides):
 
 
 def main(service: str) -> None:
-    try:
-        limit_arenas()  # before the server's threads (trace_common/malloc.py)
-    except ValueError as err:
-        print(f"{service}: {err}", file=sys.stderr)
-        sys.exit(2)
+    limit_arenas_or_exit(service)  # before the server's threads (trace_common/malloc.py)
     try:
         settings, definition = build(service)
     except ValidationError as err:
