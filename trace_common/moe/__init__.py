@@ -9,7 +9,12 @@ fast path, gathered small-batch path, dense baseline), `gating` for the gate mat
 from trace_common.moe.adapters import LoraAdapter, LoraModuleWeights, load_lora_adapter
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.config import MoEConfig
-from trace_common.moe.export import RequestChoice, choose_adapter_per_request, merge_single_adapter
+from trace_common.moe.export import (
+    PerRequestChooser,
+    RequestChoice,
+    choose_adapter_per_request,
+    merge_single_adapter,
+)
 from trace_common.moe.forcing import RoutingForce, RoutingTrace
 from trace_common.moe.gating import gate_param_count, load_balancing_loss, route_top1, straight_through_factor
 from trace_common.moe.routed_lora import (
@@ -35,6 +40,7 @@ __all__ = [
     "RoutingTrace",
     "build_routing_plan",
     "choose_adapter_per_request",
+    "PerRequestChooser",
     "dense_soft_lora_delta",
     "gate_param_count",
     "load_balancing_loss",

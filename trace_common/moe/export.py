@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from peft import PeftModel
@@ -20,6 +21,7 @@ from torch import nn
 from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.moe.adapters import load_lora_adapter
 from trace_common.moe.composed import _COMPOSED_MARK, ComposedMoEModel
+from trace_common.policy.generation import PrefixCache, new_kv_cache
 
 
 @dataclass(frozen=True)
@@ -58,20 +60,84 @@ def choose_adapter_per_request(model: ComposedMoEModel, input_ids: torch.Tensor,
     experts = trace.experts()  # [L, B, T]
     probs = trace.probs()  # [L, B, T, K+1]
     slots = model.num_slots
-    allowed = range(slots) if allow_base else range(1, slots)
     choices = []
     for b in range(batch):
         keep = attention_mask[b].bool()  # [T]
         if not bool(keep.any()):
             raise InvalidArgument(field="attention_mask", reason=f"sequence {b} has no prompt tokens")
         chosen = experts[:, b][:, keep]  # [L, T_b]
-        fractions = F.one_hot(chosen.reshape(-1), slots).float().mean(dim=0)  # [K+1]
-        mean_probs = probs[:, b][:, keep].reshape(-1, slots).mean(dim=0)  # [K+1]
-        best = max(allowed, key=lambda i: (float(fractions[i]), float(mean_probs[i])))
-        choices.append(RequestChoice(
-            slot=best, adapter=None if best == 0 else model.adapter_names[best - 1],
-            slot_fractions=tuple(fractions.tolist()), mean_probs=tuple(mean_probs.tolist())))
+        counts = F.one_hot(chosen.reshape(-1), slots).sum(dim=0)  # [K+1]
+        prob_sums = probs[:, b][:, keep].reshape(-1, slots).double().sum(dim=0)  # [K+1]
+        choices.append(_choice(model, counts, prob_sums, chosen.numel(), allow_base))
     return choices
+
+
+def _choice(model: ComposedMoEModel, counts: torch.Tensor, prob_sums: torch.Tensor, decisions: int,
+            allow_base: bool) -> RequestChoice:
+    """counts, prob_sums [K+1]: decisions per slot and summed gate probabilities over `decisions`
+    (layer, prompt token) pairs -> the choice (the lexicographic rule of choose_adapter_per_request)."""
+    fractions = counts.double() / decisions                       # [K+1]
+    mean_probs = prob_sums.double() / decisions                   # [K+1]
+    allowed = range(model.num_slots) if allow_base else range(1, model.num_slots)
+    best = max(allowed, key=lambda i: (float(fractions[i]), float(mean_probs[i])))
+    return RequestChoice(slot=best, adapter=None if best == 0 else model.adapter_names[best - 1],
+                         slot_fractions=tuple(fractions.tolist()), mean_probs=tuple(mean_probs.tolist()))
+
+
+class PerRequestChooser:
+    """`choose_adapter_per_request` for one prompt at a time, reusing earlier prompts' routing.
+
+    An agent's prompt at turn k+1 starts with its prompt at turn k (plus the reply and the tool
+    results), and in a causal model a token's routing depends only on the tokens before it. So the
+    (layer, token) decisions over a prefix already seen need not be recomputed: the chooser keeps,
+    per prompt, the KV states of the unforced composed model and each token's routing statistics,
+    and runs only the new tokens. Without it, every turn of a per-request episode re-ran the gates
+    over the whole conversation with no cache (half of the smollm2 per-request arm's time).
+
+    Semantics (choose(prompt), prompt of n tokens):
+        m, KV, S = the cached prompt sharing the longest prefix with `prompt` (m < n; m = 0: none)
+                   S [m, 2(K+1)]: per token, decisions per slot summed over layers, then gate
+                   probabilities per slot summed over layers
+        run prompt[m:] with KV under the gates' own routing, capture experts [L, n-m], probs [L, n-m, K+1]
+        S' = S ++ [one_hot(experts).sum(layers) | probs.sum(layers)]          # [n, 2(K+1)]
+        cache (prompt, KV', S'); choice = rule of choose_adapter_per_request with
+        fractions = S'[:, :K+1].sum(tokens) / (L n), mean_probs = S'[:, K+1:].sum(tokens) / (L n)
+
+    Decisions are the uncached function's up to float rounding of the cached prefix's KV (the same
+    tolerance as the generation prefix cache); the counts are exact sums. The cache is dropped when
+    the composition's weights change.
+    """
+
+    def __init__(self, model: ComposedMoEModel, *, max_bytes: int = 1 << 30, allow_base: bool = True):
+        if model.is_forced:
+            raise FailedPrecondition("routing is forced; the per-request choice needs the gates' own decisions")
+        self.model = model
+        self.allow_base = allow_base
+        self.cache = PrefixCache(max_bytes=max_bytes)
+
+    @torch.no_grad()
+    def choose(self, prompt: list[int]) -> RequestChoice:
+        model, slots = self.model, self.model.num_slots
+        if not prompt:
+            raise InvalidArgument(field="prompt", expected="at least one token")
+        if model.is_forced:
+            raise FailedPrecondition("routing is forced; the per-request choice needs the gates' own decisions")
+        self.cache.check_weights(model)
+        device = next(model.parameters()).device
+        m, kv, stats = self.cache.lookup_entry(np.asarray(prompt, dtype=np.int64))
+        cache = new_kv_cache(model.base, kv)
+        ids = torch.tensor([prompt[m:]], dtype=torch.long, device=device)                # [1, n-m]
+        positions = torch.arange(m, len(prompt), device=device)[None]                      # [1, n-m]
+        with model.capture_routing() as trace:
+            model(input_ids=ids, attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=device),
+                  position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        experts = trace.experts()[:, 0]                                                     # [L, n-m]
+        probs = trace.probs()[:, 0]                                                         # [L, n-m, K+1]
+        new = torch.cat([F.one_hot(experts, slots).sum(0).double(), probs.double().sum(0)], dim=-1)  # [n-m, 2(K+1)]
+        full = new if stats is None else torch.cat([stats, new.to(stats.device)])          # [n, 2(K+1)]
+        self.cache.put(prompt, [(layer.keys, layer.values) for layer in cache.layers], full)
+        totals = full.sum(0)                                                                # [2(K+1)]
+        return _choice(model, totals[:slots], totals[slots:], model.num_layers * len(prompt), self.allow_base)
 
 
 def merge_single_adapter(base: nn.Module, adapter_dir: str | Path, *, name: str | None = None) -> nn.Module:

@@ -7,9 +7,10 @@ prefill, prefix reuse and each decode step -- routes per token:
 
 * `token`: the gates route every token at every layer (the TRACE semantics);
 * `per_request`: for each request the gates' mean routing over its prompt picks one slot
-  (`choose_adapter_per_request`), and the request is generated with routing forced to that
-  slot -- what an engine with per-request LoRA selection serves. Requests are grouped by
-  slot; each slot keeps its own prefix cache (a prefix's KV depends on the slot it ran under);
+  (`PerRequestChooser`: `choose_adapter_per_request` that runs only the tokens an earlier turn
+  has not), and the request is generated with routing forced to that slot -- what an engine
+  with per-request LoRA selection serves. Requests are grouped by slot; each slot keeps its
+  own prefix cache (a prefix's KV depends on the slot it ran under);
 * `merged`: one adapter folded into the base weights (no routing at all).
 
 Generation runs on the backend's single worker thread, so forcing (global model state)
@@ -24,10 +25,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trace_common.moe.composition_io import LoadedComposition, Routing, load_composition
-from trace_common.moe.export import choose_adapter_per_request
+from trace_common.moe.export import PerRequestChooser
 from trace_common.policy.generation import GenerationOutput, PrefixCache, RowParams, generate_batch
 from trace_common.policy.transformers_backend import TransformersPolicy
 
@@ -40,16 +39,18 @@ class RoutedPolicy(TransformersPolicy):
         super().__init__(model, loaded.tokenizer, name=name, **kwargs)
         self.loaded = loaded
         self.routing: Routing = loaded.routing
-        self._slot_caches: dict[int, PrefixCache] = defaultdict(lambda: PrefixCache(max_bytes=1 << 28))
+        self._slot_caches: dict[int, PrefixCache] = defaultdict(lambda: PrefixCache(max_bytes=1 << 30))
+        self._chooser = (PerRequestChooser(loaded.composed)
+                         if loaded.composed is not None and self.routing == "per_request" else None)
         self.slot_requests: Counter[str] = Counter()
 
     def _run(self, prompts: list[list[int]], params: list[RowParams]) -> list[GenerationOutput]:
         composed = self.loaded.composed
-        if self.routing != "per_request" or composed is None:
+        if self._chooser is None or composed is None:
             return super()._run(prompts, params)
         groups: dict[int, list[int]] = defaultdict(list)
         for row, prompt in enumerate(prompts):
-            choice = choose_adapter_per_request(composed, torch.tensor([prompt], dtype=torch.long))[0]   # [1, S]
+            choice = self._chooser.choose(list(prompt))
             groups[choice.slot].append(row)
             self.slot_requests[self.loaded.expert_names[choice.slot]] += 1
         outputs: list[GenerationOutput | None] = [None] * len(prompts)

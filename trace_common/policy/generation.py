@@ -86,10 +86,17 @@ class PrefixCache:
 
     Two kinds of entries: the prefix shared by a whole batch (an environment's system prompt)
     and, per finished row, its prompt plus completion -- the next turn of that episode
-    starts with exactly those tokens, so only the new messages are run. Entries are
-    invalidated when the model's weights change (`weights_fingerprint`); call `clear()`
-    after changes the fingerprint cannot see (e.g. switching PEFT adapters of an unmerged
-    model).
+    starts with exactly those tokens, so only the new messages are run. An entry that is a
+    prefix of a newer one is dropped when the newer one is stored: every prompt shares at
+    least as long a prefix with the newer entry, so the older one could never be the best
+    match again (without this, an episode kept one copy of its KV per turn and live episodes
+    were evicted for dead turns). Entries are invalidated when the model's weights change
+    (`weights_fingerprint`); call `clear()` after changes the fingerprint cannot see (e.g.
+    switching PEFT adapters of an unmerged model).
+
+    An entry may carry a per-token payload ([n, ...] tensor, row t describing token t) that
+    `lookup_entry` returns cut to the matched length alongside the KV (the per-request
+    adapter choice keeps its routing counts there: `trace_common.moe.export.RoutingPrefixCache`).
     """
 
     def __init__(self, max_bytes: int = 1 << 30, min_tokens: int = 32):
@@ -97,7 +104,7 @@ class PrefixCache:
             raise InvalidArgument(field="max_bytes", expected=">= 0", got=max_bytes)
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
-        self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, KV, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, KV, int, torch.Tensor | None]] = OrderedDict()
         self._bytes = 0
         self._fingerprint: tuple[int, int] | None = None
         self.hits = 0
@@ -121,28 +128,40 @@ class PrefixCache:
         """(m, KV of the first m tokens) of the entry sharing the longest prefix with
         `prompt`; m < len(prompt) (one token is always left to run); (0, None) if no entry
         shares at least `min_tokens`."""
+        m, kv, _ = self.lookup_entry(prompt)
+        return m, kv
+
+    def lookup_entry(self, prompt: np.ndarray) -> tuple[int, KV | None, torch.Tensor | None]:
+        """`lookup`, plus the entry's payload cut to its first m rows (None without one)."""
         best_len, best_key = 0, None
-        for key, (tokens, _, _) in self._entries.items():
+        for key, (tokens, _, _, _) in self._entries.items():
             m = min(_lcp(tokens, prompt), len(prompt) - 1)
             if m > best_len:
                 best_len, best_key = m, key
         if best_key is None or best_len < self.min_tokens:
             self.misses += 1
-            return 0, None
+            return 0, None, None
         self.hits += 1
         self.reused_tokens += best_len
         self._entries.move_to_end(best_key)
-        kv = self._entries[best_key][1]
-        return best_len, [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in kv]
+        _, kv, _, payload = self._entries[best_key]
+        return (best_len, [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in kv],
+                None if payload is None else payload[:best_len])
 
-    def put(self, tokens: Sequence[int], kv: KV) -> None:
+    def put(self, tokens: Sequence[int], kv: KV, payload: torch.Tensor | None = None) -> None:
         if self.max_bytes == 0 or len(tokens) < self.min_tokens:
             return
-        key = tuple(tokens)
+        if payload is not None and payload.shape[0] != len(tokens):
+            raise InvalidArgument(field="payload", expected=f"one row per token ({len(tokens)})",
+                                  got=list(payload.shape))
+        array = np.asarray(tokens, dtype=np.int64)
         size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
-        if key in self._entries:
+        if payload is not None:
+            size += payload.numel() * payload.element_size()
+        for key in [key for key, (t, _, _, _) in self._entries.items()
+                    if len(t) <= len(array) and _lcp(t, array) == len(t)]:   # superseded (class docstring)
             self._bytes -= self._entries.pop(key)[2]
-        self._entries[key] = (np.asarray(tokens, dtype=np.int64), kv, size)
+        self._entries[tuple(tokens)] = (array, kv, size, payload)
         self._bytes += size
         while self._bytes > self.max_bytes and self._entries:
             self._bytes -= self._entries.popitem(last=False)[1][2]
@@ -214,6 +233,14 @@ def _forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: to
 
 def _new_cache(model: torch.nn.Module) -> DynamicCache:
     return DynamicCache(config=model.config)
+
+
+def new_kv_cache(model: torch.nn.Module, kv: KV | None = None) -> DynamicCache:
+    """A transformers cache for `model`, holding `kv` (per layer [1, kv_heads, m, head_dim]) if given."""
+    cache = _new_cache(model)
+    for layer_idx, (k, v) in enumerate(kv or []):
+        cache.update(k, v, layer_idx)
+    return cache
 
 
 def _prefix_kv(model: torch.nn.Module, tokens: Sequence[int], device: torch.device) -> KV:

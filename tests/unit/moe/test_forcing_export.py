@@ -7,7 +7,7 @@ import torch
 
 from tests.unit.moe.conftest import randomize_gates, token_batch
 from trace_common.errors import FailedPrecondition, InvalidArgument
-from trace_common.moe import MoEConfig, choose_adapter_per_request, merge_single_adapter
+from trace_common.moe import MoEConfig, PerRequestChooser, choose_adapter_per_request, merge_single_adapter
 
 
 @pytest.mark.parametrize("spec,fragment", [
@@ -112,6 +112,51 @@ def test_per_request_choice_follows_the_gates_on_content(families):
         counts = torch.bincount(experts[:, b].reshape(-1), minlength=model.num_slots)
         assert counts[choice.slot] == counts.max()
         assert sum(choice.slot_fractions) == pytest.approx(1.0)
+
+
+def _conversation(kind: str) -> tuple[list[list[int]], list[int]]:
+    """Prompts sent one after another, and the prompt tokens the chooser may reuse for each."""
+    a, b, c = (token_batch(1, n, seed=s)[0].tolist() for n, s in ((40, 11), (30, 12), (50, 13)))
+    if kind == "turns":          # one episode: each prompt extends the previous one
+        return [a, a + b, a + b + c], [0, 40, 70]
+    if kind == "branches":       # two episodes on the same 40-token system prompt
+        return [a + b, a + c, a + b + c], [0, 40, 70]
+    if kind == "unrelated":      # nothing shared (c's first tokens differ from a's)
+        return [a, c], [0, 0]
+    return [a + b, (a + b)[:50]], [0, 49]   # a shorter prompt: all but its last token reused
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+@pytest.mark.parametrize("kind", ["turns", "branches", "unrelated", "shorter"])
+def test_per_request_chooser_matches_the_uncached_choice(families, family, kind):
+    """The cached chooser gives choose_adapter_per_request's answer for every prompt of a
+    conversation while running only the tokens no earlier prompt covered."""
+    model = families[family].composed()
+    randomize_gates(model, seed=3)
+    chooser = PerRequestChooser(model)
+    prompts, reused = _conversation(kind)
+    for prompt, expect_reused in zip(prompts, reused, strict=True):
+        before = chooser.cache.reused_tokens
+        got = chooser.choose(prompt)
+        want = choose_adapter_per_request(model, torch.tensor([prompt]))[0]
+        assert chooser.cache.reused_tokens - before == expect_reused
+        assert got.slot == want.slot
+        assert got.slot_fractions == pytest.approx(want.slot_fractions, abs=1e-12)
+        assert got.mean_probs == pytest.approx(want.mean_probs, abs=1e-5)
+
+
+def test_per_request_chooser_drops_its_cache_when_the_gates_change(families):
+    model = families["qwen3"].composed()
+    randomize_gates(model, seed=3)
+    chooser = PerRequestChooser(model)
+    prompt = token_batch(1, 60, seed=2)[0].tolist()
+    chooser.choose(prompt[:40])
+    _bias_gates(model, [[0, 0, 9, 0], [0, 0, 9, 0]])           # every token now goes to slot 2
+    got = chooser.choose(prompt)
+    assert chooser.cache.reused_tokens == 0
+    assert got.slot == 2 and got.slot_fractions == pytest.approx((0, 0, 1, 0))
+    with model.forced(1), pytest.raises(FailedPrecondition, match="forced"):
+        chooser.choose(prompt)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
