@@ -90,3 +90,23 @@ def test_bad_requests(embedded_stack, model_dir, changes, code, text):
         embedded_stack.stub("trainer").CreateTrainingJob(
             T.CreateTrainingJobRequest(spec=spec(model_dir, env=env, **changes), run_id="bad"))
     assert err.value.code() == code and text in err.value.details()
+
+
+def test_a_rerun_reattaches_to_its_live_job(embedded_stack, model_dir, capsys):
+    """`tracectl run` re-run while its training job still runs (a deployed trainer outlives the CLI):
+    the same spec follows the live job; another spec for the same checkpoints is refused."""
+    from tracectl.run.jobs import JobRunner, spec_digest
+
+    runner = JobRunner(conn=embedded_stack)
+    same = spec(model_dir, max_steps=3)
+    labels = {"capability": "precondition_verification"}
+    live = runner.start("trainer", same, "reattach", labels={**labels, "spec_sha": spec_digest(same)})
+    with pytest.raises(grpc.RpcError) as err:          # another config, same run + capability: refused
+        runner.run("trainer", spec(model_dir, max_steps=4), "reattach", "other", labels=labels, attach=True)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and live.job_id in err.value.details()
+    done = runner.run("trainer", same, "reattach", "again", labels=labels, attach=True)
+    assert done.job.job_id == live.job_id and done.job.state == t.JOB_STATE_SUCCEEDED
+    assert f"re-attaching to live trainer job {live.job_id}" in capsys.readouterr().err
+    # once it has ended, the same request trains anew (resuming from the job's checkpoints)
+    again = runner.run("trainer", same, "reattach", "after", labels=labels, attach=True)
+    assert again.job.job_id != live.job_id and again.job.state == t.JOB_STATE_SUCCEEDED

@@ -148,7 +148,8 @@ class Pipeline:
                               config=_struct(config), adapter_uris=adapter_uris or {},
                               executor=T.EXECUTOR_KUBERNETES if self.cfg.training.executor == "kubernetes"
                               else T.EXECUTOR_LOCAL)
-        return self.runner.run("trainer", spec, self.cfg.run_id, label, labels={"capability": capability})
+        # attach: a re-run whose old job still trains (deployed trainer) follows it instead of being refused
+        return self.runner.run("trainer", spec, self.cfg.run_id, label, labels={"capability": capability}, attach=True)
 
     def stage_adapters(self) -> dict[str, Any]:
         envs = self.manifest.stages["environments"].result["environments"]
