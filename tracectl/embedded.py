@@ -41,6 +41,11 @@ class EmbeddedStack:
     def metrics_urls(self) -> dict[str, str]:
         return {name: s.metrics_server.url for name, s in self.servers.items() if s.metrics_server}
 
+    @property
+    def http_urls(self) -> dict[str, str]:
+        """HTTP fronts served beside gRPC (the inference service's OpenAI-compatible API)."""
+        return {name: s.definition.http_url for name, s in self.servers.items() if s.definition.http_url}
+
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
@@ -60,7 +65,7 @@ class EmbeddedStack:
             raise
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")  # two processes on one root never share it
         tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
-                                   "targets": self.targets, "metrics": self.metrics_urls,
+                                   "targets": self.targets, "metrics": self.metrics_urls, "http": self.http_urls,
                                    "auth": bool(self.token)}, indent=2))
         os.replace(tmp, self.state_file)
 
@@ -121,6 +126,9 @@ class BackgroundStack:
 
     def domain(self, service: str):
         return self.stack.servers[service].definition.domain
+
+    def http_url(self, service: str) -> str | None:
+        return self.stack.servers[service].definition.http_url
 
     def stub(self, service: str, token: str | None | bool = True):
         """A stub with the stack's token (token=True), none (None) or the given one."""

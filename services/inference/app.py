@@ -6,6 +6,7 @@ from trace_common.grpc.server import ServiceDefinition
 from trace_common.proto.trace.v1 import inference_service_pb2_grpc as pb_grpc
 
 from .metrics import M
+from .openai_http import OpenAIServer
 from .service import Inference
 from .servicer import InferenceServicer
 from .settings import InferenceSettings
@@ -14,8 +15,9 @@ from .settings import InferenceSettings
 def create_service(settings: InferenceSettings | None = None) -> ServiceDefinition:
     settings = settings or InferenceSettings()
     domain = Inference(settings)
+    http = OpenAIServer(domain, settings.http_host, settings.http_port)  # the HTTP front, around the domain
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),
-        on_start=[domain.start_http], on_stop=[domain.stop], domain=domain,
+        on_start=[http.start], on_stop=[http.stop, domain.stop], domain=domain, http=http,
     )

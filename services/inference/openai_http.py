@@ -146,7 +146,7 @@ def completion_body(c: Completion, model: str, want_logprobs: bool, tokenizer: A
 
 
 class OpenAIServer:
-    """The aiohttp server (started by the service's on_start hook)."""
+    """The aiohttp server around the domain (built by app.py, started by the service's on_start hook)."""
 
     def __init__(self, domain: Inference, host: str, port: int):
         self.domain, self.host, self.port = domain, host, port

@@ -1,10 +1,11 @@
 """The inference service's domain object: loaded compositions and chat generation (no gRPC here).
 
-Both APIs (gRPC via the servicer, OpenAI-compatible HTTP via `openai_http`) turn their request
-into a `ChatRequest` and call `generate` / `generate_stream`. A request is rendered with the
-composition's chat template (`trace_common.policy.chat.ChatFormat`: tools in the system prompt,
-Hermes `<tool_call>` calls), checked against `max_prompt_tokens` and the model's context, decoded
-in a batch with other concurrent requests (`generation`), and the reply is parsed with
+Both APIs (gRPC via the servicer, OpenAI-compatible HTTP via `openai_http`, which `app.py` builds
+around this object) turn their request into a `ChatRequest` and call `generate` /
+`generate_stream`. A request is rendered with the composition's chat template
+(`trace_common.policy.chat.ChatFormat`: tools in the system prompt, Hermes `<tool_call>` calls),
+checked against `max_prompt_tokens` and the model's context, decoded in a batch with other
+concurrent requests (`generation`), and the reply is parsed with
 `trace_common.policy.parse_assistant_text` (the same parser as the rollout service's in-process
 backend), so tool calls come back as structured calls.
 
@@ -160,23 +161,10 @@ class Inference:
             cache_dir=settings.model_cache_dir, device=settings.device, dtype=settings.dtype,
             s3=settings.s3_settings(), max_batch=settings.max_batch, batch_wait_s=settings.batch_wait_s,
             max_compositions=settings.max_compositions)
-        self.http = None  # openai_http.OpenAIServer once started
 
     # ---- lifecycle -------------------------------------------------------------------------
-    async def start_http(self) -> None:
-        from .openai_http import OpenAIServer
-
-        self.http = OpenAIServer(self, self.settings.http_host, self.settings.http_port)
-        await self.http.start()
-
     async def stop(self) -> None:
-        if self.http is not None:
-            await self.http.stop()
         await self.registry.close()
-
-    @property
-    def http_url(self) -> str | None:
-        return self.http.url if self.http is not None else None
 
     # ---- compositions ----------------------------------------------------------------------
     @property

@@ -215,7 +215,7 @@ def test_openai_policy_gets_parsed_tool_calls(embedded_stack, served):
     from trace_common.policy import OpenAIPolicy, PolicyRequest, SamplingParams
 
     async def run():
-        policy = OpenAIPolicy(embedded_stack.domain("inference").http_url, NAME, timeout_s=120, max_retries=0)
+        policy = OpenAIPolicy(embedded_stack.http_url("inference"), NAME, timeout_s=120, max_retries=0)
         try:
             return await policy.complete(PolicyRequest(prompt_messages("refunds", 4), TOOLS["refunds"],
                                                        SamplingParams(temperature=0, max_tokens=40)))
@@ -230,7 +230,7 @@ def test_openai_policy_gets_parsed_tool_calls(embedded_stack, served):
 
 
 def test_openai_stream_and_routing_extension(embedded_stack, served):
-    url = embedded_stack.domain("inference").http_url + "/chat/completions"
+    url = embedded_stack.http_url("inference") + "/chat/completions"
     body = {"model": NAME, "messages": [m.to_dict() for m in prompt_messages("refunds", 5)],
             "tools": TOOLS["refunds"], "temperature": 0, "max_tokens": 40}
     plain = httpx.post(url, json=dict(body, return_routing_trace=True), timeout=120).json()
@@ -255,7 +255,7 @@ def test_openai_stream_and_routing_extension(embedded_stack, served):
     ({"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found", "ghost"),
 ])
 def test_openai_errors_are_documented(embedded_stack, served, body, status, kind, needle):
-    base = embedded_stack.domain("inference").http_url
+    base = embedded_stack.http_url("inference")
     content = body if isinstance(body, str) else json.dumps(body)
     resp = httpx.post(base + "/chat/completions", content=content, headers={"Content-Type": "application/json"},
                       timeout=60)

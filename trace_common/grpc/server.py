@@ -42,6 +42,13 @@ class ServiceDefinition:
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     #: The service's domain object (tests and the embedded orchestrator reach it in-process).
     domain: object = None
+    #: An HTTP front served beside gRPC (the inference service's OpenAI-compatible API), with a
+    #: `url` once started; its start/stop are among the hooks above.
+    http: object = None
+
+    @property
+    def http_url(self) -> str | None:
+        return getattr(self.http, "url", None) if self.http is not None else None
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:

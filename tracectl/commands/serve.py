@@ -106,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             console.print(f"experts: {', '.join(['base', *[a['name'] for a in info['adapters']]])}; "
                           f"{info['num_layers']} layers, hidden {info['hidden_size']}, "
                           f"{info['gate_parameters']} gate parameters")
-            console.print(f"grpc={server.target} http={domain.http_url} metrics={server.metrics_server.url} "
+            console.print(f"grpc={server.target} http={definition.http_url} metrics={server.metrics_server.url} "
                           f"model={spec.name}", highlight=False, soft_wrap=True)
             if args.once:
                 return 0
