@@ -1,6 +1,6 @@
 """Sandbox overhead: episodes of a library environment in the locked-down worker vs a plain subprocess.
 
-Both sides run the same worker entrypoint (`python -m services.environment.sandbox_worker`)
+Both sides run the same worker entrypoint (`python -m services.environment.sandbox.worker`)
 and the same JSON-over-pipes protocol through `SandboxEnvironment`; the only difference is
 the lockdown: the sandbox side has the network and mount namespaces, the uid drop,
 rlimits, the seccomp filter and the audit hook (whatever this machine permits -- the
@@ -28,8 +28,8 @@ from bench.harness import Case, Row, command_line, run_case, write_section
 from bench.harness import machine as machine_info
 from services.environment import library
 from services.environment.policies import ActionScript
-from services.environment.sandbox import SandboxConfig, SandboxWorker
-from services.environment.sandbox_env import SandboxEnvironment, load_module
+from services.environment.sandbox.environment import SandboxEnvironment, load_module
+from services.environment.sandbox.parent import SandboxConfig, SandboxWorker
 from services.environment.targets import resolve_target
 from trace_common.env import run_episode
 

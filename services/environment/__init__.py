@@ -7,8 +7,8 @@ Modules (domain code has no gRPC; `servicer.py` only translates):
 - `targets.py`: the target environment's tools, id formats and prompt frame (explicit tables for
   `store` and `tau2-retail`).
 - `generation.py`: mode library (bundle) and mode llm (prompt -> module -> validation -> feedback).
-- `sandbox_worker.py` (`python -m services.environment.sandbox_worker`), `isolation.py`,
-  `sandbox.py`, `sandbox_env.py`: the locked-down worker process and its parent-side client.
+- `sandbox/`: the locked-down worker process (`python -m services.environment.sandbox.worker`),
+  its kernel layers and its parent-side client (`SandboxWorker`, `SandboxEnvironment`).
 - `validation.py`, `policies.py`, `calibration.py`: the checks and the validation report.
 - `registry.py`: environments in the artifact store (code, manifest, validation report, sha256).
 - `episodes.py`: instances served by seed from sandbox workers; `trace_common.env.remote`: the same over gRPC (used by the trainer).

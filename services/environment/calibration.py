@@ -47,7 +47,7 @@ from typing import Any
 from trace_common.env import Termination, run_episode_async
 from trace_common.errors import Cancelled, DeadlineExceeded, Unavailable
 
-from .sandbox_env import SandboxEnvironment
+from .sandbox.environment import SandboxEnvironment
 
 
 class CalibrationPolicyFailed(Unavailable):

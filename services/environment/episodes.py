@@ -31,8 +31,8 @@ from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, R
 
 from . import metrics as m
 from .registry import EnvironmentRecord, EnvironmentRegistry
-from .sandbox import SandboxConfig, SandboxViolation, SandboxWorker
-from .sandbox_env import LoadedModule, SandboxEnvironment, load_module
+from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
+from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
 
 
 @dataclass

@@ -34,7 +34,7 @@ from trace_common.env import Environment
 from trace_common.errors import FailedPrecondition
 
 from . import library
-from .sandbox_worker import ALLOWED_IMPORTS
+from .sandbox.worker import ALLOWED_IMPORTS
 from .targets import PROFILES, TargetInfo, resolve_target
 from .validation import Check, ValidationConfig, ValidationReport
 

@@ -12,7 +12,7 @@ VALIDATIONS = Counter("trace_environment_validations", "Candidate environments v
 SANDBOX_VIOLATIONS = Counter("trace_environment_sandbox_violations", "Sandbox limits hit or forbidden operations "
                              "blocked, by kind (cpu, memory, processes, file_size, timeout, network, output, "
                              "filesystem, limits, native, introspection, environment, syscall, crash, protocol; "
-                             "see services/environment/sandbox.py).", ["kind"], registry=_r)
+                             "see services/environment/sandbox/parent.py).", ["kind"], registry=_r)
 SANDBOX_STEP_DURATION = Histogram("trace_environment_sandbox_step_duration_seconds",
                                   "Round-trip time of one env call through the sandbox.",
                                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5),

@@ -1,7 +1,7 @@
 """Settings of the environment service (`TRACE_ENVIRONMENT_*`).
 
 Three groups: episode serving, the sandbox worker's limits and isolation layers
-(`TRACE_ENVIRONMENT_SANDBOX_*`, see services/environment/isolation.py), and validation
+(`TRACE_ENVIRONMENT_SANDBOX_*`, see services/environment/sandbox/isolation.py), and validation
 thresholds (`TRACE_ENVIRONMENT_VALIDATION_*`, see services/environment/validation.py).
 """
 
@@ -15,7 +15,7 @@ from pydantic_settings import SettingsConfigDict
 from trace_common.config import ServiceSettings
 
 from .calibration_policy import CalibrationSampling
-from .sandbox import SandboxConfig
+from .sandbox.parent import SandboxConfig
 from .validation import ValidationConfig
 
 

@@ -45,9 +45,9 @@ from trace_common.errors import Cancelled, TraceError
 
 from .calibration import CalibrationPolicyFailed, CalibrationResult, CalibrationTimedOut, calibrate
 from .policies import ActionScript, RandomPolicy, noop_policy
-from .sandbox import SandboxConfig, SandboxViolation, SandboxWorker
-from .sandbox_env import LoadedModule, SandboxEnvironment, load_module
-from .sandbox_worker import ALLOWED_IMPORTS
+from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
+from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
+from .sandbox.worker import ALLOWED_IMPORTS
 from .targets import TargetInfo
 
 FORBIDDEN_CALLS = ("eval", "exec", "compile", "open", "__import__", "breakpoint", "input", "globals")

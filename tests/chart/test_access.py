@@ -82,7 +82,7 @@ def test_sandbox_pods_are_isolated(value_set):
     assert r.get("ServiceAccount", f"{FULLNAME}-sandbox")["automountServiceAccountToken"] is False
     assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] > 0
     (c,) = spec["containers"]
-    assert c["command"] == ["python", "-m", "services.environment.sandbox_worker"]
+    assert c["command"] == ["python", "-m", "services.environment.sandbox.worker"]
     assert c["resources"]["limits"]["memory"] and c["resources"]["limits"]["cpu"]
     # The environment service reads this template from the path it is told.
     env = {e["name"]: e for e in r.get("Deployment", f"{FULLNAME}-environment")["spec"]["template"]["spec"]

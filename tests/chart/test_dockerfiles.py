@@ -22,7 +22,7 @@ IMAGES = {
     "environment": ("slim", "services.environment"),
     "trainer": ("cuda", "services.trainer"),
     "inference": ("cuda", "services.inference"),
-    "sandbox": ("slim", "services.environment.sandbox_worker"),
+    "sandbox": ("slim", "services.environment.sandbox.worker"),
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from trace_common.env import Action, Environment, Message, Observation, StepResult, Termination
 from trace_common.errors import FailedPrecondition
 
-from .sandbox import SandboxWorker
+from .parent import SandboxWorker
 
 _ids = itertools.count()
 

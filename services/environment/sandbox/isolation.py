@@ -1,6 +1,6 @@
 """Process lockdown for the sandbox worker: the layers that contain untrusted environment code.
 
-The sandbox worker (`sandbox_worker.py`) calls `lock_down(...)` once, after it has imported
+The sandbox worker (`worker.py`) calls `lock_down(...)` once, after it has imported
 everything it needs and before it loads any untrusted module. Each layer is best effort
 and reports whether it is in force, so the validation report can say exactly what
 contained a candidate (`IsolationReport`). Layers, outermost first:

@@ -1,6 +1,6 @@
 """Parent side of the sandbox: start a worker process, talk JSON Lines to it, contain its failures.
 
-    worker = SandboxWorker(SandboxConfig(...))   # spawns `python -m services.environment.sandbox_worker`
+    worker = SandboxWorker(SandboxConfig(...))   # spawns `python -m services.environment.sandbox.worker`
     worker.start()                               # handshake; worker.isolation says which layers hold
     info = worker.call("load", source=text)      # then reset / step / result / solve ...
     worker.close()
@@ -46,10 +46,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trace_common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 
-from . import metrics as m
+from .. import metrics as m
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 VIOLATION_KINDS = ("cpu", "memory", "processes", "file_size", "timeout", "network", "output", "filesystem",
                    "limits", "native", "introspection", "environment", "syscall", "crash", "protocol")
 
@@ -174,7 +174,7 @@ class SandboxWorker:
         os.mkdir(work)
         os.chmod(self.scratch, 0o711)  # the worker (uid nobody) must traverse it to reach work/
         self._stderr_path = os.path.join(self.scratch, "worker.stderr")
-        cmd = [self.config.python or sys.executable, "-s", "-B", "-m", "services.environment.sandbox_worker",
+        cmd = [self.config.python or sys.executable, "-s", "-B", "-m", "services.environment.sandbox.worker",
                "--config", self.config.worker_json(work)]
         with open(self._stderr_path, "wb") as err:
             try:

@@ -1,6 +1,6 @@
 """The sandbox worker: hosts one environment module (generated or library) in a locked-down process.
 
-Run as `python -m services.environment.sandbox_worker [--config JSON] [--module PATH]`.
+Run as `python -m services.environment.sandbox.worker [--config JSON] [--module PATH]`.
 The environment service starts it as a child process (`sandbox.SandboxWorker`); in
 Kubernetes the same command is the entrypoint of the sandbox pod (Dockerfile.sandbox), and
 the service talks to it over the pod's attached stdin/stdout. Either way:
@@ -131,7 +131,7 @@ class WorkerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise SystemExit(f"sandbox_worker: unknown config keys {sorted(unknown)}; known: {sorted(known)}")
+            raise SystemExit(f"sandbox worker: unknown config keys {sorted(unknown)}; known: {sorted(known)}")
         return cls(**data)
 
 
@@ -362,7 +362,7 @@ def _warm_up() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.environment.sandbox_worker",
+    parser = argparse.ArgumentParser(prog="python -m services.environment.sandbox.worker",
                                      description="Sandbox worker for TRACE environments (JSON Lines on stdin/stdout).")
     parser.add_argument("--config", default=os.environ.get("TRACE_SANDBOX_CONFIG", ""),
                         help="JSON WorkerConfig (default: $TRACE_SANDBOX_CONFIG, else defaults)")

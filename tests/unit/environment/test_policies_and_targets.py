@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from services.environment.calibration import summarise
-from services.environment.isolation import DENIED_SYSCALLS, seccomp_program
 from services.environment.library import family_for, require_family
 from services.environment.policies import RandomPolicy, draw
+from services.environment.sandbox.isolation import DENIED_SYSCALLS, seccomp_program
 from services.environment.targets import PROFILES, TargetInfo, resolve_target
 from trace_common.env import Message
 from trace_common.errors import FailedPrecondition, NotFound
@@ -107,7 +107,7 @@ def test_seccomp_program_semantics(machine):
     import errno
     import struct
 
-    from services.environment.isolation import _ARCHES
+    from services.environment.sandbox.isolation import _ARCHES
 
     prog = [struct.unpack("=HBBI", ins) for ins in seccomp_program(machine)]
     audit_arch, numbers = _ARCHES[machine]

@@ -10,7 +10,7 @@ import pytest
 
 from services.environment.episodes import EpisodeTable
 from services.environment.registry import EnvironmentRegistry
-from services.environment.sandbox import SandboxConfig, SandboxViolation
+from services.environment.sandbox.parent import SandboxConfig, SandboxViolation
 from trace_common.artifacts import open_store
 from trace_common.errors import (
     ArtifactCorrupted,

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from services.environment.sandbox import EnvironmentCodeError, SandboxConfig, SandboxViolation, SandboxWorker
+from services.environment.sandbox.parent import (
+    EnvironmentCodeError,
+    SandboxConfig,
+    SandboxViolation,
+    SandboxWorker,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 ROOT = os.geteuid() == 0 and sys.platform.startswith("linux")
@@ -255,7 +260,7 @@ def test_pod_mode_entrypoint_reads_the_module_from_a_path_and_speaks_stdin_stdou
     import subprocess
     import tempfile
 
-    from services.environment.sandbox import PROJECT_ROOT, clean_env
+    from services.environment.sandbox.parent import PROJECT_ROOT, clean_env
 
     base = Path(tempfile.mkdtemp(prefix="trace-pod-", dir="/tmp"))  # pytest's tmp dirs are 0700 (root only)
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
@@ -269,7 +274,7 @@ def test_pod_mode_entrypoint_reads_the_module_from_a_path_and_speaks_stdin_stdou
     requests = [{"id": 1, "op": "hello"}, {"id": 2, "op": "reset", "instance": "a", "seed": 4},
                 {"id": 3, "op": "solve", "seed": 4}, {"id": 4, "op": "load", "source": "x = 1"},
                 {"id": 5, "op": "shutdown"}]
-    proc = subprocess.run([sys.executable, "-m", "services.environment.sandbox_worker", "--module", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "services.environment.sandbox.worker", "--module", str(path)],
                           input="".join(json.dumps(r) + "\n" for r in requests).encode(), capture_output=True,
                           env=env, cwd=PROJECT_ROOT, timeout=60)
     replies = [json.loads(line) for line in proc.stdout.decode().splitlines()]
