@@ -27,7 +27,7 @@ import statistics
 from bench.harness import Case, Row, command_line, run_case, write_section
 from bench.harness import machine as machine_info
 from services.environment import library
-from services.environment.policies import ActionScript
+from services.environment.baseline_policies import ActionScript
 from services.environment.sandbox.environment import SandboxEnvironment, load_module
 from services.environment.sandbox.parent import SandboxConfig, SandboxWorker
 from services.environment.targets import resolve_target

@@ -6,11 +6,11 @@ Modules (domain code has no gRPC; `servicer.py` only translates):
   (`kit.py` + one module per family; `bundle()` makes a self-contained module per target).
 - `targets.py`: the target environment's tools, id formats and prompt frame (explicit tables for
   `store` and `tau2-retail`).
-- `generation.py`: mode library (bundle) and mode llm (prompt -> module -> validation -> feedback).
+- `candidates.py`: mode library (bundle) and mode llm (prompt -> module -> validation -> feedback).
 - `sandbox/`: the locked-down worker process (`python -m services.environment.sandbox.worker`),
   its kernel layers and its parent-side client (`SandboxWorker`, `SandboxEnvironment`).
-- `validation.py`, `policies.py`, `calibration.py`: the checks and the validation report.
-- `registry.py`: environments in the artifact store (code, manifest, validation report, sha256).
-- `episodes.py`: instances served by seed from sandbox workers; `trace_common.env.remote`: the same over gRPC (used by the trainer).
+- `validation.py`, `baseline_policies.py`, `calibration.py`: the checks and the validation report.
+- `records.py`: environments in the artifact store (code, manifest, validation report, sha256).
+- `serving.py`: instances served by seed from sandbox workers; `trace_common.env.remote`: the same over gRPC (used by the trainer).
 - `service.py` (domain object), `servicer.py`, `app.py`, `settings.py`, `specs.py`, `metrics.py`.
 """

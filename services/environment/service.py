@@ -2,8 +2,8 @@
 
 A generation job takes one or more capabilities and a target; per capability, in
 parallel, it obtains a candidate (library bundle or LLM-written module, see
-generation.py), validates it in sandbox workers (validation.py) and registers it --
-accepted or rejected, with its validation report -- in the artifact store (registry.py).
+candidates.py), validates it in sandbox workers (validation.py) and registers it --
+accepted or rejected, with its validation report -- in the artifact store (records.py).
 The job succeeds when every capability got a verdict; `environments_of(job_id)` lists the
 records as they are registered. Bad requests (unknown target, a library target whose
 tools do not fit, a capability the library lacks, a calibration backend not wired in)
@@ -36,11 +36,11 @@ from trace_common.specs import PolicyRefModel
 
 from . import library
 from . import metrics as m
-from .episodes import EpisodeTable, StepOutcome
-from .generation import MODE_LIBRARY, GenerationResult, generate_library, generate_llm, load_prompt
+from .baseline_policies import ScriptedSkillFactory
+from .candidates import MODE_LIBRARY, GenerationResult, generate_library, generate_llm, load_prompt
 from .metrics import M
-from .policies import ScriptedSkillFactory
-from .registry import EnvironmentRecord, EnvironmentRegistry
+from .records import EnvironmentRecord, EnvironmentRegistry
+from .serving import EpisodeTable, StepOutcome
 from .settings import EnvironmentSettings
 from .specs import GenerationSpecModel
 from .targets import TargetInfo, resolve_target

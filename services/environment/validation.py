@@ -43,8 +43,8 @@ from trace_common import pyast
 from trace_common.env import run_episode
 from trace_common.errors import Cancelled, TraceError
 
+from .baseline_policies import ActionScript, RandomPolicy, noop_policy
 from .calibration import CalibrationPolicyFailed, CalibrationResult, CalibrationTimedOut, calibrate
-from .policies import ActionScript, RandomPolicy, noop_policy
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
 from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
 from .sandbox.worker import ALLOWED_IMPORTS

@@ -33,7 +33,7 @@ def _generate(stub, spec, run_id="envtest"):
 
 
 def _scripted(actions):
-    from services.environment.policies import ActionScript
+    from services.environment.baseline_policies import ActionScript
 
     return ActionScript(actions)
 

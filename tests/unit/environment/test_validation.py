@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.environment import library
-from services.environment.policies import ScriptedSkillFactory
+from services.environment.baseline_policies import ScriptedSkillFactory
 from services.environment.validation import ValidationConfig, static_check, tool_check, validate
 
 from .helpers import FAST, SANDBOX, TARGET_NAMES, bundled, patched, target

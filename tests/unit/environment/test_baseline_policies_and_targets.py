@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from services.environment.baseline_policies import RandomPolicy, draw
 from services.environment.calibration import summarise
 from services.environment.library import family_for, require_family
-from services.environment.policies import RandomPolicy, draw
 from services.environment.sandbox.isolation import DENIED_SYSCALLS, seccomp_program
 from services.environment.targets import PROFILES, TargetInfo, resolve_target
 from trace_common.env import Message

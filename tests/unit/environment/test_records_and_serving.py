@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from services.environment.episodes import EpisodeTable
-from services.environment.registry import EnvironmentRegistry
+from services.environment.records import EnvironmentRegistry
 from services.environment.sandbox.parent import SandboxConfig, SandboxViolation
+from services.environment.serving import EpisodeTable
 from trace_common.artifacts import open_store
 from trace_common.errors import (
     ArtifactCorrupted,

@@ -30,7 +30,7 @@ from trace_common.env import action_from_dict
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 
 from . import metrics as m
-from .registry import EnvironmentRecord, EnvironmentRegistry
+from .records import EnvironmentRecord, EnvironmentRegistry
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
 from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.environment.generation import (
+from services.environment.baseline_policies import ScriptedSkillFactory
+from services.environment.candidates import (
     MODE_LIBRARY,
     MODE_LLM,
     extract_module,
@@ -18,7 +19,6 @@ from services.environment.generation import (
     generate_llm,
     load_prompt,
 )
-from services.environment.policies import ScriptedSkillFactory
 from services.environment.validation import validate
 from tests.support.fake_openai import FakeOpenAI, completion
 from trace_common.llm import ChatClient, LlmConfig
