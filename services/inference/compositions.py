@@ -21,7 +21,7 @@ from trace_common.moe.composition_io import LoadedComposition, Routing, default_
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.generation import stop_token_ids
 
-from .generation import CompositionEngine
+from .decoding import CompositionEngine
 from .specs import CompositionSpecModel
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ around this object) turn their request into a `ChatRequest` and call `generate` 
 `generate_stream`. A request is rendered with the composition's chat template
 (`trace_common.policy.chat.ChatFormat`: tools in the system prompt, Hermes `<tool_call>` calls),
 checked against `max_prompt_tokens` and the model's context, decoded in a batch with other
-concurrent requests (`generation`), and the reply is parsed with
+concurrent requests (`decoding`), and the reply is parsed with
 `trace_common.policy.parse_assistant_text` (the same parser as the rollout service's in-process
 backend), so tool calls come back as structured calls.
 
@@ -34,7 +34,7 @@ from trace_common.policy.toolcalls import parse_assistant_text
 
 from . import metrics as m
 from .compositions import CompositionRegistry, Served
-from .generation import RowRequest, RowResult
+from .decoding import RowRequest, RowResult
 from .settings import InferenceSettings
 from .specs import ChatMessageModel, CompositionSpecModel, GenerateModel
 

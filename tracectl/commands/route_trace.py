@@ -9,7 +9,7 @@ a legend (one color per expert: base + each capability adapter), the reply with 
 colored by the expert most of its layers chose, and with `--per-layer` one line per layer
 colored by that layer's choice; then a table of the share of tokens per expert per layer.
 A token's experts are those of the forward position that produced it (see
-services/inference/generation.py). `--messages-file` holds an OpenAI messages list (JSON);
+services/inference/decoding.py). `--messages-file` holds an OpenAI messages list (JSON);
 `--tools-file` a list of tool schemas.
 """
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import torch
 
-from services.inference.generation import RowRequest
+from services.inference.decoding import RowRequest
 from services.inference.openai_http import BadRequest, chat_request_from_body
 from services.inference.service import ChatRequest, Completion, Inference, StreamDelta
 from services.inference.settings import InferenceSettings
