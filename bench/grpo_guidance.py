@@ -1,6 +1,6 @@
 """Guided rollouts: which treatment of the off-policy (guided) episodes learns a rare behaviour?
 
-Setup (CPU, seeded): `ToolEnv` (tests/unit/grpo/helpers.py) -- the user asks for a secret
+Setup (CPU, seeded): `ToolEnv` (tests/unit/trainer/grpo/helpers.py) -- the user asks for a secret
 number; looking it up with the `lookup` tool earns 0.5, telling the looked-up number earns 1.
 The tiny model is warm-started on demonstrations in which the agent looks up only with
 probability `--p-lookup` -- but always when the prompt carries the hint "Hint: call lookup
@@ -29,8 +29,8 @@ MODES = {"no guidance": dict(guidance_fraction=0.0),
 
 
 def held_out(model, tok, n: int) -> tuple[float, float]:
-    from tests.unit.grpo.helpers import ToolEnv
-    from trace_common.grpo.rollouts import EpisodeSpec, play_groups
+    from services.trainer.grpo.rollouts import EpisodeSpec, play_groups
+    from tests.unit.trainer.grpo.helpers import ToolEnv
     from trace_common.policy.base import SamplingParams
     from trace_common.policy.transformers_backend import TransformersPolicy
 
@@ -49,9 +49,9 @@ def held_out(model, tok, n: int) -> tuple[float, float]:
 def run(mode: str, seed: int, args) -> dict:
     import torch
 
-    from tests.unit.grpo.helpers import ToolEnv, tiny_tokenizer, warm_model
-    from trace_common.grpo.config import GRPOConfig
-    from trace_common.grpo.session import make_trainer
+    from services.trainer.grpo.config import GRPOConfig
+    from services.trainer.grpo.session import make_trainer
+    from tests.unit.trainer.grpo.helpers import ToolEnv, tiny_tokenizer, warm_model
 
     torch.manual_seed(seed)
     tok = tiny_tokenizer()

@@ -39,7 +39,7 @@ def env_factory(kind: str):
 
 
 def evaluate(policy, factory, seeds, temperature: float, max_turns: int, max_tokens: int):
-    from trace_common.grpo.evaluation import evaluate_async
+    from services.trainer.grpo.evaluation import evaluate_async
     from trace_common.policy.base import SamplingParams
 
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens) if temperature > 0 else \
@@ -88,10 +88,10 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from services.trainer.grpo.config import GRPOConfig
+    from services.trainer.grpo.session import make_trainer
     from trace_common.agents import resolve_base_agent
     from trace_common.artifacts import open_store
-    from trace_common.grpo.config import GRPOConfig
-    from trace_common.grpo.session import make_trainer
     from trace_common.policy.transformers_backend import TransformersPolicy
 
     torch.set_num_threads(args.threads)

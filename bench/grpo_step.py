@@ -1,4 +1,4 @@
-"""One GRPO iteration: TRACE's trainer (trace_common.grpo) against TRL's GRPOTrainer, same work.
+"""One GRPO iteration: TRACE's trainer (services.trainer.grpo) against TRL's GRPOTrainer, same work.
 
 Both sides get the same tiny Qwen3 model (built in code, seeded), the same tokenizer and chat
 template, the same prompts (a shared ~100-token system prompt + a short user request), the same
@@ -147,9 +147,9 @@ class Phases:
 def worker_trace(args, gradient_checkpointing: bool) -> list[dict]:
     from typing import ClassVar
 
+    from services.trainer.grpo.config import GRPOConfig
+    from services.trainer.grpo.session import make_trainer
     from trace_common.env import Environment, Message, MessageAction, Observation, StepResult
-    from trace_common.grpo.config import GRPOConfig
-    from trace_common.grpo.session import make_trainer
 
     class BenchEnv(Environment):
         name: ClassVar[str] = "bench"

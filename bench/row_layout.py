@@ -3,7 +3,7 @@
 The question: on a CPU, a micro-batch of right-padded rows run with its attention mask goes
 through PyTorch's math SDPA kernel, which keeps every [B, heads, T, T] attention matrix for the
 backward pass -- for SmolLM2 rows of ~2,000 tokens that dominated the worker's memory (the
-smollm2 run's workers were OOM-killed). `trace_common.grpo.logprobs` now drops the mask of
+smollm2 run's workers were OOM-killed). `services.trainer.grpo.logprobs` now drops the mask of
 right-padded rows (exact for a causal model: see its docstring). This bench measures, per
 micro-batch of real rows, the time of `selected_logprobs(...)` + `backward()` with a LoRA
 adapter attached, and the process's peak RSS, for each layout:
@@ -50,8 +50,8 @@ def load_rows(path: str) -> dict[str, list[dict]]:
     """Two micro-batches of 2 sequences (input_ids, target) from the trajectories at `path`: the two
     longest sequences, and the two around the median length (neighbours in length, as
     `batch.micro_batches` pairs them)."""
+    from services.trainer.grpo.batch import TrainEpisode, build_sequences, episode_turns
     from trace_common.env import Trajectory
-    from trace_common.grpo.batch import TrainEpisode, build_sequences, episode_turns
 
     files = sorted(glob.glob(path))
     if not files:
@@ -72,10 +72,10 @@ def load_rows(path: str) -> dict[str, list[dict]]:
 def child(layout: str, data: Path, which: str, reps: int, model_ref: str) -> None:
     import torch
 
-    from trace_common.grpo.config import GRPOConfig
-    from trace_common.grpo.logprobs import _parts, selected_logprobs, shared_prefix_len
-    from trace_common.grpo.lora import attach_lora
-    from trace_common.grpo.models import load_base
+    from services.trainer.grpo.config import GRPOConfig
+    from services.trainer.grpo.logprobs import _parts, selected_logprobs, shared_prefix_len
+    from services.trainer.grpo.lora import attach_lora
+    from services.trainer.grpo.models import load_base
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     batches = [json.loads(data.read_text())[which]]

@@ -1,7 +1,7 @@
 """The trainer service's domain object: validates training jobs, runs them through an executor,
 keeps their per-iteration metrics, lists their checkpoints (no gRPC here). Two job kinds:
 TRAINING_KIND_ADAPTER (GRPO LoRA for one capability) and TRAINING_KIND_GATES (the MoE gates over
-frozen adapters: warm start + GRPO, gates.py).
+frozen adapters: warm start + GRPO, gates/).
 
 A job is cheap to reject and expensive to run, so everything checkable without loading a
 model is checked in `create_job` before a job exists: the kind, the capability name, one
@@ -19,16 +19,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from services.trainer.grpo import checkpoint as ckpt
+from services.trainer.grpo.config import GRPOConfig, parse_config
+from services.trainer.grpo.models import check_model_ref
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
-from trace_common.grpo import checkpoint as ckpt
-from trace_common.grpo.config import GRPOConfig, parse_config
-from trace_common.grpo.models import check_model_ref
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output
 
 from . import metrics as m
 from .executors import LocalExecutor
-from .gates import gates_prefix, validate_gates
+from .gates.job import gates_prefix, validate_gates
 from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
 from .metrics import M
 from .settings import TrainerSettings

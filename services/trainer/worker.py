@@ -1,5 +1,5 @@
 """A training job's process: GRPO for one capability (or, for TRAINING_KIND_GATES, the MoE gates:
-gates.py), reporting events (jobspec.py).
+gates/job.py), reporting events (jobspec.py).
 
 Launch (what the executors run):
     python -m services.trainer.worker --spec-file spec.json                     # local child process
@@ -7,7 +7,7 @@ Launch (what the executors run):
         (spec JSON in TRACE_TRAINER_JOB_SPEC; S3 secret in TRACE_TRAINER_S3_SECRET_KEY)
 
 With WORLD_SIZE > 1 (torchrun) every rank plays its share of the groups and gradients are
-summed across ranks (trace_common.grpo.distributed); only rank 0 writes checkpoints, the
+summed across ranks (services.trainer.grpo.distributed); only rank 0 writes checkpoints, the
 adapter and events. SIGTERM asks for a stop after the current iteration: the worker then
 writes a checkpoint and exits, so a cancelled or preempted job can resume. The process
 exits 0 after a `result` event and 1 after an `error` event.
@@ -93,12 +93,12 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
     import torch
     from pydantic import SecretStr
 
+    from services.trainer.grpo.config import parse_config
+    from services.trainer.grpo.distributed import Dist
+    from services.trainer.grpo.models import load_base
+    from services.trainer.grpo.session import make_trainer
+    from services.trainer.grpo.trainer import seed_everything
     from trace_common.artifacts import S3Settings, open_store
-    from trace_common.grpo.config import parse_config
-    from trace_common.grpo.distributed import Dist
-    from trace_common.grpo.models import load_base
-    from trace_common.grpo.session import make_trainer
-    from trace_common.grpo.trainer import seed_everything
 
     dist = Dist()
     sink = sink_factory(enabled=False)
@@ -119,7 +119,7 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
         for module in spec.env_modules:
             importlib.import_module(module)
         if spec.kind == "TRAINING_KIND_GATES":
-            from .gates import run_gates
+            from .gates.job import run_gates
 
             if dist.world > 1:
                 raise FailedPrecondition("gate training runs in one process; start it without torchrun")

@@ -15,7 +15,7 @@ from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from tests.support.s3 import ACCESS_KEY, SECRET_KEY, start_rclone_s3
-from tests.unit.grpo.helpers import tiny_tokenizer, warm_model
+from tests.unit.trainer.grpo.helpers import tiny_tokenizer, warm_model
 from trace_common.jobs import JobState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,7 +31,7 @@ def test_store_outage_fails_the_job_and_keeps_the_last_checkpoint(tmp_path):
         bucket = server.make_bucket()
         settings = TrainerSettings(artifact_root=f"s3://{bucket}", s3_endpoint=server.endpoint,
                                    s3_access_key=ACCESS_KEY, s3_secret_key=SECRET_KEY, work_dir=str(tmp_path / "w"),
-                                   env_modules=["tests.unit.grpo.toy_registry"], torch_threads=1)
+                                   env_modules=["tests.unit.trainer.grpo.toy_registry"], torch_threads=1)
         domain = Training(settings)
         spec = TrainingSpecModel.model_validate(dict(
             kind="TRAINING_KIND_ADAPTER", capability="pick_skill", environments=[{"name": "toy-pick"}],

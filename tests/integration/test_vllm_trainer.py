@@ -30,11 +30,11 @@ import httpx
 import pytest
 import torch
 
+from services.trainer.grpo import vllm_rollouts
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.session import make_trainer
 from trace_common.domains.store.env import StoreEnv
 from trace_common.errors import Unavailable
-from trace_common.grpo import vllm_rollouts
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.session import make_trainer
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
 

@@ -4,7 +4,7 @@
         --env-param task_types=precondition_check --model micro --set max_steps=50 --set learning_rate=2e-4
     tracectl train --watch JOB_ID | --cancel JOB_ID | --checkpoints JOB_ID | --list
 
-Hyper-parameters are GRPO config fields (TRL names, see trace_common/grpo/config.py), given
+Hyper-parameters are GRPO config fields (TRL names, see services/trainer/grpo/config.py), given
 with `--set key=value` (values parsed as JSON when they are JSON, else as strings) and/or a
 JSON file (`--config`). The bar shows iterations done of max_steps with the last iteration's
 mean reward, pass rate and informative-group fraction; the job's adapter URI is printed at

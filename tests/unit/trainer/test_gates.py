@@ -1,6 +1,6 @@
 """TRAINING_KIND_GATES in the trainer service: requests refused before a job exists (field, expected,
 fix), and a local gate-training job (worker process) on the toy world of
-tests/unit/moe/test_gate_grpo_toy.py to SUCCEEDED with a loadable composition."""
+tests/unit/trainer/gates/test_grpo_toy.py to SUCCEEDED with a loadable composition."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
-from tests.unit.moe.test_gate_grpo_toy import toy_world
+from tests.unit.trainer.gates.test_grpo_toy import toy_world
 from trace_common.artifacts import open_store
 from trace_common.errors import InvalidArgument, NotFound
 from trace_common.jobs import JobState
 from trace_common.moe.composition_io import load_composition
 
-TOY = "tests.unit.moe.test_gate_grpo_toy"
+TOY = "tests.unit.trainer.gates.test_grpo_toy"
 CONFIG = dict(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4, save_steps=1,
               warm_start_steps=20, warm_start_episodes=4, guidance_fraction=0.0,
               early_stop_uninformative_iterations=0)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
-from tests.unit.grpo.helpers import tiny_tokenizer, warm_model
+from tests.unit.trainer.grpo.helpers import tiny_tokenizer, warm_model
 from trace_common.jobs import JobState
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ def model_dir(tmp_path_factory):
 
 def make_domain(tmp_path) -> Training:
     return Training(TrainerSettings(artifact_root=(tmp_path / "store").as_uri(), work_dir=str(tmp_path / "work"),
-                                    env_modules=["tests.unit.grpo.toy_registry"], torch_threads=1,
+                                    env_modules=["tests.unit.trainer.grpo.toy_registry"], torch_threads=1,
                                     cancel_grace_seconds=60))
 
 

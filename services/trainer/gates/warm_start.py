@@ -54,10 +54,10 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
-from trace_common.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (

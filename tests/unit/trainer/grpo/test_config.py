@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from services.trainer.grpo.config import GRPOConfig, parse_config
 from trace_common.errors import InvalidArgument
-from trace_common.grpo.config import GRPOConfig, parse_config
 
 
 @pytest.mark.parametrize("values, field, fix", [

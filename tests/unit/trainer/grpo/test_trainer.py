@@ -8,12 +8,12 @@ import pytest
 import torch
 from peft import PeftModel
 
-from tests.unit.grpo.helpers import PickEnv, ToolEnv, tiny_tokenizer, warm_model
+from services.trainer.grpo import checkpoint as ckpt
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.session import make_trainer
+from tests.unit.trainer.grpo.helpers import PickEnv, ToolEnv, tiny_tokenizer, warm_model
 from trace_common.artifacts import open_store
 from trace_common.errors import Unavailable
-from trace_common.grpo import checkpoint as ckpt
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.session import make_trainer
 
 PREFIX = "runs/r1/adapters/pick_skill"
 
@@ -171,7 +171,7 @@ class FailingPolicy:
 
 
 def test_backend_down_fails_the_iteration_with_the_reason():
-    from trace_common.grpo.rollouts import PolicyRollouts
+    from services.trainer.grpo.rollouts import PolicyRollouts
 
     trainer = make_trainer(pick_config(), warm_model("pick"), tiny_tokenizer(), PickEnv,
                            engine=PolicyRollouts(FailingPolicy()))
@@ -180,8 +180,8 @@ def test_backend_down_fails_the_iteration_with_the_reason():
 
 
 def test_groups_with_a_failed_episode_are_not_trained_on():
+    from services.trainer.grpo.rollouts import PolicyRollouts
     from trace_common.env import Termination
-    from trace_common.grpo.rollouts import PolicyRollouts
 
     class OneBrokenEpisode(PolicyRollouts):
         async def play(self, *a, **kw):

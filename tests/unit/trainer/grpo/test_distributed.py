@@ -22,11 +22,11 @@ def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     from safetensors.torch import load, save_file
 
-    from tests.unit.grpo.helpers import PickEnv, tiny_tokenizer, warm_model
-    from trace_common.grpo.config import GRPOConfig
-    from trace_common.grpo.distributed import Dist
-    from trace_common.grpo.lora import adapter_state_bytes
-    from trace_common.grpo.session import make_trainer
+    from services.trainer.grpo.config import GRPOConfig
+    from services.trainer.grpo.distributed import Dist
+    from services.trainer.grpo.lora import adapter_state_bytes
+    from services.trainer.grpo.session import make_trainer
+    from tests.unit.trainer.grpo.helpers import PickEnv, tiny_tokenizer, warm_model
 
     dist = Dist()
     dist.init()

@@ -1,4 +1,4 @@
-"""TRAINING_KIND_GATES: the MoE gate-training job (trace_common.moe.gate_grpo) in the trainer service.
+"""TRAINING_KIND_GATES: the MoE gate-training job (services.trainer.gates.grpo) in the trainer service.
 
 Service side (`validate_gates`, before a job exists): the job name, the adapters (each a PEFT
 adapter in this trainer's artifact store: `adapter_model.safetensors` with `adapter_config.json`
@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from services.trainer.gates.grpo import GateGRPOConfig
+from services.trainer.grpo.config import parse_config
 from services.trainer.jobspec import env_factory
 from trace_common.artifacts import ArtifactStore
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
-from trace_common.grpo.config import parse_config
 from trace_common.moe.composition_io import BASE_SLOT_NAME
-from trace_common.moe.gate_grpo import GateGRPOConfig
 
 ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -115,10 +115,10 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
 def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, dict[str, Any]], None],
               should_stop: Callable[[], bool], cache: Path, device: Any) -> int:
     """The worker body of a gates job (returns the process exit code)."""
-    from trace_common.grpo.models import load_base, resolve_dir
-    from trace_common.grpo.trainer import seed_everything
+    from services.trainer.gates.grpo import train_gate_job
+    from services.trainer.grpo.models import load_base, resolve_dir
+    from services.trainer.grpo.trainer import seed_everything
     from trace_common.moe.composed import ComposedMoEModel
-    from trace_common.moe.gate_grpo import train_gate_job
 
     config = parse_config(spec.config, GateGRPOConfig)
     assert isinstance(config, GateGRPOConfig)

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from tests.unit.grpo.fake_vllm import FakeVLLM
-from tests.unit.grpo.helpers import PickEnv, tiny_model, tiny_tokenizer, warm_model
-from trace_common.grpo.config import GRPOConfig, VLLMRolloutConfig
-from trace_common.grpo.lora import attach_lora, save_pretrained_to
-from trace_common.grpo.session import make_trainer
-from trace_common.grpo.vllm_rollouts import AdapterLoadError, VLLMAdapterManager
+from services.trainer.grpo.config import GRPOConfig, VLLMRolloutConfig
+from services.trainer.grpo.lora import attach_lora, save_pretrained_to
+from services.trainer.grpo.session import make_trainer
+from services.trainer.grpo.vllm_rollouts import AdapterLoadError, VLLMAdapterManager
+from tests.unit.trainer.grpo.fake_vllm import FakeVLLM
+from tests.unit.trainer.grpo.helpers import PickEnv, tiny_model, tiny_tokenizer, warm_model
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trace_common.grpo.loss import grpo_token_loss, guided_importance_weights
+from services.trainer.grpo.loss import grpo_token_loss, guided_importance_weights
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 

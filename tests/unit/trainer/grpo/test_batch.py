@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trace_common.errors import FailedPrecondition
-from trace_common.grpo.batch import (
+from services.trainer.grpo.batch import (
     TrainEpisode,
     TurnTokens,
     build_sequences,
@@ -14,6 +13,7 @@ from trace_common.grpo.batch import (
     micro_batches,
     token_weights,
 )
+from trace_common.errors import FailedPrecondition
 
 
 def ep(turns, adv=1.0, guided=False):

@@ -6,12 +6,12 @@ Provenance (the warm start's data). For each capability c, `warm_start_episodes`
 environment are played by the composition itself with routing *forced* to slot c at every layer
 and token -- i.e. by the base with adapter c, the policy c's adapter was trained to be -- sampled
 at the GRPO `temperature`. Every token of those trajectories is labelled slot c and the gates
-are fitted to the labels (`gate_training.GateTrainer`). Playing the adapters, not an environment
+are fitted to the labels (`warm_start.GateTrainer`). Playing the adapters, not an environment
 oracle, is deliberate: the gate learns to recognise the text each adapter actually produces and
 reads, and it needs no oracle (built-in and target environments have none). It costs
 K * warm_start_episodes rollouts, which are counted in `rollouts_total`.
 
-GRPO. The DESIGN's GRPO loop (`trace_common.grpo.trainer.GRPOTrainer`) runs unchanged with
+GRPO. The DESIGN's GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
 `GateWeights` as its trainable weights: the policy is the composed model (hard top-1 routing per
 token and layer; the gates learn through the straight-through factor of `composed.py`), rollouts
 come from the same in-process backend, the loss is the clipped surrogate on assistant tokens plus
@@ -47,15 +47,22 @@ from pydantic import Field, model_validator
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from services.trainer.gates.warm_start import (
+    CKPT_DIR,
+    GateTrainer,
+    GateTrainingConfig,
+    list_gate_checkpoints,
+    provenance_examples,
+)
+from services.trainer.grpo import checkpoint as ckpt
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.rollouts import EnvFactory, EpisodeSpec, PolicyRollouts, play_groups
+from services.trainer.grpo.trainable import TrainableWeights
+from services.trainer.grpo.trainer import EventFn
 from trace_common.artifacts import ArtifactStore
 from trace_common.env import Environment, Observation, StepResult
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument
-from trace_common.grpo import checkpoint as ckpt
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.rollouts import EnvFactory, EpisodeSpec, PolicyRollouts, play_groups
-from trace_common.grpo.trainable import TrainableWeights
-from trace_common.grpo.trainer import EventFn
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
     BASE_SLOT_NAME,
@@ -65,13 +72,6 @@ from trace_common.moe.composition_io import (
     gates_metadata,
     read_gates,
     write_composition,
-)
-from trace_common.moe.gate_training import (
-    CKPT_DIR,
-    GateTrainer,
-    GateTrainingConfig,
-    list_gate_checkpoints,
-    provenance_examples,
 )
 from trace_common.policy.base import SamplingParams, derive_seed
 
@@ -478,8 +478,8 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
     warm start, 1..max_steps are GRPO iterations; "phase" {iteration, phase} while one runs;
     "stopped" {iteration, reason}.
     """
-    from trace_common.grpo.session import prompt_renderer
-    from trace_common.grpo.trainer import GRPOTrainer
+    from services.trainer.grpo.session import prompt_renderer
+    from services.trainer.grpo.trainer import GRPOTrainer
     from trace_common.policy.transformers_backend import TransformersPolicy
 
     emit = on_event or (lambda kind, payload: None)

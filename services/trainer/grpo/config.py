@@ -178,7 +178,7 @@ class GRPOConfig(BaseModel):
                 raise ValueError(f"unknown GRPO config key {key!r}: use {ALIASES[key]!r} (TRL's name)")
             near = sorted(k for k in known if k.startswith(str(key)[:4]))
             hint = f"; did you mean {', '.join(near)}?" if near else ""
-            raise ValueError(f"unknown GRPO config key {key!r}{hint} (see trace_common.grpo.config.GRPOConfig)")
+            raise ValueError(f"unknown GRPO config key {key!r}{hint} (see services.trainer.grpo.config.GRPOConfig)")
         return data
 
     @field_validator("lora_target_modules")

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from services.trainer.grpo.advantages import group_advantages
 from trace_common.errors import InvalidArgument
-from trace_common.grpo.advantages import group_advantages
 
 EPS = 1e-4
 S3 = math.sqrt(1 / 3)  # sample std of (1, 0, 0, 1)

@@ -4,7 +4,7 @@
 * `early` environment: "Reply with one word." / "Say <word>."; reward 1 when the reply starts with
   a letter a-m. `late` environment: "Answer with the secret number." / "What is the secret number of
   <word>?"; reward 1 when the reply starts with n-z. Single turn.
-* The base (tests/unit/grpo/helpers.py tiny Qwen3 + BPE) is fine-tuned to answer both prompts with a
+* The base (tests/unit/trainer/grpo/helpers.py tiny Qwen3 + BPE) is fine-tuned to answer both prompts with a
   random word of WORDS[:26] (apple ... zebra): about half of its replies score on either environment.
 * Adapter `early` is a LoRA (on decoder layer 1 only) fine-tuned to answer *both* prompts with a-m words, adapter `late` with
   n-z words: each is right on one environment and wrong on the other, so only routing by the prompt
@@ -25,7 +25,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from tests.unit.env.toy_env import SeededEnv
-from tests.unit.grpo.helpers import WORDS, tiny_model, tiny_tokenizer, warm_start
+from tests.unit.trainer.grpo.helpers import WORDS, tiny_model, tiny_tokenizer, warm_start
 from trace_common.env import Message, MessageAction, Observation, StepResult, register
 from trace_common.errors import AlreadyExists, FailedPrecondition
 
@@ -139,7 +139,7 @@ def mean_reward(policy_model: torch.nn.Module, tokenizer: Any, half: str, seeds:
     """Greedy reward of a model (plain or the routed base of a composition) on one toy environment."""
     import asyncio
 
-    from trace_common.grpo.rollouts import EpisodeSpec, play_groups
+    from services.trainer.grpo.rollouts import EpisodeSpec, play_groups
     from trace_common.policy.base import SamplingParams
     from trace_common.policy.transformers_backend import TransformersPolicy
 

@@ -1,6 +1,6 @@
 """GRPO for multi-turn tool use, as a library: one LoRA adapter per capability on a frozen base.
 
-    from trace_common.grpo import GRPOConfig, make_trainer
+    from services.trainer.grpo import GRPOConfig, make_trainer
     trainer = make_trainer(GRPOConfig(max_steps=50), base_model, tokenizer, env_factory,
                            store=store, prefix="runs/r1/adapters/<cap>", capability="<cap>")
     result = trainer.train()        # resumes from the latest checkpoint under the prefix

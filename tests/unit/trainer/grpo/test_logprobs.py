@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.grpo.helpers import tiny_model
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.logprobs import selected_logprobs
-from trace_common.grpo.lora import attach_lora
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.logprobs import selected_logprobs
+from services.trainer.grpo.lora import attach_lora
+from tests.unit.trainer.grpo.helpers import tiny_model
 
 
 @pytest.mark.parametrize("wrap, temperature", [(False, 1.0), (True, 1.0), (True, 0.7)])
@@ -41,7 +41,7 @@ def test_selected_equals_full_forward(wrap, temperature):
 ])
 def test_mask_only_where_padding_is_not_on_the_right(monkeypatch, att, needs_mask):
     """Same logprobs and gradients as the masked full forward; SDPA gets a mask only when needed."""
-    from trace_common.grpo.logprobs import right_padded
+    from services.trainer.grpo.logprobs import right_padded
 
     model = attach_lora(tiny_model(seed=5), GRPOConfig(lora_r=4, seed=1))
     with torch.no_grad():
@@ -78,7 +78,7 @@ def test_mask_only_where_padding_is_not_on_the_right(monkeypatch, att, needs_mas
 
 @pytest.mark.parametrize("wrap", [False, True])
 def test_shared_prefix_gives_the_same_logprobs_and_gradients(wrap):
-    from trace_common.grpo.logprobs import shared_prefix_len
+    from services.trainer.grpo.logprobs import shared_prefix_len
 
     torch.manual_seed(0)
     model = tiny_model(seed=4)
@@ -118,7 +118,7 @@ def test_shared_prefix_gives_the_same_logprobs_and_gradients(wrap):
     ([[1] * 30], [[29]], 0),                                   # a single row shares nothing
 ])
 def test_shared_prefix_len(rows, targets, expected):
-    from trace_common.grpo.logprobs import shared_prefix_len
+    from services.trainer.grpo.logprobs import shared_prefix_len
 
     ids = torch.tensor(rows)
     t = torch.zeros_like(ids, dtype=torch.bool)

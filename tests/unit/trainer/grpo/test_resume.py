@@ -7,12 +7,12 @@ import pytest
 import torch
 from safetensors.torch import load
 
-from tests.unit.grpo.helpers import PickEnv, ToolEnv, tiny_tokenizer, warm_model
+from services.trainer.grpo import checkpoint as ckpt
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.lora import adapter_state_bytes
+from services.trainer.grpo.session import make_trainer
+from tests.unit.trainer.grpo.helpers import PickEnv, ToolEnv, tiny_tokenizer, warm_model
 from trace_common.artifacts import open_store
-from trace_common.grpo import checkpoint as ckpt
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.lora import adapter_state_bytes
-from trace_common.grpo.session import make_trainer
 
 PREFIX = "runs/r/adapters/cap"
 

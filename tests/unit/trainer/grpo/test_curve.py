@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trace_common.grpo.curve import training_curve_png
+from services.trainer.grpo.curve import training_curve_png
 
 FULL = [{"iteration": i, "reward_mean": 0.1 * i, "reward_std": 0.1, "pass_rate": 0.05 * i,
          "informative_group_fraction": 0.5, "loss": 0.01, "kl": 0.001, "entropy": 2.0} for i in range(1, 6)]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.grpo.helpers import PickEnv, tiny_tokenizer, warm_model
-from trace_common.grpo.config import GRPOConfig
-from trace_common.grpo.session import make_trainer
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.session import make_trainer
+from tests.unit.trainer.grpo.helpers import PickEnv, tiny_tokenizer, warm_model
 
 THRESHOLD = 0.85
 MIN_GAIN = 0.25

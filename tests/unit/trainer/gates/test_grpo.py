@@ -1,5 +1,5 @@
-"""Gate training as one job (trace_common.moe.gate_grpo): warm start from provenance, then GRPO on
-the gates only, on the toy world of test_gate_grpo_toy.py (adapter `early` is right on the
+"""Gate training as one job (services.trainer.gates.grpo): warm start from provenance, then GRPO on
+the gates only, on the toy world of test_grpo_toy.py (adapter `early` is right on the
 `early` environment, `late` on `late`).
 
 Measured on this toy (greedy reward on 32 held-out seeds per environment, 1 thread): zero gates
@@ -17,17 +17,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tests.unit.grpo.helpers import tiny_tokenizer
-from tests.unit.moe.test_gate_grpo_toy import ENVS, mean_reward, toy_world
+from services.trainer.gates.grpo import GateGRPOConfig, build_mixture, train_gate_job
+from services.trainer.grpo.config import parse_config
+from tests.unit.trainer.gates.test_grpo_toy import ENVS, mean_reward, toy_world
+from tests.unit.trainer.grpo.helpers import tiny_tokenizer
 from trace_common.artifacts import open_store
 from trace_common.errors import InvalidArgument
-from trace_common.grpo.config import parse_config
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import load_composition
-from trace_common.moe.gate_grpo import GateGRPOConfig, build_mixture, train_gate_job
 
 NAMES = ["early", "late"]
-from tests.unit.grpo.conftest import _one_thread  # noqa: E402, F401  (autouse: one thread, determinism)
+from tests.unit.trainer.grpo.conftest import _one_thread  # noqa: E402, F401  (autouse: one thread, determinism)
 
 EVAL_SEEDS = range(1000, 1032)
 FAST = dict(groups_per_batch=2, num_generations=4, max_completion_length=4, save_steps=0,

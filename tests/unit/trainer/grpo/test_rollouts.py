@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from tests.unit.grpo.helpers import ToolEnv, tiny_model, tiny_tokenizer
+from services.trainer.grpo.rollouts import EpisodeSpec, play_groups, with_guidance
+from tests.unit.trainer.grpo.helpers import ToolEnv, tiny_model, tiny_tokenizer
 from trace_common.env import Message
-from trace_common.grpo.rollouts import EpisodeSpec, play_groups, with_guidance
 from trace_common.policy.base import SamplingParams
 from trace_common.policy.transformers_backend import TransformersPolicy
 

@@ -14,12 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tests.unit.inference.tiny import CAPABILITIES, trajectories
-from trace_common.artifacts import open_store
-from trace_common.errors import FailedPrecondition, InvalidArgument
-from trace_common.moe import ComposedMoEModel
-from trace_common.moe.composition_io import load_composition
-from trace_common.moe.gate_training import (
+from services.trainer.gates.warm_start import (
     GateTrainer,
     GateTrainingConfig,
     list_gate_checkpoints,
@@ -27,6 +22,11 @@ from trace_common.moe.gate_training import (
     routing_accuracy,
     train_gates,
 )
+from tests.unit.inference.tiny import CAPABILITIES, trajectories
+from trace_common.artifacts import open_store
+from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.moe import ComposedMoEModel
+from trace_common.moe.composition_io import load_composition
 
 EXPERTS = ["base", *CAPABILITIES]
 CONFIG = dict(max_steps=300, learning_rate=1e-2, per_device_train_batch_size=16, save_steps=0)
@@ -49,7 +49,7 @@ def test_warm_start_routes_heldout_tokens_to_their_provenance_slot(world, tokens
     model = _model(world)
     trainer_examples = _examples(world, config)
     pad = world.tokenizer.pad_token_id
-    from trace_common.moe.gate_training import split_heldout
+    from services.trainer.gates.warm_start import split_heldout
 
     _, heldout = split_heldout(trainer_examples, config.heldout_fraction, config.seed)
     before, _ = routing_accuracy(model, heldout, pad_id=pad)
