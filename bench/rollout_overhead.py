@@ -108,7 +108,7 @@ def rollout_stub(stack: str, root: Path):
         with BackgroundStack(root) as s:
             yield s.stub("rollout")
         return
-    # ports 0: the service picks free ones and prints them on its "ready:" line (trace_common/grpc/launch.py)
+    # ports 0: the service picks free ones and prints them on its "ready:" line (services/launch.py)
     env = dict(os.environ, TRACE_ROLLOUT_HOST="127.0.0.1", TRACE_ROLLOUT_PORT="0", TRACE_ROLLOUT_METRICS_PORT="0",
                TRACE_ROLLOUT_ARTIFACT_ROOT=root.resolve().as_uri(), TRACE_ROLLOUT_LOG_LEVEL="WARNING")
     proc = subprocess.Popen([sys.executable, "-m", "services.rollout"], env=env, stdout=subprocess.PIPE,

@@ -14,9 +14,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.launch import build
 from trace_common.config import SERVICE_NAMES
 from trace_common.grpc.client import Endpoint, open_channel, stub
-from trace_common.grpc.launch import build
 from trace_common.grpc.server import TraceServer
 
 

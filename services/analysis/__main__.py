@@ -4,7 +4,7 @@ Launch: `TRACE_ANALYSIS_PORT=50052 TRACE_ANALYSIS_METRICS_PORT=9102 python -m se
 (all settings: services/analysis/settings.py and trace_common/config.py, env prefix TRACE_ANALYSIS_).
 """
 
-from trace_common.grpc.launch import main
+from services.launch import main
 
 if __name__ == "__main__":
     main("analysis")

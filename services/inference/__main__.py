@@ -6,7 +6,7 @@ The OpenAI-compatible API (/v1/chat/completions) listens on TRACE_INFERENCE_HTTP
 composition with the LoadComposition RPC (or run `tracectl serve`, which loads one and prints all addresses).
 """
 
-from trace_common.grpc.launch import main
+from services.launch import main
 
 if __name__ == "__main__":
     main("inference")

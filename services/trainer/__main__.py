@@ -4,7 +4,7 @@ Launch: `TRACE_TRAINER_PORT=50054 TRACE_TRAINER_METRICS_PORT=9104 python -m serv
 (all settings: services/trainer/settings.py and trace_common/config.py, env prefix TRACE_TRAINER_).
 """
 
-from trace_common.grpc.launch import main
+from services.launch import main
 
 if __name__ == "__main__":
     main("trainer")

@@ -3,9 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
+from services.launch import build
 from trace_common import errors
 from trace_common.config import SERVICE_NAMES
-from trace_common.grpc.launch import build
 
 
 @pytest.mark.parametrize(("kwargs", "expected"), [

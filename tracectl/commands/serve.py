@@ -79,7 +79,7 @@ def composition_spec(args: argparse.Namespace, name: str):
 def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from trace_common.grpc.launch import build
+    from services.launch import build
     from trace_common.grpc.server import TraceServer
 
     try:

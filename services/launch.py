@@ -1,4 +1,8 @@
-"""Process entry point shared by `python -m services.<name>`: settings from env, serve, stop on SIGTERM."""
+"""Process entry point shared by `python -m services.<name>`: settings from env, serve, stop on SIGTERM.
+
+It lives on the services' side (not in trace_common) because it names the services: `build(name)`
+imports `services.<name>.settings` and `services.<name>.app`. `tracectl` uses it to start the
+embedded stack in-process."""
 
 from __future__ import annotations
 
