@@ -1,4 +1,4 @@
-"""`tracectl.progress.follow` and `trace_common.progress.Reporter` away from a terminal: plain lines
+"""`tracectl.progress.follow` and `tracectl.progress.Reporter` away from a terminal: plain lines
 a log file can show."""
 
 import io
@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from trace_common import progress as reporter
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import progress
 
@@ -47,7 +46,7 @@ def test_plain_progress_lines(updates, expected):
 
 def test_quiet_job_still_logs_every_interval(monkeypatch):
     clock = iter([0.0, 1.0, 2.0, 70.0, 71.0, 72.0])
-    monkeypatch.setattr(reporter.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     buf = io.StringIO()
     progress.follow(_stream((RUNNING, 1, 100, ""), (RUNNING, 2, 100, ""), (RUNNING, 3, 100, ""),
                             (DONE, 100, 100, "")), "job", out=Console(file=buf, force_terminal=False))
@@ -64,7 +63,7 @@ def test_quiet_job_still_logs_every_interval(monkeypatch):
 ])
 def test_reporter_plain_lines(updates, expected):
     buf = io.StringIO()
-    with reporter.Reporter("it", Console(file=buf, force_terminal=False, width=200)) as r:
+    with progress.Reporter("it", Console(file=buf, force_terminal=False, width=200)) as r:
         for done, total, stage, detail in updates:
             r.update(done, total, stage, detail)
         r.finish("done")
@@ -73,7 +72,7 @@ def test_reporter_plain_lines(updates, expected):
 
 def test_reporter_draws_a_bar_on_a_terminal():
     buf = io.StringIO()
-    with reporter.Reporter("it", Console(file=buf, force_terminal=True, width=100)) as r:
+    with progress.Reporter("it", Console(file=buf, force_terminal=True, width=100)) as r:
         r.update(5, 10, "half")
         r.finish("done")  # the bar shows the outcome: no extra line
     text = buf.getvalue()

@@ -1,16 +1,22 @@
 """`tracectl tau2 ...`: tau2-bench utilities.
 
-  tracectl tau2 replay-gold --data DIR --out FILE [--domain retail]
+  tracectl tau2 replay-gold --data DIR --out FILE [--domain retail] [--no-progress]
 
 replay-gold executes every task's gold actions on a fresh database with TRACE's tau2 tool
 implementation and writes `{task_id: {"outputs": [...], "final_db_sha256": ...}}` (see
-`trace_common.domains.tau2.replay`); progress is drawn on stderr, a one-line JSON summary
-goes to stdout. Exit status 2 names a data problem (missing or malformed files).
+`trace_common.domains.tau2.replay`); progress is drawn on stderr (`tracectl.progress.Reporter`),
+a one-line JSON summary goes to stdout. Exit status 2 names a data problem (missing or
+malformed files).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from contextlib import ExitStack
+
+from trace_common.errors import TraceError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +24,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     tau2_sub = parser.add_subparsers(dest="tau2_command", metavar="SUBCOMMAND", required=True)
     replay = tau2_sub.add_parser("replay-gold", help="replay every task's gold actions on a fresh DB and "
                                  "write tool outputs + final DB sha256 per task")
-    from trace_common.domains.tau2 import replay as replay_module
+    replay.add_argument("--data", default=None,
+                        help="tau2 data root (holding retail/, user_simulator/) or a domain directory; "
+                             "default $TRACE_TAU2_DATA, else ../shared/tau2 next to the repository")
+    replay.add_argument("--domain", default=None, help="domain under --data (default: retail)")
+    replay.add_argument("--out", required=True, help="JSON file to write")
+    replay.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
+    replay.set_defaults(func=replay_gold_command)
 
-    replay_module.add_arguments(replay)
-    replay.set_defaults(func=replay_module.command)
+
+def replay_gold_command(args: argparse.Namespace) -> int:
+    """Run replay-gold from parsed arguments; domain errors print one line and return 2."""
+    from trace_common.domains.tau2.replay import write_replay_gold
+    from tracectl.progress import Reporter
+
+    with ExitStack() as stack:
+        state: dict = {}
+
+        def on_start(name: str, total: int) -> None:
+            if not args.no_progress:
+                state["report"] = stack.enter_context(Reporter(f"replay-gold {name}"))
+            state.update(total=total, done=0)
+
+        def progress(_task_id: str) -> None:
+            state["done"] += 1
+            if "report" in state:
+                state["report"].update(state["done"], state["total"], "tasks replayed")
+
+        try:
+            summary = write_replay_gold(args.data, args.out, domain=args.domain, on_start=on_start,
+                                        progress=progress)
+        except TraceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if "report" in state:
+            state["report"].finish("done")
+    print(json.dumps(summary))
+    return 0

@@ -23,11 +23,10 @@ from google.protobuf.struct_pb2 import Struct
 from rich.console import Console
 
 from trace_common.grpc.client import messages, new_request_id
-from trace_common.progress import Reporter
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
-from tracectl.progress import state_name
+from tracectl.progress import Reporter, state_name
 
 EXECUTORS = {"local": 1, "kubernetes": 2}
 TERMINAL = {t.JOB_STATE_SUCCEEDED, t.JOB_STATE_FAILED, t.JOB_STATE_CANCELLED}

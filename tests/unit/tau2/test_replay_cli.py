@@ -1,4 +1,4 @@
-"""`tracectl tau2 replay-gold` and `python -m trace_common.domains.tau2.replay`.
+"""`tracectl tau2 replay-gold` (in-process and as a subprocess off a terminal).
 
 A small domain directory (three real retail tasks, the real db.json and policy linked in
 from the shared data) keeps the command fast; the full 114-task replay is checked against
@@ -88,9 +88,9 @@ def test_replay_gold_reports_data_problems(argv_tail, message, tmp_path, capsys,
     assert not (tmp_path / "x.json").exists()
 
 
-def test_python_module_entry_point_with_progress(mini_data, tmp_path):
+def test_command_line_with_plain_progress_lines(mini_data, tmp_path):
     out = tmp_path / "gold.json"
-    proc = subprocess.run([sys.executable, "-m", "trace_common.domains.tau2.replay", "--data", str(mini_data),
+    proc = subprocess.run([sys.executable, "-m", "tracectl", "tau2", "replay-gold", "--data", str(mini_data),
                            "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tasks"] == 3

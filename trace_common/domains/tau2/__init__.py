@@ -5,7 +5,7 @@
   tool-message contents, error texts and DB effects; checked against tau2-bench's own code).
 - `evaluator.Tau2Evaluator`: tau2's replay-based reward (DB, communicate, action, basis).
 - `environment.Tau2Environment`: the SDK environment, registered as `tau2-retail`.
-- `replay`: `tracectl tau2 replay-gold` / `python -m trace_common.domains.tau2.replay`.
+- `replay`: gold-action replay (the command line is `tracectl tau2 replay-gold`).
 
 Importing this package registers `tau2-retail` (no data is read until an environment is made).
 """

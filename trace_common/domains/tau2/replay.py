@@ -12,14 +12,13 @@ where the DB ended:
 `RetailDB.plain_json`). Gold actions that fail (tau2's own gold lists contain a few
 deliberate failing lookups) record their "Error: ..." content, exactly as tau2 would.
 
-    python -m trace_common.domains.tau2.replay --data ../shared/tau2 --out gold.json
+The command line (`tracectl tau2 replay-gold`, with its progress display) is
+tracectl/commands/tau2.py; `write_replay_gold` is what it runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from trace_common.domains.tau2.retail_db import CanonicalHasher, RetailDB
 from trace_common.domains.tau2.retail_tools import RetailTools
 from trace_common.domains.tau2.tasks import Action
 from trace_common.domains.tau2.toolkit import ToolResult
-from trace_common.errors import FailedPrecondition, TraceError
+from trace_common.errors import FailedPrecondition
 
 
 @dataclass
@@ -78,34 +77,21 @@ def replay_gold(domain: Tau2Domain, progress: Callable[[str], None] | None = Non
     return out
 
 
-def run_replay_gold(data: str | Path | None, out: str | Path, domain: str | None = None,
-                    show_progress: bool = True) -> dict[str, Any]:
-    """Load the domain, replay all tasks with progress on stderr (`trace_common.progress.Reporter`:
-    a bar on a terminal, plain lines elsewhere), write `out` atomically.
-
-    Returns a summary: tasks, actions, tool errors, seconds.
+def write_replay_gold(data: str | Path | None, out: str | Path, domain: str | None = None,
+                      on_start: Callable[[str, int], None] | None = None,
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Load the domain, replay all tasks, write `out` atomically; return a summary (tasks,
+    actions, tool errors, seconds). `on_start(domain_name, n_tasks)` is called once the domain is
+    loaded and `progress(task_id)` after each task (the command line draws its progress with them).
     """
-    from trace_common.progress import Reporter
-
     start = time.perf_counter()
     loaded = load_domain(data, domain)
     if not loaded.has_tools:
         raise FailedPrecondition(f"tau2 domain {loaded.name!r} has no TRACE tool implementation; "
                                  "replay-gold supports: retail")
-    total = len(loaded.tasks)
-    if show_progress:
-        with Reporter(f"replay-gold {loaded.name}") as report:
-            done = 0
-
-            def step(_tid: str) -> None:
-                nonlocal done
-                done += 1
-                report.update(done, total, "tasks replayed")
-
-            result = replay_gold(loaded, progress=step)
-            report.finish("done")
-    else:
-        result = replay_gold(loaded)
+    if on_start is not None:
+        on_start(loaded.name, len(loaded.tasks))
+    result = replay_gold(loaded, progress=progress)
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
@@ -115,34 +101,3 @@ def run_replay_gold(data: str | Path | None, out: str | Path, domain: str | None
     n_errors = sum(o.startswith("Error: ") for v in result.values() for o in v["outputs"])
     return {"domain": loaded.name, "tasks": len(result), "actions": n_actions, "tool_errors": n_errors,
             "seconds": round(time.perf_counter() - start, 3), "out": str(dest)}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", default=None,
-                        help="tau2 data root (holding retail/, user_simulator/) or a domain directory; "
-                             "default $TRACE_TAU2_DATA, else ../shared/tau2 next to the repository")
-    parser.add_argument("--domain", default=None, help="domain under --data (default: retail)")
-    parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
-
-
-def command(args: argparse.Namespace) -> int:
-    """Run replay-gold from parsed arguments; domain errors print one line and return 2."""
-    try:
-        summary = run_replay_gold(args.data, args.out, domain=args.domain, show_progress=not args.no_progress)
-    except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trace_common.domains.tau2.replay",
-                                     description="Replay tau2 gold actions on fresh databases.")
-    add_arguments(parser)
-    return command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
