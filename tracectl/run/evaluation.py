@@ -5,7 +5,8 @@ Arms (each a rollout job on `evaluation.split`, greedy unless configured otherwi
   best_single        the capability adapter with the best pass rate on the *dev* split
                      (chosen without looking at the test split), evaluated on test
   grpo_target        GRPO directly on the target's training tasks with the same number of
-                     training rollouts as TRACE spent (adapters + gates), then evaluated
+                     training rollouts as TRACE spent (adapters + gates), then evaluated;
+                     the adapters' GRPO config without guided rollouts (the target has no hints)
   gepa               the base agent with a system prompt optimised by the `gepa` package
                      (reflection LLM required; same rollout budget)
   trace_routing      base + adapters + gates, token-level top-1 routing
@@ -22,35 +23,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
 from typing import Any
 
-from trace_common.env import loads_jsonl
 from trace_common.grpc.client import messages
-from trace_common.stats import wilson_interval
+from tracectl.run.arm_results import breakdown, training_rollouts
 from tracectl.run.jobs import StageFailed
 
 T = messages("trainer")
-
-
-def training_rollouts(metrics: dict[str, float], config: dict[str, Any]) -> int:
-    """Rollouts a training job spent: reported by the trainer, else derived from its config."""
-    if metrics.get("rollouts_total"):
-        return int(metrics["rollouts_total"])
-    return int(config.get("max_steps", 100) * config.get("groups_per_batch", 4) * config.get("num_generations", 8))
-
-
-def breakdown(store, uri: str) -> dict[str, dict[str, float]]:
-    """Pass rate per capability/task type, read from the arm's trajectories."""
-    groups: dict[str, list[bool]] = defaultdict(list)
-    for tr in loads_jsonl(store.get_bytes(store.key_of(uri))):
-        cap = tr.info.get("capability") or tr.info.get("task_type") or "all"
-        groups[str(cap)].append(tr.success)
-    out = {}
-    for cap, xs in sorted(groups.items()):
-        lo, hi = wilson_interval(sum(xs), len(xs))
-        out[cap] = {"n": len(xs), "pass_rate": sum(xs) / len(xs), "ci": [lo, hi]}
-    return out
 
 
 def evaluate(p) -> dict[str, Any]:
@@ -87,7 +66,8 @@ def evaluate(p) -> dict[str, Any]:
                      training_rollouts(adapter_metrics.get(best, {}), p.cfg.training.grpo),
                      {"adapter": best, "dev_pass_rates": dev})
         elif arm == "grpo_target":
-            cfg = dict(p.cfg.training.grpo)
+            # the adapters' GRPO settings, unguided: the target supplies no hints (asking would fail the job)
+            cfg = {**p.cfg.training.grpo, "guidance_fraction": 0.0}
             per_step = cfg.get("groups_per_batch", 4) * cfg.get("num_generations", 8)
             cfg["max_steps"] = max(1, math.ceil(trace_budget / per_step))
 
