@@ -47,7 +47,7 @@ class EventSink:
         self.store, self.key, self.enabled = store, key, enabled
         self.keep, self.min_interval = keep_iterations, min_interval_s
         self.events: list[dict[str, Any]] = []
-        self._last_write = 0.0
+        self._last_write: float | None = None  # the first write always goes through
         self._lock = threading.Lock()
 
     def emit(self, kind: str, payload: dict[str, Any]) -> None:
@@ -67,7 +67,8 @@ class EventSink:
                 drop = {id(e) for e in its[: len(its) - self.keep]}
                 self.events = [e for e in self.events if id(e) not in drop]
             now = time.monotonic()
-            if kind in ("iteration", "phase") and now - self._last_write < self.min_interval:
+            if (kind in ("iteration", "phase") and self._last_write is not None
+                    and now - self._last_write < self.min_interval):
                 return
             self._flush()
             self._last_write = now
