@@ -75,6 +75,11 @@ class Observation(BaseModel):
     info: dict[str, Any] = Field(
         default_factory=dict,
         description="Task metadata for records and analysis (e.g. task_type). Never shown to the policy.")
+    guidance: str | None = Field(
+        None, max_length=4000,
+        description="A hint for this instance's skill (capability environments; DESIGN 'Rare behaviours'). "
+                    "Never part of `messages`: the trainer shows it only in the guided share of a group's "
+                    "rollouts and treats those episodes as off-policy.")
 
 
 class StepResult(BaseModel):

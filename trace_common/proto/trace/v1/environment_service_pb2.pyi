@@ -230,15 +230,17 @@ class ResetEpisodeRequest(_message.Message):
         ...
 
 class ResetEpisodeResponse(_message.Message):
-    __slots__ = ('episode_id', 'messages', 'tools')
+    __slots__ = ('episode_id', 'messages', 'tools', 'guidance')
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    GUIDANCE_FIELD_NUMBER: _ClassVar[int]
     episode_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_types_pb2.ChatMessage]
     tools: _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolSchema]
+    guidance: str
 
-    def __init__(self, episode_id: _Optional[str]=..., messages: _Optional[_Iterable[_Union[_types_pb2.ChatMessage, _Mapping]]]=..., tools: _Optional[_Iterable[_Union[_types_pb2.ToolSchema, _Mapping]]]=...) -> None:
+    def __init__(self, episode_id: _Optional[str]=..., messages: _Optional[_Iterable[_Union[_types_pb2.ChatMessage, _Mapping]]]=..., tools: _Optional[_Iterable[_Union[_types_pb2.ToolSchema, _Mapping]]]=..., guidance: _Optional[str]=...) -> None:
         ...
 
 class StepEpisodeRequest(_message.Message):
