@@ -16,6 +16,7 @@ import importlib
 import math
 import re
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +213,28 @@ class Training:
 
     def iteration_history(self, job_id: str) -> list[IterationRecord]:
         return list(self.iterations.get(job_id, ()))
+
+    async def watch(self, job_id: str) -> AsyncIterator[tuple[JobRecord, IterationRecord | None]]:
+        """One (job, iteration) per job change; the iteration is set when that change completes one.
+
+        A late watcher first gets the iterations it missed (oldest first, each with the job as it is
+        now), then live updates, so every completed iteration reaches every watcher exactly once.
+        Iteration 0 exists for gate jobs only (the warm start's summary)."""
+        sent = -1
+        first = True
+        async for rec in self.jobs.watch(job_id):
+            if first:
+                first = False
+                for it in self.iteration_history(job_id):
+                    if it.iteration < rec.completed:
+                        yield rec, it
+                        sent = it.iteration
+            done: IterationRecord | None = None
+            if rec.completed > sent:
+                hist = [it for it in self.iteration_history(job_id) if it.iteration == rec.completed]
+                if hist:
+                    done, sent = hist[-1], rec.completed
+            yield rec, done
 
     def list_checkpoints(self, job_id: str) -> list[ckpt.CheckpointInfo]:
         self.jobs.get(job_id)

@@ -36,25 +36,10 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
                                                             self.d.recent_iterations(request.job_id)])
 
     async def WatchTrainingJob(self, request, context):
-        # One message per job change; an update that completes an iteration carries its metrics.
-        # A late watcher first gets the iterations it missed (oldest first), then live updates.
-        # Iteration 0 exists for gate jobs only (the warm start's summary).
-        sent = -1
-        first = True
-        async for rec in self.d.jobs.watch(request.job_id):
-            job = jobs_rpc.job_to_proto(rec)
-            if first:
-                first = False
-                for it in self.d.iteration_history(request.job_id):
-                    if it.iteration < rec.completed:
-                        yield pb.WatchTrainingJobResponse(job=job, iteration=_iteration(it))
-                        sent = it.iteration
-            msg = pb.WatchTrainingJobResponse(job=job)
-            if rec.completed > sent:
-                hist = [it for it in self.d.iteration_history(request.job_id) if it.iteration == rec.completed]
-                if hist:
-                    msg.iteration.CopyFrom(_iteration(hist[-1]))
-                    sent = rec.completed
+        async for rec, iteration in self.d.watch(request.job_id):
+            msg = pb.WatchTrainingJobResponse(job=jobs_rpc.job_to_proto(rec))
+            if iteration is not None:
+                msg.iteration.CopyFrom(_iteration(iteration))
             yield msg
 
     async def ListTrainingJobs(self, request, context):
