@@ -44,22 +44,22 @@ def spec(model_dir, **config) -> TrainingSpecModel:
         policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": str(model_dir)}, config=cfg))
 
 
-async def watch_all(domain, job_id):
-    return [rec async for rec in domain.jobs.watch(job_id)]
-
-
 def test_job_succeeds_with_iterations_and_adapter(tmp_path, model_dir):
     domain = make_domain(tmp_path)
 
     async def go():
         rec = domain.create_job(spec(model_dir), "run1", {"team": "a"}, "req-1")
-        records = await asyncio.wait_for(watch_all(domain, rec.job_id), 300)
-        return rec, records
-    rec, records = asyncio.run(go())
+        live = [pair async for pair in domain.watch(rec.job_id)]
+        late = [pair async for pair in domain.watch(rec.job_id)]   # a watcher that comes after the end
+        return rec, [r for r, _ in live], live, late
+    rec, records, live, late = asyncio.run(asyncio.wait_for(go(), 300))
     final = records[-1]
     assert final.state == JobState.SUCCEEDED, final.error_message
     assert sorted({r.completed for r in records if r.state == JobState.RUNNING}) == [0, 1, 2, 3, 4]
     assert [it.iteration for it in domain.iteration_history(rec.job_id)] == [1, 2, 3, 4]
+    for pairs in (live, late):   # every completed iteration reaches every watcher exactly once, in order
+        assert [it.iteration for _, it in pairs if it is not None] == [1, 2, 3, 4]
+    assert late[-1][0].state == JobState.SUCCEEDED
     stages = [r.stage for r in records]   # what each iteration is doing, while it does it
     for it in range(1, 5):
         assert f"iteration {it}: playing 32 episodes" in stages, stages
