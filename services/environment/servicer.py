@@ -83,7 +83,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         env = parse(EnvironmentRefModel, request.environment, "environment")
         episode_id, obs, tools = await self.d.reset_episode(env.name, env.version, request.seed)
         return pb.ResetEpisodeResponse(episode_id=episode_id, messages=[_message(m) for m in obs["messages"]],
-                                       tools=_tools(tools))
+                                       tools=_tools(tools), guidance=obs.get("guidance") or "")
 
     async def StepEpisode(self, request, context):
         which = request.WhichOneof("action")

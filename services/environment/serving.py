@@ -1,6 +1,7 @@
 """Serving instances of registered environments by seed, each in a sandbox worker.
 
-`ResetEpisode(name, version, seed)` -> an episode id; `StepEpisode(id, action)` ->
+`ResetEpisode(name, version, seed)` -> an episode id, the first messages and the instance's hint
+(`Observation.guidance`, kept apart from the messages); `StepEpisode(id, action)` ->
 observation, done, reward (once done), diagnostics; `CloseEpisode(id)`. This is how the
 trainer samples instances of a generated environment without ever running its code.
 
@@ -140,8 +141,8 @@ class EpisodeTable:
         episode_id = uuid.uuid4().hex
         self.episodes[episode_id] = Episode(episode_id, record, worker, env, seed)
         m.EPISODES_OPEN.set(len(self.episodes))
-        return episode_id, {"messages": [msg.to_dict() for msg in obs.messages], "task_id": obs.task_id}, \
-            env.tool_schemas()
+        return episode_id, {"messages": [msg.to_dict() for msg in obs.messages], "task_id": obs.task_id,
+                            "guidance": obs.guidance}, env.tool_schemas()
 
     async def step(self, episode_id: str, action: dict[str, Any]) -> StepOutcome:
         episode = self.get(episode_id)

@@ -12,7 +12,8 @@ an ordinary `Environment`, so `run_episode` / `run_episode_async` work unchanged
 It depends only on trace_common (generated protos and the env SDK) so the integrator can
 move it into trace_common for the trainer and the rollout service; it lives here with the
 service whose API it wraps. Splits are the library's (train / dev / test seed ranges);
-reward is known once the episode is done (StepEpisode reports it), before that 0.
+reward is known once the episode is done (StepEpisode reports it), before that 0. The instance's
+hint (`Observation.guidance`, for guided GRPO rollouts) comes back with ResetEpisode.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class RemoteEnvironment(Environment):
             environment=t.EnvironmentRef(name=self.name, version=self.version), seed=seed), timeout=self.timeout_s)
         self.episode_id, self._seed, self._done, self._reward, self._diagnostics = resp.episode_id, seed, False, 0.0, []
         return Observation(messages=[message_from_proto(m) for m in resp.messages], task_id=str(seed), seed=seed,
-                           tools=self.tool_schemas())
+                           tools=self.tool_schemas(), guidance=resp.guidance or None)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return json.loads(json.dumps(self._tools))

@@ -76,7 +76,7 @@ class SandboxEnvironment(Environment):
         data = self.worker.call("reset", instance=self.instance, seed=seed)
         self._obs = Observation(messages=[Message.from_dict(m) for m in data["messages"]], task_id=str(data["task_id"]),
                                 seed=int(data["seed"]), tools=list(data.get("tools") or []),
-                                info=dict(data.get("info") or {}))
+                                info=dict(data.get("info") or {}), guidance=data.get("guidance") or None)
         self._done, self._result = False, None
         return self._obs
 

@@ -20,7 +20,7 @@ the service talks to it over the pod's attached stdin/stdout. Either way:
    |--------------|------------------------------------|-------------------------------------------------|
    | hello        |                                    | isolation report, pid, python, limits           |
    | load         | source, params? (or --module)      | env name, version, class, tool_schemas, has_solve, has_solve_unskilled, splits |
-   | reset        | instance, seed                     | observation {messages, task_id, seed, tools, info} |
+   | reset        | instance, seed                     | observation {messages, task_id, seed, tools, info, guidance} |
    | step         | instance, action {name, arguments, call_id} or {message} | {observation, done, info} |
    | result       | instance                           | {reward, breakdown, failure_reason, diagnostics, done, termination, task_id} |
    | reward / diagnostics / tool_schemas / splits | instance | the one value                      |
@@ -228,7 +228,7 @@ class Worker:
             if not isinstance(obs, Observation):
                 raise UsageError(f"reset() returned {type(obs).__name__}, not an Observation")
             return {"messages": [m.to_dict() for m in obs.messages], "task_id": obs.task_id, "seed": obs.seed,
-                    "tools": obs.tools, "info": obs.info}
+                    "tools": obs.tools, "info": obs.info, "guidance": obs.guidance}
         if op == "step":
             env = self.instance(req)
             result = env.step(action_from_dict(req.get("action")))

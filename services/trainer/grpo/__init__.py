@@ -7,7 +7,8 @@
 
 Modules: `config` (hyper-parameters, TRL names), `advantages` (group-relative advantages),
 `loss` (clipped surrogate, KL, importance weights), `logprobs` (assistant-token logprobs),
-`batch` (episodes -> training tensors), `rollouts` (lockstep group play, guidance),
+`batch` (episodes -> training tensors), `rollouts` (lockstep group play), `guidance` (which
+hint a guided episode shows; the check that a config asking for guidance gets some),
 `vllm_rollouts` (vLLM with runtime LoRA updating), `lora`, `checkpoint`, `seeds`,
 `distributed`, `trainer` (the loop), `session` (assembly), `models` (base loading),
 `curve` (training-curve PNG), `evaluation` (held-out pass rate).

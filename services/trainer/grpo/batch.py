@@ -9,10 +9,12 @@ over its final length instead of k passes over growing prefixes; otherwise a tur
 new sequence. Either way every completion token is scored in exactly the context it was
 generated in -- never a re-tokenisation of its text.
 
-Guided episodes were sampled with a hint in the prompt, but the policy must learn to act
-without it: their turns are re-rendered without the hint (`PromptRenderer`), so they are
-trained in the unguided context, with the sampler's (guided) logprobs kept as the behaviour
-logprobs for importance weighting (see `loss.guided_importance_weights`).
+Guided episodes were sampled with a hint in the prompt (their instance's own, or the config's
+override: guidance.py), but the policy must learn to act without it: their turns are
+re-rendered from the trajectory's conversation, which never contains the hint
+(`PromptRenderer`), so they are trained in the unguided context and no hint token reaches the
+training tensors, with the sampler's (guided) logprobs kept as the behaviour logprobs for
+importance weighting (see `loss.guided_importance_weights`).
 
 Semantics (one micro-batch of B sequences padded on the right to T):
     input_ids [B, T], attention_mask [B, T]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -111,11 +112,12 @@ class GRPOConfig(BaseModel):
     episode_timeout_s: float = Field(600.0, gt=0, le=86400, description="Wall-clock limit of one episode.")
     # -- guided rollouts ---------------------------------------------------------------------------
     guidance_text: str = Field(
-        "", max_length=4000, description="Hint injected into guided episodes' prompts; empty disables guidance "
-        "unless the environment provides one (`guidance_text` attribute).")
+        "", max_length=4000, description="Override hint: every guided episode shows this text instead of its "
+        "instance's own hint (the environment's `Observation.guidance`, guidance.py); empty = the instance's hint.")
     guidance_fraction: float = Field(
-        0.25, ge=0.0, lt=1.0, description="Fraction of each group played with the hint "
-        "(rounded to whole episodes; the TRACE reference uses 0.25-0.5).")
+        0.0, ge=0.0, lt=1.0, description="Fraction of each group played with the hint, rounded to whole episodes "
+        "(the TRACE reference uses 0.25-0.5 for capability environments); 0 = no guided rollouts. Asking for "
+        "guidance from an environment that supplies none, with no guidance_text, fails before training starts.")
     guidance_position: Literal["user", "system"] = Field(
         "user", description="Where the hint goes: appended to the first user message (keeps the system "
         "prompt + tools prefix shared across the group) or to the system prompt.")
@@ -204,6 +206,10 @@ class GRPOConfig(BaseModel):
         if self.top_k == 1:
             raise ValueError("top_k=1 is greedy decoding: every episode of a group would be identical; "
                              "use top_k=0 (true sampling) or a value >= 2")
+        if self.guidance_fraction > 0 and self.guided_per_group == 0:
+            raise ValueError(f"guidance_fraction={self.guidance_fraction:g} rounds to no guided episode in a group of "
+                             f"num_generations={self.num_generations}; raise it to at least "
+                             f"{math.ceil(500 / self.num_generations) / 1000:.3f} or set it to 0 (no guided rollouts)")
         if self.guidance_fraction > 0 and self.guided_per_group == self.num_generations:
             raise ValueError("guidance_fraction leaves no unguided episode in a group; lower it below "
                              f"{(self.num_generations - 0.5) / self.num_generations:.2f}")

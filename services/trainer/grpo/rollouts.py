@@ -9,14 +9,17 @@ submits its next turn and one batch is generated once all of them have (ordered 
 index); an episode that ends simply leaves the round. The in-process backend additionally
 reuses the KV cache of the prompt prefix the batch shares (system prompt + tools).
 
-Guidance: a guided episode's requests show the hint (appended to the first user message or
-to the system prompt); the trajectory itself keeps the unguided conversation, which is what
-the trainer re-renders for the loss (batch.py).
+Guidance (guidance.py): a guided episode's requests show the hint -- the override text when one
+is given, else the hint its own instance's reset returned (`Observation.guidance`) -- appended
+to the first user message or to the system prompt. The trajectory itself keeps the unguided
+conversation, which is what the trainer re-renders for the loss (batch.py), and records the
+hint it was shown in `info["guidance"]`; a guided spec whose instance has no hint plays unguided.
 
 Semantics (one call of `play_groups`):
     for every spec (seed, group, index, guided, sampling_seed):
-        env = env_factory(); play env from seed with the policy; turn k of the episode uses
-        sampling seed derive_seed(sampling_seed, k); requests show the hint iff guided
+        env = env_factory(); obs = env.reset(seed); hint = guidance_text or obs.guidance
+        play env with the policy; turn k of the episode uses sampling seed derive_seed(sampling_seed, k);
+        requests show the hint iff spec.guided and hint; then info["guidance"] = hint (shown ones only)
     returns trajectories in spec order
 """
 
@@ -28,8 +31,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trace_common.env import Environment, Message, PolicyInfo, PolicyTurn, Trajectory, run_episode_async
+from trace_common.env import (
+    Environment,
+    Message,
+    Observation,
+    PolicyInfo,
+    PolicyTurn,
+    Trajectory,
+    run_episode_async,
+)
 from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
+
+from .guidance import INFO_KEY
 
 EnvFactory = Callable[[], Environment]
 
@@ -58,6 +71,24 @@ def with_guidance(messages: Sequence[Message], text: str, position: str = "user"
     if role == "system":
         return [Message.system(text), *out]
     return out
+
+
+class _ResetHint:
+    """An environment seen through its reset: every call is the environment's own, and the hint of
+    the last reset's observation is kept (the episode loop hands the policy messages only)."""
+
+    def __init__(self, env: Environment):
+        self._env = env
+        self.guidance = ""     # the last reset's hint
+        self.shown = ""        # the hint a request of this episode showed
+
+    def reset(self, seed: int) -> Observation:
+        obs = self._env.reset(seed)
+        self.guidance = obs.guidance or ""
+        return obs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
 
 
 class _Lockstep:
@@ -107,13 +138,17 @@ async def play_groups(policy: Policy, env_factory: EnvFactory, specs: Sequence[E
                       params: SamplingParams, guidance_text: str = "", guidance_position: str = "user",
                       max_turns: int | None = None, deadline_s: float | None = None,
                       policy_info: PolicyInfo | None = None) -> list[Trajectory]:
-    """Play every spec (module docstring); trajectories in spec order."""
+    """Play every spec (module docstring); trajectories in spec order. `guidance_text`: the override
+    hint (empty: each guided episode shows its instance's own `Observation.guidance`)."""
     gate = _Lockstep(policy, len(specs))
     info = policy_info or PolicyInfo(model=policy.name, adapter=policy.adapter)
 
-    def make_fn(idx: int, spec: EpisodeSpec):
+    def make_fn(idx: int, spec: EpisodeSpec, env: _ResetHint):
         async def fn(messages: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
-            shown = with_guidance(messages, guidance_text, guidance_position) if spec.guided else messages
+            hint = (guidance_text or env.guidance) if spec.guided else ""
+            if hint:
+                env.shown = hint
+            shown = with_guidance(messages, hint, guidance_position) if hint else messages
             request = PolicyRequest(messages=shown, tools=tools, params=params)
             request.params = params.model_copy(update={"seed": derive_seed(spec.sampling_seed, request.turn_index)})
             turn = await gate.submit(idx, request)
@@ -122,10 +157,14 @@ async def play_groups(policy: Policy, env_factory: EnvFactory, specs: Sequence[E
 
     async def one(idx: int, spec: EpisodeSpec) -> Trajectory:
         try:
-            return await run_episode_async(env_factory(), make_fn(idx, spec), spec.seed, max_turns,
+            env = _ResetHint(env_factory())
+            traj = await run_episode_async(env, make_fn(idx, spec, env), spec.seed, max_turns,  # type: ignore[arg-type]
                                            policy=info, deadline_s=deadline_s, sample_index=spec.index)
         finally:
             gate.finished()
+        if env.shown:
+            traj.info[INFO_KEY] = env.shown
+        return traj
 
     return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(specs))))
 

@@ -14,9 +14,11 @@ compares one iteration of this loop with one of TRL's on the same model and batc
 
 Semantics (one iteration; DESIGN "GRPO" is normative):
     seeds = schedule[cursor : cursor + groups_per_batch]; cursor += groups_per_batch
-    play every seed num_generations times (guided_per_group of them with the hint)
+    play every seed num_generations times, the first guided_per_group of them with their
+    instance's hint (guidance.py; a guided episode is trained in the unguided context, batch.py)
     A = group_advantages(rewards); drop constant groups and groups with a policy error or timeout
     (optionally resample fresh seeds for them)
+    rollouts_total += every episode played (resampled groups included); tokens likewise
     if no group is informative: no update; streak += 1; stop after N such iterations
     for pass in range(num_iterations):
         for micro-batch in split(sequences, gradient_accumulation_steps):
@@ -25,7 +27,18 @@ Semantics (one iteration; DESIGN "GRPO" is normative):
             is = min(C, exp(old - behaviour)) on guided tokens, 1 elsewhere
             loss(micro-batch).backward()                        # normalised by the batch total
         all-reduce grads (DDP); clip; AdamW step; LR scheduler step; publish the new version
-    checkpoint every save_steps iterations (adapter, optimiser, scheduler, RNG, cursor)
+    checkpoint every save_steps iterations (adapter, optimiser, scheduler, RNG, cursor, history)
+
+Metrics of an iteration (the "iteration" event's values; `history`; metrics.jsonl). Over the
+iteration's first round of groups (the batch the seed schedule drew): reward_mean, reward_std,
+pass_rate, informative_group_fraction, guided_episodes, guided_share (guided / all episodes of
+the round), guided_reward_mean (only when some episode was guided), unguided_reward_mean,
+unguided_pass_rate. Over everything the iteration played, resampled groups included: episodes,
+prompt_tokens and generated_tokens (as the backend reported them: every turn's full prompt, and
+its completion), and the running totals rollouts_total, prompt_tokens_total,
+completion_tokens_total -- carried in the checkpointed history, so a resumed job counts exactly
+what an uninterrupted one does. A job resumed with nothing left to run re-reports its last
+iteration (`"replayed": true`), so its metrics carry the totals too.
 """
 
 from __future__ import annotations
@@ -65,6 +78,7 @@ from .batch import (
 from .config import GRPOConfig
 from .curve import training_curve_png
 from .distributed import Dist
+from .guidance import check_guidance, is_guided
 from .logprobs import selected_logprobs, shared_prefix_len
 from .lora import save_pretrained_to
 from .loss import grpo_token_loss, guided_importance_weights
@@ -74,7 +88,8 @@ from .trainable import LoraWeights, TrainableWeights
 
 log = logging.getLogger(__name__)
 
-#: Event callback: (kind, payload) with kind "iteration" ({"iteration", "values"}), "checkpoint"
+#: Event callback: (kind, payload) with kind "iteration" ({"iteration", "values"}, plus "replayed": True
+#: when a resumed run with nothing left to run re-reports its last iteration), "checkpoint"
 #: ({"iteration", "uri", "sha256", "size"}), "adapter" ({"version", "uri", "outputs"}), "stopped", or
 #: "phase" ({"iteration", "phase"}: what the iteration in progress is doing, for job progress -- with a
 #: real model one iteration's rollouts take minutes).
@@ -139,9 +154,10 @@ class GRPOTrainer:
             raise InvalidArgument(field="config.train_split", expected=f"one of {sorted(splits)}",
                                   got=config.train_split, fix="pick a split the environment defines")
         self.schedule = SeedSchedule(splits[config.train_split], config.seed)
-        env_hint = getattr(probe, "guidance_text", "") or ""
-        self.guidance_text = guidance_text if guidance_text is not None else (config.guidance_text or env_hint)
-        self.n_guided = config.guided_per_group if self.guidance_text else 0
+        # the override hint ("" = each guided episode shows its own instance's Observation.guidance)
+        self.guidance_text = guidance_text if guidance_text is not None else config.guidance_text
+        self.n_guided = config.guided_per_group
+        check_guidance(config, probe, override=self.guidance_text)  # asked for hints: some must exist
         self.params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                      max_tokens=config.max_completion_length)
         self.weights = weights if weights is not None else LoraWeights(model)
@@ -156,6 +172,7 @@ class GRPOTrainer:
         self.checkpoints: list[ckpt.CheckpointInfo] = []
         self.device = next(model.parameters()).device
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._reported = False  # an "iteration" event was sent during this train() call
 
     # -- resume ------------------------------------------------------------------------------
     def resume(self, manifest_key: str | None = None) -> bool:
@@ -201,25 +218,28 @@ class GRPOTrainer:
             self.resume(resume if isinstance(resume, str) else None)
         self._loop = asyncio.new_event_loop()
         stop_reason, early = "completed", False
+        self._reported = False
         try:
             self._loop.run_until_complete(self.engine.publish(self.state.policy_version))
             while self.state.iteration < cfg.max_steps:
+                # checked before an iteration too: a run resumed after its early stop stays stopped
+                # (one more iteration would play episodes the uninterrupted run never played)
+                reason = self._uninformative_stop()
+                if reason:
+                    stop_reason, early = reason, True
+                    self.on_event("stopped", {"iteration": self.state.iteration, "reason": stop_reason})
+                    break
                 if self.should_stop():
                     stop_reason, early = "stop requested", True
                     break
-                metrics = self.step()
+                self.step()
                 it = self.state.iteration
                 if cfg.save_steps and it % cfg.save_steps == 0 and it < cfg.max_steps:
                     self.save_checkpoint()
-                n = cfg.early_stop_uninformative_iterations
-                if n and self.state.uninformative_streak >= n:
-                    stop_reason = (f"stopped early: no informative group in the last {n} iterations (every group's "
-                                   f"episodes got the same reward; last mean reward {metrics['reward_mean']:.3f}); "
-                                   "raise temperature, add guidance (guidance_text/guidance_fraction) or use an "
-                                   "environment with partial credit")
-                    early = True
-                    self.on_event("stopped", {"iteration": it, "reason": stop_reason})
-                    break
+            if not self._reported and self.state.history:
+                # resumed with nothing left to run: the job's metrics still carry its totals
+                self.on_event("iteration", {"iteration": self.state.iteration,
+                                            "values": dict(self.state.history[-1]), "replayed": True})
             if self.store is not None and self.dist.is_main and (not self.checkpoints or
                                                                  self.checkpoints[-1].iteration != self.state.iteration):
                 self.save_checkpoint()
@@ -233,6 +253,18 @@ class GRPOTrainer:
             self._loop.close()
             self._loop = None
             torch.use_deterministic_algorithms(was_deterministic)
+
+    def _uninformative_stop(self) -> str:
+        """The early-stop reason once the last `early_stop_uninformative_iterations` iterations had no
+        informative group, else ""."""
+        n = self.config.early_stop_uninformative_iterations
+        if not n or self.state.uninformative_streak < n:
+            return ""
+        last = self.state.history[-1].get("reward_mean", float("nan")) if self.state.history else float("nan")
+        return (f"stopped early: no informative group in the last {n} iterations (every group's episodes got the "
+                f"same reward; last mean reward {last:.3f}); raise temperature, add guidance (guidance_fraction "
+                "with an environment that supplies hints, or guidance_text) or use an environment with partial "
+                "credit")
 
     # -- one iteration ------------------------------------------------------------------------------
     def _play(self, seeds: list[int], first_group: int) -> list[list[Trajectory]]:
@@ -310,11 +342,11 @@ class GRPOTrainer:
         if first_round and len(errors) == len(first_round):
             raise Unavailable(f"every rollout of iteration {it} failed in the policy backend: "
                               f"{errors[0].error}")
-        # Episodes this rank trains on.
+        # Episodes this rank trains on (guided = shown a hint; batch.py re-renders those unguided).
         episodes: list[TrainEpisode] = []
         for trajs, a, g in kept_groups:
             for i, t in enumerate(trajs):
-                guided = t.sample_index < self.n_guided
+                guided = is_guided(t)
                 episodes.append(TrainEpisode(group=g, index=i, seed=t.seed, reward=t.reward,
                                              advantage=float(a.advantages[g, t.sample_index]), guided=guided,
                                              turns=episode_turns(t, guided=guided, render=self.render)))
@@ -332,16 +364,18 @@ class GRPOTrainer:
         step_s = time.perf_counter() - t_start
 
         flat = first_rewards.flatten()
-        success = self.dist.all_sum([float(sum(t.success for t in first_round)), float(len(first_round)),
-                                     float(sum(t.reward for t in first_round if t.sample_index < self.n_guided)),
-                                     float(sum(1 for t in first_round if t.sample_index < self.n_guided)),
-                                     float(sum(t.success for t in first_round if t.sample_index >= self.n_guided)),
-                                     float(sum(t.reward for t in first_round if t.sample_index >= self.n_guided)),
-                                     float(sum(1 for t in first_round if t.sample_index >= self.n_guided)),
-                                     float(len(errors)), float(played),
-                                     float(sum(len(r.completion_token_ids or []) for t in first_round for r in t.turns))])
-        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, gen_tokens = success
-        before = self.state.history[-1].get("rollouts_total", 0.0) if self.state.history else 0.0
+        guided_eps = [t for t in first_round if is_guided(t)]
+        unguided_eps = [t for t in first_round if not is_guided(t)]
+        everything = first_round + [t for group in extra_rounds for t in group]
+        sums = self.dist.all_sum([float(sum(t.success for t in first_round)), float(len(first_round)),
+                                  float(sum(t.reward for t in guided_eps)), float(len(guided_eps)),
+                                  float(sum(t.success for t in unguided_eps)),
+                                  float(sum(t.reward for t in unguided_eps)),
+                                  float(len(unguided_eps)), float(len(errors)), float(played),
+                                  float(sum(len(r.prompt_token_ids or []) for t in everything for r in t.turns)),
+                                  float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns))])
+        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens = sums
+        last = self.state.history[-1] if self.state.history else {}
         metrics: dict[str, float] = {
             "iteration": float(self.state.iteration),
             "reward_mean": float(flat.mean()),
@@ -352,21 +386,28 @@ class GRPOTrainer:
             "groups_trained": float(self.dist.all_sum([float(len(kept_groups))])[0]),
             "resample_rounds": float(rounds),
             "policy_errors": n_err,
+            "guided_episodes": g_n,
+            "guided_share": g_n / n_eps if n_eps else 0.0,
             "unguided_reward_mean": u_sum / u_n if u_n else 0.0,
             "unguided_pass_rate": u_succ / u_n if u_n else 0.0,
             "step_seconds": step_s,
             "generate_seconds": t_gen,
+            "episodes": n_played,
+            "prompt_tokens": prompt_tokens,
             "generated_tokens": gen_tokens,
             "tokens_per_second": gen_tokens / step_s if step_s > 0 else 0.0,
             "learning_rate": float(self.scheduler.get_last_lr()[0]),
             "policy_version": float(self.state.policy_version),
-            "rollouts_total": before + n_played,
+            "rollouts_total": last.get("rollouts_total", 0.0) + n_played,
+            "prompt_tokens_total": last.get("prompt_tokens_total", 0.0) + prompt_tokens,
+            "completion_tokens_total": last.get("completion_tokens_total", 0.0) + gen_tokens,
         }
         if g_n:
             metrics["guided_reward_mean"] = g_sum / g_n
         metrics.update(train_metrics)
         metrics.update(self.weights.iteration_metrics())
         self.state.history.append(metrics)
+        self._reported = True
         self.on_event("iteration", {"iteration": self.state.iteration, "values": dict(metrics)})
         return metrics
 
@@ -530,7 +571,12 @@ class GRPOTrainer:
                                           "config_digest": self.config.digest(), "iterations": result.iterations,
                                           "policy_version": result.policy_version,
                                           "stop_reason": result.stop_reason,
-                                          "guidance_text": self.guidance_text}, indent=1, sort_keys=True).encode(),
+                                          "guidance": {"guided_per_group": self.n_guided,
+                                                       "source": ("none" if not self.n_guided else
+                                                                  "config.guidance_text" if self.guidance_text
+                                                                  else "environment (per instance)"),
+                                                       "override_text": self.guidance_text}},
+                                         indent=1, sort_keys=True).encode(),
                               "training_summary"),
         }
         for name, (data, kind) in extras.items():

@@ -5,6 +5,11 @@ random Qwen3 model built in code, and two toy environments.
 first character is one of `good` (a single learnable behaviour: which first token to emit).
 `ToolEnv` is multi-turn: the agent may look a number up with a tool before answering;
 partial credit (0.5) for the lookup, 1.0 for telling the user the looked-up number.
+
+Guidance (`Observation.guidance`, what guided GRPO rollouts show): `PickEnv(hint=True)` supplies
+a per-instance hint naming the instance's word (`pick_hint`), plain `PickEnv` none; `ToolEnv`
+supplies `TOOL_HINT` for every instance by default, `ToolEnv(hint="instance")` a per-instance
+hint naming the key (`tool_hint`), `ToolEnv(hint="none")` none.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ LOOKUP_SCHEMA = {"type": "function", "function": {
     "name": "lookup", "description": "Look up the secret number of a key.",
     "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}
 
+#: ToolEnv's hint with hint="fixed" (also what the warm-start demonstrations show, `tool_demo`).
+TOOL_HINT = "Hint: call lookup first."
+
 WORDS = ("apple banana cherry dog egg fish grape house ice jam kite lemon moon nut orange pear queen rose sun "
          "tree umbrella violin water xray yak zebra 0 1 2 3 4 5 6 7 8 9 The answer is secret number key").split()
 
@@ -36,10 +44,11 @@ class PickEnv(SeededEnv):
     version: ClassVar[str] = "1.0.0"
     default_max_turns: ClassVar[int] = 1
 
-    def __init__(self, good: str = "abcdefghijklm", constant: float | None = None):
+    def __init__(self, good: str = "abcdefghijklm", constant: float | None = None, hint: bool = False):
         super().__init__()
         self.good = good
         self.constant = constant
+        self.hint = hint
         self._reply = ""
 
     def splits(self) -> dict[str, Sequence[int]]:
@@ -53,7 +62,7 @@ class PickEnv(SeededEnv):
         self._reply, self._done = "", False
         word = random.Random(seed).choice(WORDS)
         return Observation(messages=[Message.system("Reply with one word."), Message.user(f"Say {word}.")],
-                           task_id=str(seed), seed=seed)
+                           task_id=str(seed), seed=seed, guidance=pick_hint(seed) if self.hint else None)
 
     def step(self, action: Any) -> StepResult:
         if self._done:
@@ -68,11 +77,27 @@ class PickEnv(SeededEnv):
         return 1.0 if self._reply[:1] in self.good and self._reply[:1] else 0.0
 
 
+def pick_hint(seed: int) -> str:
+    """PickEnv(hint=True)'s hint for instance `seed`."""
+    return f"Hint: the answer is {random.Random(seed).choice(WORDS)}."
+
+
+def tool_hint(key: str) -> str:
+    """ToolEnv(hint="instance")'s hint for the instance whose key is `key`."""
+    return f"Hint: call lookup with key {key} first."
+
+
 class ToolEnv(SeededEnv):
     name: ClassVar[str] = "toolenv"
     version: ClassVar[str] = "1.0.0"
     default_max_turns: ClassVar[int] = 3
-    guidance_text: ClassVar[str] = "Hint: call lookup first."
+
+    def __init__(self, hint: str = "fixed"):
+        """`hint`: "fixed" (TOOL_HINT for every instance), "instance" (`tool_hint(key)`) or "none"."""
+        super().__init__()
+        if hint not in ("fixed", "instance", "none"):
+            raise ValueError(f"hint={hint!r}: use 'fixed', 'instance' or 'none'")
+        self.hint = hint
 
     def splits(self) -> dict[str, Sequence[int]]:
         return {"train": range(0, 500), "test": range(500, 550)}
@@ -86,9 +111,10 @@ class ToolEnv(SeededEnv):
         self.key = rng.choice(WORDS[:26])
         self.secret = str(rng.randrange(100))
         self._done, self._looked, self._told = False, False, False
+        guidance = {"fixed": TOOL_HINT, "instance": tool_hint(self.key), "none": None}[self.hint]
         return Observation(messages=[Message.system("Answer with the secret number."),
                                      Message.user(f"What is the secret number of {self.key}?")],
-                           task_id=str(seed), seed=seed, tools=self.tool_schemas())
+                           task_id=str(seed), seed=seed, tools=self.tool_schemas(), guidance=guidance)
 
     def step(self, action: Any) -> StepResult:
         if self._done:
@@ -157,7 +183,7 @@ def tool_demo(env: ToolEnv, seed: int, p_lookup: float) -> list[Message]:
     msgs = list(obs.messages)
     hinted = rng.random() < 0.3
     if hinted:
-        msgs[1] = Message.user(f"{msgs[1].content}\n\n{ToolEnv.guidance_text}")
+        msgs[1] = Message.user(f"{msgs[1].content}\n\n{TOOL_HINT}")
     if hinted or rng.random() < p_lookup:
         msgs.append(Message.assistant(None, [ToolCall.create("call_0_0", "lookup", {"key": env.key})]))
         msgs.append(Message.tool("call_0_0", env.secret))

@@ -21,6 +21,9 @@ from trace_common.errors import InvalidArgument
     ({"temperature": 0.0}, "config.temperature", "greater than 0"),
     ({"top_k": 1}, "config", "use top_k=0"),
     ({"guidance_fraction": 0.95, "num_generations": 4}, "config", "lower it below"),
+    # asks for guidance but rounds to no guided episode: an error, not a silent no-op
+    ({"guidance_fraction": 0.05, "num_generations": 8}, "config", "raise it to at least 0.063 or set it to 0"),
+    ({"guidance_fraction": 0.08, "num_generations": 6}, "config", "raise it to at least 0.084 or set it to 0"),
     ({"rollout_backend": "vllm"}, "config", "needs a vllm block"),
     ({"lora_target_modules": "all"}, "config.lora_target_modules", "'all-linear'"),
     ({"warmup_steps": 10, "max_steps": 10}, "config", "must be below max_steps"),
@@ -41,6 +44,8 @@ def test_invalid_config_says_how_to_fix(values, field, fix):
     ({"num_generations": 4.0, "max_steps": 3.0}, lambda c: c.num_generations == 4 and c.max_steps == 3),
     ({"guidance_fraction": 0.25, "num_generations": 8}, lambda c: c.guided_per_group == 2),
     ({"guidance_fraction": 0.5, "num_generations": 6}, lambda c: c.guided_per_group == 3),
+    ({"guidance_fraction": 0.084, "num_generations": 6}, lambda c: c.guided_per_group == 1),  # the least above
+    ({}, lambda c: c.guidance_fraction == 0.0 and c.guided_per_group == 0),  # guidance is asked for, never implied
     ({"lora_target_modules": ["q_proj", "v_proj"]}, lambda c: c.lora_target_modules == ["q_proj", "v_proj"]),
 ])
 def test_valid_config(values, check):

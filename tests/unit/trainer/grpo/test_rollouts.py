@@ -1,4 +1,5 @@
-"""Group play: shared instance per group, guidance only where asked, deterministic lockstep batches."""
+"""Group play: shared instance per group, guidance only where asked (each instance's own hint, or the
+override), deterministic lockstep batches."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import asyncio
 
 import pytest
 
+from services.trainer.grpo.guidance import shown_guidance
 from services.trainer.grpo.rollouts import EpisodeSpec, play_groups, with_guidance
-from tests.unit.trainer.grpo.helpers import ToolEnv, tiny_model, tiny_tokenizer
+from tests.unit.trainer.grpo.helpers import TOOL_HINT, ToolEnv, tiny_model, tiny_tokenizer, tool_hint
 from trace_common.env import Message
 from trace_common.policy.base import SamplingParams
 from trace_common.policy.transformers_backend import TransformersPolicy
 
-HINT = ToolEnv.guidance_text
+HINT = TOOL_HINT
 
 
 @pytest.mark.parametrize("position, messages, expected", [
@@ -28,13 +30,13 @@ def test_with_guidance(position, messages, expected):
     assert [m.content for m in messages] == [c for _, c in ([(m.role, m.content) for m in messages])]  # not mutated
 
 
-def _play(model, specs, guidance=HINT):
+def _play(model, specs, guidance=HINT, env=ToolEnv, position="user"):
     policy = TransformersPolicy.from_model(model, tiny_tokenizer(), max_wait_s=0.0)
 
     async def go():
         try:
-            return await play_groups(policy, ToolEnv, specs, params=SamplingParams(max_tokens=12),
-                                     guidance_text=guidance, max_turns=2)
+            return await play_groups(policy, env, specs, params=SamplingParams(max_tokens=12),
+                                     guidance_text=guidance, guidance_position=position, max_turns=2)
         finally:
             await policy.close()
     return asyncio.run(go())
@@ -45,17 +47,39 @@ def specs(groups=2, g=4, guided=1):
             for k in range(groups) for i in range(g)]
 
 
-def test_group_shares_instance_and_guidance_only_in_prompts():
-    trajs = _play(tiny_model(seed=2), specs())
+def _key(seed: int) -> str:
+    env = ToolEnv()
+    env.reset(seed)
+    return env.key
+
+
+@pytest.mark.parametrize("source, env, override", [
+    ("override", lambda: ToolEnv(hint="none"), HINT),       # config.guidance_text: the same text everywhere
+    ("instance", lambda: ToolEnv(hint="instance"), ""),     # each instance's Observation.guidance
+    ("override beats instance", lambda: ToolEnv(hint="instance"), HINT),
+    ("no hint anywhere", lambda: ToolEnv(hint="none"), ""),  # a guided spec plays unguided, recorded so
+])
+@pytest.mark.parametrize("position", ["user", "system"])
+def test_group_shares_instance_and_guidance_only_in_prompts(source, env, override, position):
+    trajs = _play(tiny_model(seed=2), specs(guided=2), guidance=override, env=env, position=position)
     tok = tiny_tokenizer()
+    hints = {k: tool_hint(_key(100 + k)) for k in range(2)}
     for k in range(2):
         group = trajs[4 * k: 4 * k + 4]
         assert {t.seed for t in group} == {100 + k}
         assert len({t.messages[1].content for t in group}) == 1  # same task instance
+        expected = "" if source == "no hint anywhere" else (override or hints[k])
         for t in group:
-            assert HINT not in "".join(m.content or "" for m in t.messages)  # the record is unguided
+            guided = t.sample_index < 2 and bool(expected)
+            assert shown_guidance(t) == (expected if guided else "")
+            record = "".join(m.content or "" for m in t.messages)
+            assert "Hint:" not in record  # the record is unguided
             first_prompt = tok.decode(t.turns[0].prompt_token_ids)
-            assert (HINT in first_prompt) == (t.sample_index == 0)
+            assert ("Hint:" in first_prompt) == guided
+            if guided:  # this instance's hint (never the other group's), where configured
+                assert expected in first_prompt and hints[1 - k] not in first_prompt
+                section = first_prompt.split("<|im_start|>user")[0 if position == "system" else 1]
+                assert expected in section
 
 
 def test_lockstep_is_deterministic():
