@@ -1,24 +1,39 @@
 """Diagnostics mode: labels derived deterministically from environment diagnostics.
 
+Diagnostics mode reads the environment's capability tags instead of asking an LLM: it is an
+*oracle analyst* that stands in for the LLM analyst on a machine where no capable LLM runs
+(the embedded demo). Its labels are only as good as the environment's tagging, and it can
+name only capabilities the environment tags; the LLM mode (`labeling.py`) is the analysis
+the method describes.
+
 An environment tags the capability failures it can see (`Trajectory.diagnostics`, events
 `{capability, event, turn, detail}`; the `Diagnostic` contract says each one is a visible
-failure). Analysis needs a third fact: whether a trajectory *exercised* a capability at all.
+failure). The built-in store also attributes every failed sub-goal to the capability it
+belongs to (event `subgoal_failed`, see `trace_common.domains.store.attribution`), so each
+of its failed trajectories carries at least one failure event. Analysis needs a third fact:
+whether a trajectory *exercised* a capability at all.
 
 Label rule, for trajectory t and capability c:
 
-    exercised(t, c) = c == t.info["capability"]                    (the task's target capability)
-                      or c in t.info["capabilities"]                (tasks that need several)
+    exercised(t, c) = c == t.info["capability"]                    (a single-capability task's target)
+                      or c in t.info["capabilities"]                (the capabilities the task needs)
                       or t has a diagnostic of c with event "capability_exercised"
                       or t has a failure event of c
     failure(t, c)   = t has a diagnostic of c whose event is not "capability_exercised"
+                      (step-time events such as write_precondition_false, and the sub-goal
+                      attribution's subgoal_failed / unrequested_change, alike)
 
-    label(t, c) = LACKING  if failure(t, c)
-                  PRESENT  elif exercised(t, c)
-                  NA       otherwise
+| failure(t, c) | exercised(t, c) | label   | e.g.                                                        |
+|---------------|-----------------|---------|-------------------------------------------------------------|
+| yes           | (implied)       | LACKING | a failed task whose only event for c is subgoal_failed      |
+| no            | yes             | PRESENT | the task needed c and nothing of c failed                   |
+| no            | no              | NA      | the task did not need c and nothing of c was seen           |
 
-So a trajectory whose task needed a capability and which recorded no failure of it shows the
-capability; a trajectory whose task did not need it says nothing about it (NA) unless the
-environment saw it fail there anyway (e.g. a malformed tool call during any task).
+So a failed trajectory whose verifier failure belongs to a capability's sub-goal is LACKING
+for it, the other capabilities its task needed are PRESENT, and a trajectory whose task did
+not need a capability says nothing about it (NA) unless the environment saw it fail there
+anyway (e.g. a malformed tool call during any task). A failure event counts in passed
+trajectories too (an agent that recovered from a malformed call).
 
 Candidates are the capabilities named anywhere in the trajectories' diagnostics or metadata.
 The N runs are stratified bootstrap resamples: failed and passed trajectories are each drawn
@@ -39,6 +54,8 @@ from .schemas import MAX_EVIDENCE, Candidate, PairLabel
 from .stats import Label
 
 EXERCISED_EVENT = "capability_exercised"
+#: the store's sub-goal attribution event (any event other than EXERCISED_EVENT is a failure)
+SUBGOAL_EVENT = "subgoal_failed"
 
 
 def _info_capabilities(traj: Trajectory) -> set[str]:
@@ -61,10 +78,15 @@ def has_diagnostics(trajectories: list[Trajectory]) -> bool:
     return any(exercised(t) for t in trajectories)
 
 
+def is_failure_event(event: str) -> bool:
+    """Every diagnostic is a failure event except the explicit exercised marker."""
+    return event != EXERCISED_EVENT
+
+
 def label_trajectory(traj: Trajectory, capabilities: list[str]) -> dict[str, PairLabel]:
     failures: dict[str, list] = {}
     for d in traj.diagnostics:
-        if d.event != EXERCISED_EVENT:
+        if is_failure_event(d.event):
             failures.setdefault(d.capability, []).append(d)
     ex = exercised(traj)
     out: dict[str, PairLabel] = {}
@@ -93,7 +115,7 @@ def candidates(trajectories: list[Trajectory], max_candidates: int) -> list[Cand
         for c in exercised(t):
             events.setdefault(c, Counter())
         for d in t.diagnostics:
-            if d.event != EXERCISED_EVENT:
+            if is_failure_event(d.event):
                 events.setdefault(d.capability, Counter())[d.event] += 1
                 weight[d.capability] += not t.success
     names = sorted(events, key=lambda c: (-weight[c], c))[:max_candidates]

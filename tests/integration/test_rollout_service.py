@@ -96,4 +96,4 @@ def test_bad_rollout_requests(embedded_stack, spec, code, fragment):
 def test_list_rollout_environments(embedded_stack):
     envs = {e.name: e for e in embedded_stack.stub("rollout").ListRolloutEnvironments(
         R.ListRolloutEnvironmentsRequest()).environments}
-    assert envs["store"].split_sizes["test"] == 200 and len(envs["store"].tools) >= 5
+    assert envs["store"].split_sizes["test"] == 600 and len(envs["store"].tools) >= 5

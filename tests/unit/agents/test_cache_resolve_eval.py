@@ -100,7 +100,7 @@ def test_resolve_rejects_a_config_for_a_model_dir(tmp_path):
     ({"precondition_verification": 0.0}, False),
 ], ids=["perfect expert", "precondition gap"])
 def test_summary_per_task_type(skills, expect_all_pass):
-    trajs = expert_trajectories(WarmStartData(episodes=40, first_seed=1000, skills=skills))
+    trajs = expert_trajectories(WarmStartData(episodes=40, first_seed=1000, skills=skills, task_types="probes"))
     for t in trajs:
         t.info["parse_errors"] = []
     stats = {"tool_call_turns": 1, "malformed_turns": 0, "completion_tokens": 10, "generate_seconds": 1.0}

@@ -16,6 +16,9 @@ def traj(capability=None, capabilities=(), events=(), success=False):
     return t
 
 
+SDR, MULTI = "structured_data_reasoning", "multi_step_task_completion"
+
+
 @pytest.mark.parametrize(("t", "label"), [
     (traj(events=[(CAP, "write_precondition_false")]), Label.LACKING),          # failure without metadata
     (traj(capability=CAP, events=[(CAP, "write_precondition_false")]), Label.LACKING),
@@ -25,9 +28,46 @@ def traj(capability=None, capabilities=(), events=(), success=False):
     (traj(events=[(CAP, "capability_exercised"), (CAP, "write_precondition_false")]), Label.LACKING),
     (traj(capability="tool_call_precision", events=[("tool_call_precision", "malformed_argument")]), Label.NA),
     (traj(), Label.NA),
+    # the issue's case: a failed compound task whose only event is the sub-goal attribution
+    (traj(capabilities=(CAP, SDR), events=[(CAP, "subgoal_failed")]), Label.LACKING),
+    (traj(capabilities=(CAP, SDR), events=[(SDR, "subgoal_failed")]), Label.PRESENT),   # needed, not the failure
+    (traj(capabilities=(SDR, MULTI), events=[(SDR, "subgoal_failed")]), Label.NA),      # not needed, not seen
+    (traj(capabilities=(SDR,), events=[(CAP, "subgoal_failed")]), Label.LACKING),       # fallback tag
+    (traj(capabilities=(CAP,), events=[(SDR, "unrequested_change")]), Label.PRESENT),
+    (traj(capabilities=(CAP,), events=[(CAP, "unrequested_change")]), Label.LACKING),
+    (traj(capabilities=(CAP,), success=True), Label.PRESENT),
+    (traj(capabilities=(CAP,), success=True, events=[(CAP, "malformed_argument")]), Label.LACKING),  # recovered
 ])
 def test_label_rule(t, label):
     assert label_trajectory(t, [CAP])[CAP].label is label
+
+
+def test_subgoal_evidence_names_the_cause():
+    t = traj(capabilities=(CAP,))
+    t.diagnostics = [Diagnostic(capability=CAP, event="subgoal_failed", turn=7,
+                                detail={"index": 1, "kind": "cancel_refused", "cause": "status_not_named"})]
+    label = label_trajectory(t, [CAP])[CAP]
+    assert label.label is Label.LACKING
+    assert label.evidence.startswith("subgoal_failed at turn 7") and "status_not_named" in label.evidence
+
+
+@pytest.mark.parametrize("missing", [SDR, MULTI, CAP, "tool_call_precision"])
+def test_store_failures_are_lacking_for_the_missing_skill(missing):
+    """Expert trajectories of the compound store target with one skill removed: every failed
+    trajectory is LACKING for that skill, every passed one is not, and no failure is PRESENT
+    for it (the analysis sees every failure)."""
+    from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
+
+    skills = {c: 1.0 for c in CAPABILITIES} | {missing: 0.0}
+    env, expert = StoreEnv(), StoreExpert(ExpertConfig(skills=skills))
+    ts = [expert.play(env, seed) for seed in range(1_000_000, 1_000_060)]
+    labels = [label_trajectory(t, list(CAPABILITIES)) for t in ts]
+    assert any(not t.success for t in ts) and any(t.success for t in ts)
+    for t, lab in zip(ts, labels, strict=True):
+        assert (lab[missing].label is Label.LACKING) == (not t.success), t.seed
+        for c in CAPABILITIES:
+            if c != missing:
+                assert lab[c].label is (Label.PRESENT if c in t.info["capabilities"] else Label.NA), (t.seed, c)
 
 
 def test_lacking_evidence_quotes_the_event():

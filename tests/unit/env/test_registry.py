@@ -58,6 +58,6 @@ def test_replace_allows_reregistering():
 
 
 def test_default_registry_loads_builtin_store_lazily():
-    assert ("store", "1.0.0") in [(s.name, s.version) for s in list_environments()]
+    assert ("store", "2.0.0") in [(s.name, s.version) for s in list_environments()]
     assert get_spec("store").params["task_types"].startswith("comma-separated")
     assert make("store").name == "store"

@@ -16,7 +16,7 @@ from trace_common.policy.chat import TRACE_CHATML_TEMPLATE, render_template_text
 
 @functools.lru_cache(maxsize=1)
 def store_trajectories(n: int = 24) -> tuple[Trajectory, ...]:
-    return tuple(expert_trajectories(WarmStartData(episodes=n, first_seed=500)))
+    return tuple(expert_trajectories(WarmStartData(episodes=n, first_seed=500, task_types="probes")))
 
 
 @functools.lru_cache(maxsize=1)

@@ -39,7 +39,7 @@ def _spec(**kw):
 @pytest.mark.parametrize(("kw", "episodes"), [
     ({"tasks": {"split": "test", "limit": 10}, "samples_per_task": 3}, 30),
     ({"tasks": {"task_ids": ["5", "9"]}}, 2),
-    ({"tasks": {"split": "dev"}}, 200),
+    ({"tasks": {"split": "dev"}}, 300),
 ])
 def test_plan_resolves_tasks(kw, episodes):
     assert runner.plan(_spec(**kw)).episodes == episodes

@@ -3,25 +3,33 @@
 The embedded default's base agents are warm-started by imitating this expert, so its gaps
 become the base agent's gaps, which TRACE must then rediscover and repair. A gap is
 *partial*: for each capability the config gives the probability that the expert shows the
-skill in an episode (drawn per episode from a seeded generator), so the imitating policy
-varies between rollouts and GRPO groups carry signal.
+skill in an episode (drawn per episode from a seeded generator, `skill_flags(seed,
+sample_index)`), so the imitating policy varies between rollouts and GRPO groups carry
+signal.
 
-What the expert does without each skill (and only in the task type that tests it):
+What the expert does without each skill (in compound tasks, per sub-request; in probe
+tasks, only in the type that tests it):
 
 | capability                 | without the skill                                                          |
 |----------------------------|-----------------------------------------------------------------------------|
-| structured_data_reasoning  | picks the first listed order holding the named product with an allowed status, ignoring the options -> a look-alike order (wrong_record) |
-| multi_step_task_completion | handles only the first of several requests stated at once, then reports (subrequest_unaddressed) |
-| precondition_verification  | cancels without looking the order up; a non-pending order is refused by the tool, too late (write_precondition_false) |
-| tool_call_precision        | copies the user's loose order id / reason paraphrase into the call, gets an error and gives up (malformed_argument) |
+| structured_data_reasoning  | a request naming an item by its attributes: picks the first listed order holding the named product with an allowed status, ignoring the options -> a look-alike order (wrong_record) |
+| multi_step_task_completion | handles only the first of several requests stated at once, then reports (subrequest_unaddressed); requests given one after another are all handled |
+| precondition_verification  | writes without acting on the order's status: cancels without looking the order up, returns / exchanges after a lookup whatever the status says; a forbidding status is refused by the tool, too late (write_precondition_false) |
+| tool_call_precision        | copies the user's loose order id / reason paraphrase into the call, gets an error and gives that request up (malformed_argument); the other requests go on |
 
 With every skill at 1.0 the expert solves every task. The expert reads the task (its gold
 facts) to plan, but every decision it makes is also determined by what the agent sees
-(user messages and tool results), so a policy imitating it can learn the same behaviour.
+(user messages and tool results): which order (the user's id, or the listing's line whose
+item matches the attributes), whether to refuse (the status in the lookup), which
+canonical id and reason (the user's words), so a policy imitating it can learn the same
+behaviour.
 
-Semantics (default gaps, test split): pass rate ≈ mean over types of
-    record_selection: p_s;  multi_request: 0.2 + 0.8·p_m;  precondition_check: 0.4 + 0.6·p_p;
-    argument_format: p_t
+Semantics (compound tasks): skills are independent per episode, and a task passes iff
+every capability it needs is shown (the tests pin this), so on a split
+    pass rate = mean over tasks t of  prod_{c in t.capabilities} p_c
+Probe types (one capability each): record_selection p_s; multi_request 0.2 + 0.8·p_m;
+precondition_check 0.4 + 0.6·p_p; argument_format p_t (approximately: the mode and status
+shares are per-seed draws).
 """
 
 from __future__ import annotations
@@ -34,7 +42,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trace_common.domains.store.env import StoreEnv
-from trace_common.domains.store.tasks import CAPABILITIES, SubRequest, Task
+from trace_common.domains.store.task_model import (
+    CAPABILITIES,
+    MULTI,
+    PRECISION,
+    PRECONDITION,
+    SDR,
+    SubRequest,
+    Task,
+)
+from trace_common.domains.store.tools import REQUIRED_STATUS
 from trace_common.domains.store.world import item_label, money
 from trace_common.env.episode import run_episode
 from trace_common.env.messages import Message, ToolCall
@@ -209,7 +226,108 @@ def _argument_format(plan: _Plan, skills: dict[str, bool]) -> None:
     plan.say(f"Sorry, I could not process your order {raw_id}.")
 
 
+# -- compound tasks -------------------------------------------------------------------------------
+
+_WRITE_TOOL = {"cancel": "cancel_pending_order", "return": "return_delivered_order_items",
+               "exchange": "exchange_delivered_order_items"}
+_DONE_VERB = {"cancel": "cancelled", "return": "returned", "exchange": "exchanged"}
+
+
+def _exchange_sentence(plan: _Plan, order_id: str, item_id: str, new_item_id: str, product_id: str) -> str:
+    order = plan.order(order_id)
+    new = plan.task.db["products"][product_id]["variants"][new_item_id]
+    old = next(r for r in order["items"] if r["item_id"] == item_id)
+    diff = new["price"] - old["price"]
+    direction = "charged to" if diff >= 0 else "refunded to"
+    return (f"Exchange of the {item_label(old['name'], old['options'])} for ({', '.join(new['options'])}) in "
+            f"order {order_id} is requested; price difference {money(abs(diff))} {direction} "
+            f"{order['payment_method_id']}.")
+
+
+def _refusal(order_id: str, status: str, base: str) -> str:
+    need = REQUIRED_STATUS[_WRITE_TOOL[base]]
+    return f"Order {order_id} is {status}, so it cannot be {_DONE_VERB[base]}; only {need} orders can be."
+
+
+def _sorry(ref: str) -> str:
+    return f"Sorry, I could not process your order {ref}."
+
+
+def _compound_write(plan: _Plan, sr: SubRequest, order_id: str, item_id: str | None,
+                    skills: dict[str, bool]) -> str:
+    """The write of one cancel / return / exchange on `order_id` (canonical); its report sentence."""
+    f, base = sr.facts, sr.base_kind
+    order = plan.order(order_id)
+    pm = order["payment_method_id"]
+    if base == "cancel":
+        reason = f["raw_reason"] if "raw_reason" in f and not skills[PRECISION] else f["reason"]
+        plan.call("cancel_pending_order", order_id=order_id, reason=reason)
+        if reason != f["reason"]:
+            return _sorry(order_id)
+    elif base == "return":
+        plan.call("return_delivered_order_items", order_id=order_id, item_ids=[item_id], payment_method_id=pm)
+    else:
+        plan.call("get_product_details", product_id=f["product_id"])
+        plan.call("exchange_delivered_order_items", order_id=order_id, item_ids=[item_id],
+                  new_item_ids=[f["new_item_id"]], payment_method_id=pm)
+    if order["status"] != REQUIRED_STATUS[_WRITE_TOOL[base]]:  # only without the precondition skill
+        return _refusal(order_id, order["status"], base)
+    if base == "exchange":
+        assert item_id is not None
+        return _exchange_sentence(plan, order_id, item_id, f["new_item_id"], f["product_id"])
+    return _outcome_sentence(plan, sr, order_id, item_id)
+
+
+def _compound_subrequest(plan: _Plan, sr: SubRequest, skills: dict[str, bool], listed: list[bool]) -> str:
+    """Tool calls for one sub-request of a compound task; returns its report sentence."""
+    task, f, base = plan.task, sr.facts, sr.base_kind
+    if base == "address":
+        plan.call("modify_user_address", user_id=task.user_id, address=f["address"])
+        return _outcome_sentence(plan, sr, "")
+    assert sr.order_id is not None
+    if "by_attributes" in sr.traits:
+        if not listed[0]:
+            plan.call("list_user_orders", user_id=task.user_id)
+            listed[0] = True
+        order_id, item_id = ((sr.order_id, f["item_id"]) if skills[SDR]
+                             else (f["decoy_order_id"], f["decoy_item_id"]))
+        return _compound_write(plan, sr, order_id, item_id, skills)
+    ref = f["raw_order_ref"] if "raw_order_ref" in f and not skills[PRECISION] else sr.order_id
+    status = plan.order(sr.order_id)["status"]
+    if base == "status":
+        plan.call("get_order_details", order_id=ref)
+        return _sorry(ref) if ref != sr.order_id else f"Order {sr.order_id} is {status}."
+    if base == "cancel" and not skills[PRECONDITION]:
+        if ref != sr.order_id:  # cancels with the copied id: a format error
+            plan.call("cancel_pending_order", order_id=ref, reason=f.get("raw_reason", f["reason"]))
+            return _sorry(ref)
+        return _compound_write(plan, sr, sr.order_id, None, skills)
+    plan.call("get_order_details", order_id=ref)
+    if ref != sr.order_id:
+        return _sorry(ref)
+    if skills[PRECONDITION] and status != REQUIRED_STATUS[_WRITE_TOOL[base]]:
+        return _refusal(sr.order_id, status, base)
+    return _compound_write(plan, sr, sr.order_id, f.get("item_id"), skills)
+
+
+def _compound(plan: _Plan, skills: dict[str, bool]) -> None:
+    task = plan.task
+    sequential = task.scenario.mode == "sequential"
+    todo = task.subrequests if (skills[MULTI] or sequential) else task.subrequests[:1]
+    listed = [False]
+    sentences = []
+    for sr in todo:
+        sentence = _compound_subrequest(plan, sr, skills, listed)
+        if sequential:
+            plan.say(sentence)
+        else:
+            sentences.append(sentence)
+    if not sequential:
+        plan.say(" ".join(sentences))
+
+
 _TYPE_PLANNERS = {
+    "compound": _compound,
     "record_selection": _record_selection,
     "multi_request": _multi_request,
     "precondition_check": _precondition_check,

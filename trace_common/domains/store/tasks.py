@@ -1,107 +1,72 @@
-"""Procedural store tasks: one seed -> one database, one user scenario, one gold outcome.
+"""Store task types and `generate_task`: one seed -> one database, one user scenario, one gold outcome.
 
-Four task types, one per capability the domain exercises (the seed picks the type:
-`types[seed % len(types)]`, so every split is balanced):
+The target task type is `compound` (see `compound.py`): one conversation whose 2-3
+sub-requests together need 2 to 4 of the domain's four capabilities, as tau2 tasks do. The
+four single-capability *probe* types below stay for the per-capability breakdown; their
+generators are the original ones (a probe set picks the type `types[seed % len(types)]`,
+so every split is balanced):
 
-| task type            | capability                 | what the user asks                                        |
+| probe type           | capability                 | what the user asks                                        |
 |----------------------|----------------------------|-----------------------------------------------------------|
 | record_selection     | structured_data_reasoning  | cancel / return / exchange an item named by its attributes, among look-alike orders |
 | multi_request        | multi_step_task_completion | 2-3 sub-requests (cancel, return, status, address), stated all at once (80 %) or one after another |
 | precondition_check   | precondition_verification  | cancel an order given by id; in 60 % it is not pending, so the right answer is a refusal naming its status |
 | argument_format      | tool_call_precision        | cancel / status / return with the order id written loosely ('W12345', '12345'...) and the cancel reason paraphrased |
 
-Each sub-request records the write actions that fulfil it (`gold`), the database records
-those touch, and the information the agent must tell the user (a refund amount, a
-status). `facts` holds what a scripted expert needs (including the look-alike "decoy"
-record that a policy without the skill picks); it is never shown to the agent.
+A probe task's `capabilities` is its one capability; its sub-requests' traits (see
+`task_model.py`) are filled in after generation, from what the generator built.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from trace_common.domains.store.compound import compound_subrequests
+from trace_common.domains.store.task_model import (
+    CAPABILITIES,
+    LOOSE_ID_STYLES,
+    MULTI,
+    PRECISION,
+    PRECONDITION,
+    REASON_PARAPHRASES,
+    SDR,
+    RequiredInfo,
+    SubRequest,
+    Task,
+    UserScenario,
+    cancel_sub,
+    return_sub,
+    status_sub,
+    trait_capabilities,
+)
 from trace_common.domains.store.tools import CANCEL_REASONS
 from trace_common.domains.store.world import (
     IdPool,
     base_world,
     money,
     new_order,
-    order_total,
     random_address,
     random_items,
     spoken_item,
 )
 
-TASK_TYPES = ("record_selection", "multi_request", "precondition_check", "argument_format")
+COMPOUND = "compound"
+PROBE_TYPES = ("record_selection", "multi_request", "precondition_check", "argument_format")
+#: every task type; an environment plays either ("compound",) or a subset of PROBE_TYPES
+TASK_TYPES = (COMPOUND, *PROBE_TYPES)
+DEFAULT_TASK_TYPES = (COMPOUND,)
+#: probe type -> the capability it tests (compound tasks have no single capability)
 CAPABILITY_OF = {
-    "record_selection": "structured_data_reasoning",
-    "multi_request": "multi_step_task_completion",
-    "precondition_check": "precondition_verification",
-    "argument_format": "tool_call_precision",
+    "record_selection": SDR,
+    "multi_request": MULTI,
+    "precondition_check": PRECONDITION,
+    "argument_format": PRECISION,
 }
-CAPABILITIES = tuple(CAPABILITY_OF.values())
 
-REASON_PARAPHRASES = {
-    "no longer needed": ("I don't need it anymore", "I no longer need it", "I changed my mind about it"),
-    "ordered by mistake": ("I ordered it by accident", "I bought it by mistake", "it was an accidental order"),
-}
-LOOSE_ID_STYLES = ("W{d}", "{d}", "#{d}", "w{d}", "order number {d}")
-
-Kind = Literal["cancel", "cancel_refused", "return", "exchange", "status", "address"]
-
-
-class RequiredInfo(BaseModel):
-    """`value` must appear in one sentence of an agent message, next to `anchor` when set
-    (the 5 digits of an order id)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    value: str
-    anchor: str | None = None
-
-
-class SubRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Kind
-    text: str = Field(description="What the user says for this request.")
-    order_id: str | None = None
-    gold: list[dict[str, Any]] = Field(default_factory=list, description="Write actions {name, arguments}.")
-    records: list[str] = Field(default_factory=list, description="'orders/<id>' or 'users/<id>' touched.")
-    required_info: list[RequiredInfo] = Field(default_factory=list)
-    facts: dict[str, Any] = Field(default_factory=dict, description="Expert-only facts.")
-
-
-class UserScenario(BaseModel):
-    """What the scripted user knows and says."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    first: str
-    last: str
-    email: str
-    mode: Literal["all_at_once", "sequential"]
-    opening: str = Field(description="First user message.")
-    followups: list[str] = Field(default_factory=list, description="Sequential mode: one per later request.")
-
-
-class Task(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    task_id: str
-    seed: int
-    task_type: str
-    capability: str
-    user_id: str
-    scenario: UserScenario
-    subrequests: list[SubRequest]
-    db: dict[str, Any] = Field(description="Initial database.")
-
-    def gold_actions(self) -> list[dict[str, Any]]:
-        return [a for sr in self.subrequests for a in sr.gold]
+__all__ = ["CAPABILITIES", "CAPABILITY_OF", "COMPOUND", "DEFAULT_TASK_TYPES", "PROBE_TYPES", "REASON_PARAPHRASES",
+           "TASK_TYPES", "RequiredInfo", "SubRequest", "Task", "UserScenario", "generate_task"]
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -122,35 +87,11 @@ def _fillers(db: dict[str, Any], ids: IdPool, user: dict[str, Any], rng: random.
                   random_items(db, rng, rng.randint(1, 2), exclude_products), rng)
 
 
-def _cancel_sub(order: dict[str, Any], reason: str, text: str, **facts: Any) -> SubRequest:
-    return SubRequest(kind="cancel", text=text, order_id=order["order_id"],
-                      gold=[{"name": "cancel_pending_order",
-                             "arguments": {"order_id": order["order_id"], "reason": reason}}],
-                      records=[f"orders/{order['order_id']}"],
-                      required_info=[RequiredInfo(value=money(order_total(order)))],
-                      facts={"reason": reason, **facts})
-
-
-def _return_sub(order: dict[str, Any], row: dict[str, Any], text: str, **facts: Any) -> SubRequest:
-    return SubRequest(kind="return", text=text, order_id=order["order_id"],
-                      gold=[{"name": "return_delivered_order_items",
-                             "arguments": {"order_id": order["order_id"], "item_ids": [row["item_id"]],
-                                           "payment_method_id": order["payment_method_id"]}}],
-                      records=[f"orders/{order['order_id']}"],
-                      required_info=[RequiredInfo(value=money(row["price"]))],
-                      facts={"item_id": row["item_id"], **facts})
-
-
-def _status_sub(order: dict[str, Any], text: str, **facts: Any) -> SubRequest:
-    return SubRequest(kind="status", text=text, order_id=order["order_id"],
-                      records=[f"orders/{order['order_id']}"],
-                      required_info=[RequiredInfo(value=order["status"], anchor=order["order_id"][2:])],
-                      facts={"status": order["status"], **facts})
-
-
 def _order(db: dict[str, Any], ids: IdPool, user: dict[str, Any], rng: random.Random, status: str,
            n_items: int) -> dict[str, Any]:
     return new_order(db, ids, user, status, random_items(db, rng, n_items), rng)
+
+
 
 
 # -- generators ------------------------------------------------------------------------------------
@@ -199,10 +140,10 @@ def _record_selection(db: dict[str, Any], ids: IdPool, user: dict[str, Any],
              "item_id": target}
     if action == "cancel":
         reason = rng.choice(CANCEL_REASONS)
-        return [_cancel_sub(gold, reason, f"Please cancel the order with my {spoken}. Reason: {reason}.",
+        return [cancel_sub(gold, reason, f"Please cancel the order with my {spoken}. Reason: {reason}.",
                             **facts)]
     if action == "return":
-        return [_return_sub(gold, target_row, f"I want to return the {spoken} I received.", **facts)]
+        return [return_sub(gold, target_row, f"I want to return the {spoken} I received.", **facts)]
     assert new_item is not None
     new_variant = product["variants"][new_item]
     diff = new_variant["price"] - target_row["price"]
@@ -225,15 +166,15 @@ def _multi_request(db: dict[str, Any], ids: IdPool, user: dict[str, Any],
         if kind == "cancel":
             order = _order(db, ids, user, rng, "pending", rng.randint(1, 2))
             reason = rng.choice(CANCEL_REASONS)
-            subs.append(_cancel_sub(order, reason, f"Cancel order {order['order_id']}, reason: {reason}."))
+            subs.append(cancel_sub(order, reason, f"Cancel order {order['order_id']}, reason: {reason}."))
         elif kind == "return":
             order = _order(db, ids, user, rng, "delivered", rng.randint(1, 3))
             row = rng.choice(order["items"])
-            subs.append(_return_sub(order, row, f"Return the {row['name']} from order {order['order_id']}."))
+            subs.append(return_sub(order, row, f"Return the {row['name']} from order {order['order_id']}."))
         elif kind == "status":
             order = _order(db, ids, user, rng, rng.choice(("pending", "processed", "delivered")),
                            rng.randint(1, 2))
-            subs.append(_status_sub(order, f"What is the status of order {order['order_id']}?"))
+            subs.append(status_sub(order, f"What is the status of order {order['order_id']}?"))
         else:
             address = random_address(rng)
             while address == user["address"]:
@@ -256,7 +197,7 @@ def _precondition_check(db: dict[str, Any], ids: IdPool, user: dict[str, Any],
     reason = rng.choice(CANCEL_REASONS)
     text = f"Please cancel order {order['order_id']}. Reason: {reason}."
     if status == "pending":
-        return [_cancel_sub(order, reason, text, status=status)]
+        return [cancel_sub(order, reason, text, status=status)]
     return [SubRequest(kind="cancel_refused", text=text, order_id=order["order_id"],
                        records=[f"orders/{order['order_id']}"],
                        required_info=[RequiredInfo(value=status, anchor=order["order_id"][2:])],
@@ -272,23 +213,23 @@ def _argument_format(db: dict[str, Any], ids: IdPool, user: dict[str, Any],
         reason = rng.choice(CANCEL_REASONS)
         paraphrase = rng.choice(REASON_PARAPHRASES[reason])
         ref = order["order_id"] if rng.random() < 0.3 else _loose_id(order["order_id"], rng)
-        sub = _cancel_sub(order, reason, f"Please cancel my order {ref}, {paraphrase}.",
+        sub = cancel_sub(order, reason, f"Please cancel my order {ref}, {paraphrase}.",
                           raw_order_ref=ref, raw_reason=paraphrase)
     elif kind == "status":
         order = _order(db, ids, user, rng, rng.choice(("pending", "processed", "delivered")), rng.randint(1, 2))
         ref = _loose_id(order["order_id"], rng)
-        sub = _status_sub(order, f"What is the status of my order {ref}?", raw_order_ref=ref)
+        sub = status_sub(order, f"What is the status of my order {ref}?", raw_order_ref=ref)
     else:
         order = _order(db, ids, user, rng, "delivered", rng.randint(1, 3))
         row = rng.choice(order["items"])
         ref = _loose_id(order["order_id"], rng)
-        sub = _return_sub(order, row, f"I want to return the {row['name']} from my order {ref}.",
+        sub = return_sub(order, row, f"I want to return the {row['name']} from my order {ref}.",
                           raw_order_ref=ref)
     rng.shuffle(user["orders"])
     return [sub]
 
 
-GENERATORS = {
+GENERATORS: dict[str, Callable[[dict[str, Any], IdPool, dict[str, Any], random.Random], list[SubRequest]]] = {
     "record_selection": _record_selection,
     "multi_request": _multi_request,
     "precondition_check": _precondition_check,
@@ -296,26 +237,54 @@ GENERATORS = {
 }
 
 
-def generate_task(seed: int, task_types: tuple[str, ...] = TASK_TYPES) -> Task:
-    """The task of `seed`: identical for the same (seed, task_types) in every process."""
+def _probe_traits(task_type: str, sr: SubRequest) -> list[str]:
+    """The traits a probe generator built into `sr` (it does not record them itself)."""
+    if task_type == "record_selection":
+        return ["by_attributes"]
+    if task_type == "precondition_check":
+        return ["forbidden_status"] if sr.kind == "cancel_refused" else []
+    if task_type == "argument_format":
+        traits = ["loose_id"] if sr.facts["raw_order_ref"] != sr.order_id else []
+        return traits + (["paraphrased_reason"] if "raw_reason" in sr.facts else [])
+    return []
+
+
+def _numbered_opening(greeting: str, subs: list[SubRequest]) -> str:
+    if len(subs) == 1:
+        return f"{greeting} {subs[0].text}"
+    numbered = " ".join(f"{i + 1}) {sr.text}" for i, sr in enumerate(subs))
+    return f"{greeting} I have {len(subs)} requests. {numbered}"
+
+
+def generate_task(seed: int, task_types: tuple[str, ...] = DEFAULT_TASK_TYPES) -> Task:
+    """The task of `seed`: identical for the same (seed, task_types) in every process.
+    `task_types` is ("compound",) or a subset of PROBE_TYPES (StoreEnv checks it)."""
     task_type = task_types[seed % len(task_types)]
     rng = random.Random(seed)
     db, ids = base_world(rng)
     user = next(iter(db["users"].values()))
-    subs = GENERATORS[task_type](db, ids, user, rng)
     greeting = _greeting(user)
-    if task_type == "multi_request" and rng.random() < 0.2:
-        mode: Literal["all_at_once", "sequential"] = "sequential"
+    mode: Literal["all_at_once", "sequential"]
+    if task_type == COMPOUND:
+        subs, all_at_once = compound_subrequests(db, ids, user, rng)
+        mode = "all_at_once" if all_at_once else "sequential"
+        capabilities = {c for sr in subs for c in sr.capabilities} | ({MULTI} if all_at_once else set())
+        capability = None
+    else:
+        subs = GENERATORS[task_type](db, ids, user, rng)
+        mode = "sequential" if task_type == "multi_request" and rng.random() < 0.2 else "all_at_once"
+        for sr in subs:
+            sr.traits = _probe_traits(task_type, sr)
+            sr.capabilities = trait_capabilities(sr.traits)
+        capability = CAPABILITY_OF[task_type]
+        capabilities = {capability}
+    if mode == "sequential":
         opening = f"{greeting} {subs[0].text}"
         followups = [f"Thanks. Also: {sr.text}" for sr in subs[1:]]
     else:
-        mode, followups = "all_at_once", []
-        if len(subs) == 1:
-            opening = f"{greeting} {subs[0].text}"
-        else:
-            numbered = " ".join(f"{i + 1}) {sr.text}" for i, sr in enumerate(subs))
-            opening = f"{greeting} I have {len(subs)} requests. {numbered}"
+        opening, followups = _numbered_opening(greeting, subs), []
     scenario = UserScenario(first=user["first"], last=user["last"], email=user["email"], mode=mode,
                             opening=opening, followups=followups)
-    return Task(task_id=str(seed), seed=seed, task_type=task_type, capability=CAPABILITY_OF[task_type],
-                user_id=user["user_id"], scenario=scenario, subrequests=subs, db=db)
+    return Task(task_id=str(seed), seed=seed, task_type=task_type, capability=capability,
+                capabilities=sorted(capabilities), user_id=user["user_id"], scenario=scenario,
+                subrequests=subs, db=db)

@@ -17,7 +17,7 @@ The user never checks the agent's work: a request the agent forgets stays forgot
 
 from __future__ import annotations
 
-from trace_common.domains.store.tasks import UserScenario
+from trace_common.domains.store.task_model import UserScenario
 
 STOP_TOKEN = "###STOP###"
 _CONFIRM_WORDS = ("confirm", "proceed", "shall i", "should i", "go ahead", "do you want")

@@ -6,13 +6,20 @@ database record it touches equals its expected value and every piece of required
 information was told to the user (the value, next to its anchor when it has one, inside
 one sentence of an agent message).
 
+Scoring is all-or-nothing, as tau2 scores: one unfulfilled sub-request, one policy
+violation or one unrequested change makes the episode a failure (reward 0), for every
+task type (compound and probes alike). The fractions stay in `breakdown` for analysis.
+
 Semantics:
     changed   = {records r : final[r] != expected[r]}
     ok[s]     = (records(s) ∩ changed == ∅) and all(info told for info in required(s))
-    reward    = 0                if a write was attempted while its precondition was false
-              = 0                if changed ⊄ ∪ records(s)  (an unrequested change)
-              = mean_s ok[s]     otherwise
+    violation = a write was attempted while its precondition (the order's status) was false
+    extra     = changed ⊄ ∪ records(s)                       (an unrequested change)
+    reward    = 1.0  if all(ok) and not violation and not extra
+              = 0.0  otherwise
     success   = reward == 1
+    breakdown = {subrequests: mean_s ok[s], db: [changed == ∅], info: told / required,
+                 policy: [not violation]}
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_common.domains.store.tasks import RequiredInfo, Task
+from trace_common.domains.store.task_model import RequiredInfo, Task
 
 # split sentences on . ! ? ; and newlines, but never inside a number such as 45.00
 _SENTENCE_SPLIT = re.compile(r"(?<!\d)[.!?;\n]|[.!?;\n](?!\d)")
@@ -87,7 +94,7 @@ def verify(task: Task, final_db: dict[str, Any], expected_db: dict[str, Any], ag
     if unexpected:
         reasons.insert(0 if not violations else 1, f"unrequested change to {', '.join(unexpected)}")
     fulfilled = sum(ok) / len(ok) if ok else 1.0
-    reward = 0.0 if violations or unexpected else fulfilled
+    reward = 1.0 if all(ok) and not violations and not unexpected else 0.0
     breakdown = {"subrequests": fulfilled, "db": 0.0 if changed else 1.0,
                  "info": infos_told / infos_total if infos_total else 1.0,
                  "policy": 0.0 if violations else 1.0}

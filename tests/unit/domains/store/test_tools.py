@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from tests.unit.domains.store.helpers import TEST_SEEDS, call, capabilities
+from tests.unit.domains.store.helpers import TEST_SEEDS, call, step_capabilities
 from trace_common.domains.store import StoreEnv, generate_task
 from trace_common.domains.store.tools import TOOL_NAMES, TOOL_SCHEMAS
 from trace_common.env import ToolAction
@@ -137,7 +137,7 @@ def test_tool_errors_leave_db_unchanged(name, build, text, caps):
     assert message.role == "tool" and message.tool_call_id == action.call_id
     assert message.content.startswith("Error:") and text in message.content
     assert env.db == before
-    assert capabilities(env) == caps
+    assert step_capabilities(env) == caps
     assert not env.done
 
 
