@@ -131,8 +131,13 @@ def dumps_jsonl(trajectories: Iterable[Trajectory]) -> bytes:
 
 
 def loads_jsonl(data: bytes | str, *, source: str = "<bytes>") -> list[Trajectory]:
-    """Parse JSONL; a bad line raises ArtifactCorrupted naming the source and line number."""
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    """Parse JSONL; bytes that are not UTF-8 or a bad line raise ArtifactCorrupted with one line
+    naming the source (and the byte offset or line number)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise ArtifactCorrupted(f"{source}: not UTF-8 text (byte {exc.start}): a trajectory file is JSON Lines") \
+            from None
     out: list[Trajectory] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -140,7 +145,8 @@ def loads_jsonl(data: bytes | str, *, source: str = "<bytes>") -> list[Trajector
         try:
             out.append(Trajectory.from_json_line(line))
         except (json.JSONDecodeError, ValidationError, InvalidArgument) as exc:
-            raise ArtifactCorrupted(f"{source}:{number}: not a valid trajectory record ({exc})") from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactCorrupted(f"{source}:{number}: not a valid trajectory record ({first[:300]})") from exc
     return out
 
 

@@ -50,8 +50,16 @@ def test_jsonl_round_trip_bytes_path_and_stream(tmp_path):
 @pytest.mark.parametrize("bad_line, line_no", [("{not json", 2), ('{"task_id": "1"}', 2)])
 def test_corrupt_line_names_its_number(bad_line, line_no):
     good = dumps_jsonl(_trajectories()[:1]).decode()
-    with pytest.raises(ArtifactCorrupted, match=f"src:{line_no}:"):
+    with pytest.raises(ArtifactCorrupted, match=f"src:{line_no}:") as err:
         loads_jsonl(good + bad_line + "\n", source="src")
+    assert "\n" not in str(err.value)  # one line, whatever the parser's message looked like
+
+
+@pytest.mark.parametrize("data, where", [(b"\xff\xfe\x00binary", "byte 0"), ("ok".encode() + b"\n\x80", "byte 3")])
+def test_bytes_that_are_not_utf8_are_a_corrupted_artifact(data, where):
+    with pytest.raises(ArtifactCorrupted, match=f"src: not UTF-8 text \\({where}\\)") as err:
+        loads_jsonl(data, source="src")
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("change, message", [
