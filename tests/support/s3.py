@@ -11,6 +11,7 @@ Register with `pytest_plugins = ["tests.support.s3"]` in tests/conftest.py.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -122,3 +124,101 @@ def s3_server() -> Iterator[S3Server]:
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh, empty bucket on the session's S3 server."""
     return s3_server.make_bucket()
+
+
+class CuttingProxy:
+    """A TCP proxy in front of a real S3 server that breaks transfers the way a failing network
+    does: it forwards HTTP/1.1 messages unchanged until a message body (a response body, or a
+    request body when `cut_requests`) larger than `body_bytes` comes along, forwards the first
+    `body_bytes` of that body and then closes both connections.
+
+    Messages are framed by Content-Length (what rclone serve s3 and the minio SDK send for every
+    message this proxy must see whole). Use `.endpoint` in place of the server's.
+    """
+
+    def __init__(self, upstream: str, body_bytes: int, *, cut_requests: bool = False):
+        self.upstream = upstream
+        self.body_bytes = body_bytes
+        self.cut_requests = cut_requests
+        self.cuts = 0  # messages cut so far
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            for s in self._open:
+                _close_quietly(s)
+
+    def __enter__(self) -> CuttingProxy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            server = socket.create_connection((host, int(port)))
+            with self._lock:
+                self._open += [client, server]
+            methods: collections.deque[bytes] = collections.deque()  # of the requests awaiting a response
+            threading.Thread(target=self._pump, args=(client, server, self.cut_requests, methods, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True, methods, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, may_cut: bool, methods: collections.deque,
+              requests: bool) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:  # read one message's head
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                if requests:
+                    methods.append(head.split(b" ", 1)[0])
+                elif (methods.popleft() if methods else b"") == b"HEAD" or b" 204 " in head.split(b"\r\n", 1)[0]:
+                    length = 0  # the answer to a HEAD, or No Content, has no body whatever it announces
+                dst.sendall(head + b"\r\n\r\n")
+                cut = may_cut and length > self.body_bytes
+                todo = self.body_bytes if cut else length
+                while todo > 0:
+                    if not buf:
+                        buf = src.recv(65536)
+                        if not buf:
+                            return
+                    piece, buf = buf[:todo], buf[todo:]
+                    dst.sendall(piece)
+                    todo -= len(piece)
+                if cut:
+                    with self._lock:
+                        self.cuts += 1
+                    return
+        except OSError:
+            return
+        finally:
+            _close_quietly(src)
+            _close_quietly(dst)
+
+
+def _close_quietly(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    s.close()

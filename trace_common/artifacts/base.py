@@ -17,25 +17,18 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from trace_common.errors import ArtifactCorrupted, InvalidArgument, TraceError
 
 from . import localio
+from .info import ArtifactInfo
 from .integrity import CHUNK
 from .keys import RootSpec, validate_key
 
+__all__ = ["ArtifactInfo", "ArtifactStore", "Observer", "as_buffer", "chunks_of", "hold_back_last", "outcome_of"]
+
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True, slots=True)
-class ArtifactInfo:
-    """One stored object: its full URI, key within its store, recorded sha256 (hex) and size."""
-
-    uri: str
-    key: str
-    sha256: str
-    size: int
 
 
 class Observer(Protocol):

@@ -34,12 +34,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from trace_common.errors import FailedPrecondition, NotFound
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition, NotFound
 
-from .base import ArtifactInfo, ArtifactStore, Observer, hold_back_last
-from .integrity import check_sha256, is_sha256_hex
+from .base import ArtifactStore, Observer, hold_back_last
+from .info import ArtifactInfo
+from .integrity import CHUNK, ParallelSha256, check_sha256, is_sha256_hex, new_hasher
 from .keys import RESERVED_SEGMENT_PREFIX, SIDECAR_SUFFIX, RootSpec, file_uri
-from .localio import CHUNK, TMP_PREFIX, fsync_dir, publish_verified, write_all
+from .localio import TMP_PREFIX, fsync_dir, publish_verified, receive_bytes, write_all
 
 LOCK_NAME = RESERVED_SEGMENT_PREFIX + "lock"
 
@@ -214,21 +215,30 @@ class FileStore(ArtifactStore):
     # ----------------------------------------------------------------- reads
 
     def _get_bytes(self, key: str) -> bytes:
+        what = self._uri_for(key)
         with self._open_source(key) as (f, recorded, size):
-            data = f.read()  # one allocation of the file's size (readall uses fstat)
-        check_sha256(recorded, hashlib.sha256(data).hexdigest(), self._uri_for(key))
+            data, digest = receive_bytes(f.readinto, size, lambda got, n: ArtifactCorrupted(
+                f"{what}: the file shrank from {n} to {got} bytes while it was read; it was changed "
+                "behind the store's back; rewrite the artifact from its source"))
+        check_sha256(recorded, digest, what)
         return data
 
     def _iter_chunks(self, key: str, chunk_size: int) -> Iterator[bytes]:
-        with self._open_source(key) as (f, recorded, _size):
-            hasher = hashlib.sha256()
+        with self._open_source(key) as (f, recorded, size):
+            # Immutable chunks, hashed beside the consumer; at most ~1 MiB waits for the hasher.
+            hasher = new_hasher(size, max_pending=max(1, CHUNK // chunk_size))
 
             def read() -> Iterator[bytes]:
                 while chunk := f.read(chunk_size):
                     hasher.update(chunk)
                     yield chunk
 
-            yield from hold_back_last(read(), lambda: check_sha256(recorded, hasher.hexdigest(), self._uri_for(key)))
+            try:
+                yield from hold_back_last(read(), lambda: check_sha256(recorded, hasher.hexdigest(),
+                                                                       self._uri_for(key)))
+            finally:
+                if isinstance(hasher, ParallelSha256):
+                    hasher.close()  # abandoned or failed stream: hand the helper thread back
 
     def _get_file(self, key: str, dest: str, durable: bool) -> ArtifactInfo:
         with self._open_source(key) as (f, recorded, size):

@@ -26,14 +26,21 @@ bench/RESULTS.md for the current table):
   streamed from disk by urllib3 (bounded memory). Bigger objects use multipart uploads
   (`part_size`), re-hashing the source as it is read and aborting the upload if it changed.
 
-Downloads read straight into the buffer they return or the file they write (no copy per
-block, `_readinto`) and hash every block as it lands. Verifying costs ~0.6 ms of CPU per MiB
-here (sha256 with SHA-NI, ~1.7 GB/s) on top of a ~2.5 ms/MiB loopback transfer: that is the
-part of a read the raw SDK does not do. Reads of >= 8 MiB hash on a helper thread when a core
-is idle, which hides that cost; on a saturated machine (this project's shared 2 cores) the
-hand-offs cost more CPU than inline hashing (+8 % to +18 % measured), so the store hashes
-inline there (`integrity.use_helper_thread`) and the hash shows up in wall time
-(bench/RESULTS.md: `get` >= 1 MiB near 0.8x under load).
+Why uploads cannot overlap the hash with the transfer the way downloads do: the digest is a
+request header (and, signed, the payload hash), and S3 takes no metadata after the body (a
+multipart upload takes it in CreateMultipartUpload, before the first part). The store hashes
+once and sends; the hash costs ~0.8 ms per MiB against ~8 ms per MiB of upload here, and the
+SDK's own `put_object` hashes every part for its signature too (bench/RESULTS.md).
+
+Downloads read straight into the bytes object they return (`localio.receive_bytes`, built in
+place: `buffers.BytesBuilder`) or the temp file they publish (`localio.publish_verified`), and
+hash every block as it lands. Reads of `integrity.OVERLAP_MIN` (4 MiB) or more hash on shared
+helper threads, 256 KiB block by block, while the next block is received, so with a core to
+spare only the last block's hash remains once the body has arrived. Every read still hashes
+every byte and compares before it returns anything (`get_bytes`), publishes anything
+(`get_file`, temp file + rename) or yields the final chunk (`iter_chunks`). When every core is
+busy, hashing costs its CPU time either way (~0.8 ms/MiB, a quarter of the CPU that client and
+server together spend on a raw SDK GET here); the bench's CPU columns show it.
 
 Errors: a missing key is NotFound, a missing bucket FailedPrecondition, refused credentials
 Unauthenticated, an unreachable or failing server Unavailable (the message names the
@@ -68,11 +75,11 @@ from trace_common.errors import (
     Unavailable,
 )
 
-from . import integrity
-from .base import ArtifactInfo, ArtifactStore, Observer, hold_back_last
-from .integrity import CHUNK, ParallelSha256, check_sha256
+from .base import ArtifactStore, Observer, hold_back_last
+from .info import ArtifactInfo
+from .integrity import CHUNK, ParallelSha256, check_sha256, new_hasher
 from .keys import MAX_KEY_BYTES, RootSpec
-from .localio import publish_verified, sha256_file
+from .localio import publish_verified, receive_bytes, sha256_file, transfer_ended_early
 from .minio_client import FAST_PATH, TraceMinio
 from .settings import S3Settings
 
@@ -331,43 +338,21 @@ class S3Store(ArtifactStore):
         return data
 
     def _read_all(self, resp: urllib3.BaseHTTPResponse, length: int | None, what: str) -> tuple[bytes, str]:
-        readinto = self._readinto(resp)
-        hasher = hashlib.sha256()
         if length is None:  # chunked answer: collect, then join (one extra copy)
+            hasher = hashlib.sha256()
             parts = []
             while chunk := resp.read(CHUNK):
                 hasher.update(chunk)
                 parts.append(chunk)
             return b"".join(parts), hasher.hexdigest()
-        # Receive into the final buffer: a BytesIO grown to `length` exposes it writable via
-        # getbuffer(), and getvalue() hands that same memory back as bytes without a copy
-        # once the view is released (CPython), so the object is copied once, socket -> buffer,
-        # exactly like the SDK's own read(). Growing it zero-fills the pages; that is cheap
-        # next to the page faults the first write would take anyway.
-        buf = io.BytesIO()
-        if length:
-            buf.seek(length - 1)
-            buf.write(b"\0")
-        got = 0
-        hasher = ParallelSha256() if integrity.use_helper_thread(length) else hashlib.sha256()
-        try:
-            with buf.getbuffer() as view:
-                while got < length:
-                    n = readinto(view[got:got + CHUNK])
-                    if not n:
-                        break
-                    hasher.update(view[got:got + n])
-                    got += n
-        finally:
-            digest = hasher.hexdigest()  # joins the helper thread: no view of buf outlives this
-        if got != length:
-            raise Unavailable(f"{what}: the transfer ended after {got} of {length} bytes; retry")
-        return buf.getvalue(), digest
+        return receive_bytes(self._readinto(resp), length, transfer_ended_early(what))
 
     def _iter_chunks(self, key: str, chunk_size: int) -> Iterator[bytes]:
         what = self._uri_for(key)
         with self._get(key) as (resp, recorded, length):
-            hasher = hashlib.sha256()
+            # The chunks are immutable bytes: safe to hash beside the consumer. At most ~1 MiB of
+            # them wait for the hasher, so a stream's memory stays bounded.
+            hasher = new_hasher(length, max_pending=max(1, CHUNK // chunk_size))
             got = 0
 
             def read() -> Iterator[bytes]:
@@ -384,11 +369,16 @@ class S3Store(ArtifactStore):
                     yield chunk
 
             def verify() -> None:
+                digest = hasher.hexdigest()
                 if length is not None and got != length:
                     raise Unavailable(f"{what}: the transfer ended after {got} of {length} bytes; retry")
-                check_sha256(recorded, hasher.hexdigest(), what)
+                check_sha256(recorded, digest, what)
 
-            yield from hold_back_last(read(), verify)
+            try:
+                yield from hold_back_last(read(), verify)
+            finally:
+                if isinstance(hasher, ParallelSha256):
+                    hasher.close()  # abandoned or failed stream: hand the helper thread back
 
     def _get_file(self, key: str, dest: str, durable: bool) -> ArtifactInfo:
         with self._get(key) as (resp, recorded, length):

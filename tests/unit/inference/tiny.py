@@ -4,11 +4,23 @@ and random LoRA adapters. Everything is made in code in a few seconds (no downlo
 
 * `refunds` and `addresses` trajectories differ in system prompt, tools and wording, as the
   trajectories of two capability environments do; gate warm start must tell their tokens apart.
-* The base is trained (a few hundred Adam steps) to answer every conversation with
-  `FIXED_REPLY`, a Hermes `<tool_call>` -- so greedy generation through the served composition
-  produces a tool call the parser and the OpenAI client must both recover.
+* The base is trained (80 full-batch Adam steps on 48 conversations) to answer every
+  conversation with `FIXED_REPLY`, a Hermes `<tool_call>` -- so greedy generation through the
+  served composition produces a tool call the parser and the OpenAI client must both recover.
 * Adapters are random LoRAs with small B (`ADAPTER_SCALE`), so routing changes the logits
   measurably (routing traces are non-trivial) without breaking the taught reply's greedy margin.
+
+`check_world` verifies what the tests rely on -- greedy decoding yields exactly `FIXED_REPLY`
+and then `<|im_end|>` after every probe prompt (`PROBE_SEEDS` of both capabilities), through the
+base alone and with each adapter, with a logit margin of at least `MIN_MARGIN` at every reply
+token -- and fails, saying what was not learnt, on every world `cached_world` hands out (freshly
+built or from the cache). With 12 training conversations instead of 48 the base learnt the reply
+only for some prompts, and which ones changed with the tokenizer's merges: a world cached
+before a tokenizer change passed the inference tests, a fresh build failed them (issue #22).
+
+`cached_world` caches the world in the temp dir under a key covering every source file it can
+depend on (this file, all of trace_common/ and services/) and the torch, transformers,
+tokenizers and peft versions, so a change to the library code builds a new world.
 """
 
 from __future__ import annotations
@@ -33,6 +45,15 @@ from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory
 from trace_common.policy.chat import ChatFormat
 
 CAPABILITIES = ("refunds", "addresses")
+REPO = Path(__file__).resolve().parents[3]
+#: Training conversations for the fixed reply: enough variety in order ids, reasons and streets
+#: that the base answers FIXED_REPLY after prompts it never saw (12 was not: issue #22).
+TEACH_CONVERSATIONS = 48
+#: Prompts `check_world` probes, per capability (the tests use seeds below 10).
+PROBE_SEEDS = range(16)
+#: Smallest logit gap between the taught token and the runner-up at any reply position. Measured:
+#: the built world's smallest is ~0.4 (at the first reply token), and one adapter moved it by ~0.1.
+MIN_MARGIN = 0.25
 FIXED_CALL = {"name": "refund_order", "arguments": {"order_id": "A17"}}
 FIXED_REPLY = f"<tool_call>{json.dumps(FIXED_CALL)}</tool_call>"
 ADAPTER_SCALE = 0.05
@@ -98,7 +119,8 @@ def tiny_config(vocab: int, *, hidden: int = 64, layers: int = 2) -> Qwen3Config
                        tie_word_embeddings=False)
 
 
-def teach_fixed_reply(model, tokenizer, steps: int = 80, seed: int = 0) -> float:
+def teach_fixed_reply(model, tokenizer, steps: int = 80, seed: int = 0,
+                      conversations: int = TEACH_CONVERSATIONS) -> float:
     """Language-model training of the whole tiny model on conversations of both capabilities whose
     first assistant turn is replaced by FIXED_REPLY: greedy decoding after a user message then yields
     FIXED_REPLY, and the hidden states learn to carry which capability a conversation is about (the
@@ -107,7 +129,7 @@ def teach_fixed_reply(model, tokenizer, steps: int = 80, seed: int = 0) -> float
     rng = random.Random(seed)
     fixed = Message.assistant(FIXED_REPLY)
     seqs = []
-    for i in range(12):
+    for i in range(conversations):
         cap = CAPABILITIES[i % 2]
         msgs = conversation(cap, rng)
         msgs = [*msgs[:2], fixed, *msgs[3:]]
@@ -125,7 +147,7 @@ def teach_fixed_reply(model, tokenizer, steps: int = 80, seed: int = 0) -> float
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
-    loss = None
+    loss = torch.tensor(float("nan"))  # steps=0: untrained (what check_world must reject)
     for _ in range(steps):
         opt.zero_grad()
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -155,21 +177,21 @@ class TinyWorld:
     final_sft_loss: float
 
 
-def build_world(root: Path, *, hidden: int = 64, layers: int = 2, name: str = "base") -> TinyWorld:
+def build_world(root: Path, *, hidden: int = 64, layers: int = 2, name: str = "base", steps: int = 80) -> TinyWorld:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model trains ~10x faster single-threaded on a shared 2-core box
     try:
-        return _build_world(root, hidden=hidden, layers=layers, name=name)
+        return _build_world(root, hidden=hidden, layers=layers, name=name, steps=steps)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build_world(root: Path, *, hidden: int, layers: int, name: str) -> TinyWorld:
+def _build_world(root: Path, *, hidden: int, layers: int, name: str, steps: int) -> TinyWorld:
     tokenizer = make_tokenizer()
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(tiny_config(len(tokenizer), hidden=hidden, layers=layers))
     model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    loss = teach_fixed_reply(model, tokenizer)
+    loss = teach_fixed_reply(model, tokenizer, steps=steps)
     model_dir = root / name
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -181,11 +203,79 @@ def _build_world(root: Path, *, hidden: int, layers: int, name: str) -> TinyWorl
     return TinyWorld(model_dir, adapters, tokenizer, loss)
 
 
+def reply_ids(tokenizer) -> list[int]:
+    """Token ids the taught reply consists of, then the end of the turn."""
+    return [*tokenizer(FIXED_REPLY, add_special_tokens=False)["input_ids"], tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+
+def reply_margins(model, tokenizer, capability: str, seed: int) -> tuple[list[int], list[float]]:
+    """Teacher-forced pass over probe prompt + FIXED_REPLY + <|im_end|>: per reply position, the
+    greedy choice and (taught token's logit - best other logit); greedy decoding reproduces
+    the reply exactly iff every margin is positive."""
+    chat = ChatFormat(tokenizer)
+    prompt = chat.render(prompt_messages(capability, seed), TOOLS[capability], add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    target = reply_ids(tokenizer)
+    ids = torch.tensor([prompt_ids + target])  # [1, P+R]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()  # [R, V]
+    taught = logits.gather(1, torch.tensor(target)[:, None])[:, 0]  # [R]
+    others = logits.scatter(1, torch.tensor(target)[:, None], float("-inf")).max(dim=1).values  # [R]
+    return logits.argmax(dim=1).tolist(), (taught - others).tolist()
+
+
+def check_world(world: TinyWorld) -> float:
+    """Raise AssertionError, saying what was not learnt, unless greedy decoding yields exactly
+    FIXED_REPLY + <|im_end|> with margin >= MIN_MARGIN for every probe prompt, through the base
+    and through the base with each adapter. Returns the smallest margin seen."""
+    from peft import PeftModel
+
+    models = {"base": Qwen3ForCausalLM.from_pretrained(world.model_dir).eval()}
+    for cap, adapter_dir in world.adapter_dirs.items():
+        models[f"base+{cap}"] = PeftModel.from_pretrained(
+            Qwen3ForCausalLM.from_pretrained(world.model_dir), str(adapter_dir)).eval()
+    failures, smallest = [], float("inf")
+    for label, model in models.items():
+        for cap in CAPABILITIES:
+            for seed in PROBE_SEEDS:
+                greedy, margins = reply_margins(model, world.tokenizer, cap, seed)
+                smallest = min(smallest, *margins)
+                worst = min(range(len(margins)), key=margins.__getitem__)
+                if margins[worst] < MIN_MARGIN:
+                    failures.append(f"{label}, {cap} prompt seed {seed}: at reply token {worst} margin "
+                                    f"{margins[worst]:.2f}, greedy continues {world.tokenizer.decode(greedy)!r}")
+    if failures:
+        raise AssertionError(
+            f"the tiny test world ({world.model_dir}) did not learn to answer every probe prompt with "
+            f"{FIXED_REPLY!r} + <|im_end|> (greedy, logit margin >= {MIN_MARGIN}); the inference tests rely on "
+            f"it. {len(failures)} of {len(models) * len(CAPABILITIES) * len(PROBE_SEEDS)} probes failed, e.g.:\n  "
+            + "\n  ".join(failures[:6]) + f"\n(final training loss {world.final_sft_loss:.4f}; see "
+            "teach_fixed_reply in tests/unit/inference/tiny.py)")
+    return smallest
+
+
+def world_cache_key() -> str:
+    """sha256 over every source file the world can depend on (this file, trace_common/, services/)
+    and the versions of the libraries that build it."""
+    import peft
+    import tokenizers
+
+    digest = hashlib.sha256()
+    files = [("tests/unit/inference/tiny.py", Path(__file__))] + sorted(
+        (str(p.relative_to(REPO)), p) for tree in ("trace_common", "services") for p in (REPO / tree).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts)
+    for name, path in files:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    versions = [torch.__version__, transformers.__version__, tokenizers.__version__, peft.__version__]
+    digest.update("/".join(versions).encode())
+    return digest.hexdigest()
+
+
 def cached_world() -> TinyWorld:
-    """`build_world` once per machine and version of this file (a temp-dir cache shared by the unit
-    and integration suites; the directory is renamed into place complete, or not at all)."""
-    key = hashlib.sha256(Path(__file__).read_bytes() + f"{torch.__version__}/{transformers.__version__}".encode())
-    root = Path(tempfile.gettempdir()) / f"trace-tiny-world-{key.hexdigest()[:12]}"
+    """`build_world` once per machine and version of the code it depends on (`world_cache_key`;
+    a temp-dir cache shared by the unit and integration suites, renamed into place complete or
+    not at all), checked by `check_world` before it is handed out."""
+    root = Path(tempfile.gettempdir()) / f"trace-tiny-world-{world_cache_key()[:16]}"
     if not (root / "DONE").is_file():
         tmp = Path(tempfile.mkdtemp(prefix="trace-tiny-world-build-"))
         world = build_world(tmp)
@@ -197,8 +287,15 @@ def cached_world() -> TinyWorld:
     from transformers import AutoTokenizer
 
     meta = json.loads((root / "DONE").read_text())
-    return TinyWorld(model_dir=root / "base", adapter_dirs={c: root / f"base-{c}" for c in CAPABILITIES},
-                     tokenizer=AutoTokenizer.from_pretrained(root / "base"), final_sft_loss=meta["final_sft_loss"])
+    world = TinyWorld(model_dir=root / "base", adapter_dirs={c: root / f"base-{c}" for c in CAPABILITIES},
+                      tokenizer=AutoTokenizer.from_pretrained(root / "base"), final_sft_loss=meta["final_sft_loss"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check_world(world)
+    finally:
+        torch.set_num_threads(threads)
+    return world
 
 
 def random_base_dir(root: Path, vocab: int, *, hidden: int = 64, layers: int = 2, seed: int = 5) -> Path:
