@@ -9,16 +9,24 @@ and outputs through it. An exception fails the job with the exception's reason a
 code name (`TraceError.code`); a cancel request cancels the body's task. Outputs are only
 published by SUCCEEDED jobs; what a body registered before failing stays listed but the job
 is not reported complete.
+
+`current_job()` is the running job's `JobContext` anywhere in its body's context -- worker
+threads started with `asyncio.to_thread` included, since they copy the context -- so shared code
+that runs for minutes inside some job (a base-agent build: `trace_common.agents`) reports as that
+job's progress without every caller passing the context down. `JobContext.progress` may be called
+from any thread: off the service's event loop it is handed to the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import enum
 import itertools
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -108,12 +116,25 @@ def validate_labels(labels: dict[str, str], field_name: str = "labels") -> dict[
 class JobContext:
     """What a running job body may do: report progress, metrics and outputs."""
 
-    def __init__(self, manager: JobManager, job_id: str):
+    def __init__(self, manager: JobManager, job_id: str, loop: asyncio.AbstractEventLoop | None = None):
         self._manager = manager
         self.job_id = job_id
+        self._loop = loop
+        self._loop_thread = threading.get_ident() if loop is not None else None
 
     def progress(self, completed: int | None = None, total: int | None = None, stage: str | None = None,
                  message: str | None = None) -> None:
+        """Update the job's progress (any field left None keeps its value). Thread-safe: called off
+        the job's event loop, the update is scheduled on it (watchers are notified there)."""
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            try:
+                self._loop.call_soon_threadsafe(self.progress, completed, total, stage, message)
+            except RuntimeError:  # the loop is closed: the service stopped, nobody watches
+                pass
+            return
+        rec = self._manager._jobs.get(self.job_id)
+        if rec is None or rec.state.terminal:
+            return  # e.g. a worker thread of a cancelled job still reporting: the job's last state stands
         changes: dict[str, Any] = {}
         if completed is not None:
             changes["completed"] = completed
@@ -139,6 +160,14 @@ class JobContext:
 
 
 JobBody = Callable[[JobContext], Awaitable[Any]]
+
+_CURRENT_JOB: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("trace_current_job", default=None)
+
+
+def current_job() -> JobContext | None:
+    """The `JobContext` of the job whose body (or a thread it started with `asyncio.to_thread`)
+    runs this code; None outside any job."""
+    return _CURRENT_JOB.get()
 
 
 class JobManager:
@@ -280,7 +309,9 @@ class JobManager:
                 if self._jobs[job_id].state.terminal:
                     return
                 self._update(job_id, state=JobState.RUNNING, start_time=time.time())
-                result = await body(JobContext(self, job_id))
+                ctx = JobContext(self, job_id, asyncio.get_running_loop())
+                _CURRENT_JOB.set(ctx)  # this task's own context: seen by its body and the threads it starts
+                result = await body(ctx)
             self._finish(job_id, JobState.SUCCEEDED, result=result)
         except asyncio.CancelledError:
             self._finish(job_id, JobState.CANCELLED, message="cancelled")

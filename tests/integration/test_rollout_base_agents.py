@@ -7,18 +7,30 @@ replayed -- its recorded assistant messages fed to a fresh environment with the 
 and must reach the same messages, reward and diagnostics. Token ids and logprobs of every
 model turn must be stored.
 
-Slow: `micro` is built on first use (minutes; cached in TRACE_AGENT_CACHE, shared with the
-pipeline test). `smollm2` gets a 4-step warm start here so CI can afford it: it is the same
+Slow: `micro` is installed from the shipped artifact or built on first use (minutes; cached in
+TRACE_AGENT_CACHE, shared with the pipeline test). `smollm2` gets a 4-step warm start here so CI can afford it: it is the same
 build path as the default agent (`resolve_base_agent("smollm2")`), only shorter. The default
-agents' pass rates are measured by `python -m trace_common.agents.evaluate` (README)."""
+agents' pass rates are measured by `python -m trace_common.agents.evaluate` (README).
+
+A rollout job whose base agent another process is building waits for that build and says so in
+its progress, which is what a second `tracectl run` shows while the first one builds `micro`."""
 
 from __future__ import annotations
 
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
+from rich.console import Console
 
 from trace_common.agents import resolve_base_agent
 from trace_common.agents.cache import default_cache_dir
 from trace_common.agents.data import WarmStartData
+from trace_common.agents.micro import MicroConfig
 from trace_common.agents.sft import SFTConfig
 from trace_common.agents.smollm2 import SmolLM2Config
 from trace_common.artifacts import open_uri
@@ -27,6 +39,7 @@ from trace_common.env import loads_jsonl, run_episode
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl.embedded import BackgroundStack
+from tracectl.progress import follow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 R = messages("rollout")
@@ -94,3 +107,72 @@ def test_rollout_job_with_base_agent_on_s3(s3_stack, s3_server, agent):
         assert [m.to_dict() for m in again.messages] == [m.to_dict() for m in tr.messages]
         assert (again.reward, again.success, again.termination) == (tr.reward, tr.success, tr.termination)
         assert [d.model_dump() for d in again.diagnostics] == [d.model_dump() for d in tr.diagnostics]
+
+
+#: A one-layer micro model (seconds to build): the stand-in the other process puts in place.
+STAND_IN = MicroConfig(hidden_size=64, num_layers=1, intermediate_size=64, num_kv_heads=1, vocab_size=512,
+                       data=WarmStartData(episodes=8), sft=SFTConfig(steps=4, batch_size=2, copy_steps=4,
+                                                                     copy_batch_size=4, max_seq_len=4096))
+
+#: Another process "building" the default micro agent: it takes the cache lock for the default
+#: key (provenance included) and, when told, puts a small real model there as that entry.
+BUILDER = """
+import shutil, sys, time
+from pathlib import Path
+from trace_common.agents.cache import cached_build
+from trace_common.agents.micro import MicroConfig
+from trace_common.agents.progress import BuildEvent
+from trace_common.agents.resolve import provenance_of
+cache, toy, flag = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+prov, _ = provenance_of("micro", MicroConfig(), cache)
+def build(out, progress):
+    progress(BuildEvent("micro", "imitation", step=1700, total=2200, loss=0.4, elapsed_s=600.0, eta_s=200.0))
+    flag.with_name("holding").write_text("1")
+    while not flag.exists():
+        time.sleep(0.05)
+    for f in toy.iterdir():
+        if f.is_file() and f.name != "trace_agent.json":
+            shutil.copyfile(f, out / f.name)
+    return {"stand_in": True}
+cached_build(cache, "micro", MicroConfig(), build, provenance=prov)
+"""
+
+
+@pytest.mark.timeout(600)
+def test_rollout_job_waits_visibly_for_another_process_building_micro(tmp_path, monkeypatch, embedded_stack):
+    """A second run's rollout job (model `micro`) while another process holds the build lock: the
+    job's progress, as `tracectl`'s watch prints it, names that build's process and its progress;
+    once the other build lands, the job plays with that model."""
+    cache = tmp_path / "agents"
+    monkeypatch.setenv("TRACE_AGENT_CACHE", str(cache))
+    toy = resolve_base_agent("micro", tmp_path / "toy", config=STAND_IN)
+    flag = tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-c", BUILDER, str(cache), str(toy), str(flag)],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "holding").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the builder process did not take the lock"
+            time.sleep(0.1)
+        spec = R.RolloutSpec(environment=t.EnvironmentRef(name="store"),
+                             policy=t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="micro"),
+                             tasks=R.TaskSelection(split="test", limit=2), samples_per_task=1, max_turns=2,
+                             seed=1, sampling=t.SamplingParams(temperature=1.0, max_tokens=16))
+        stub = embedded_stack.stub("rollout")
+        job = stub.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id="agents-wait")).job
+        seen = []
+        for msg in stub.WatchRolloutJob(R.WatchRolloutJobRequest(job_id=job.job_id), timeout=300):
+            seen.append(msg)
+            if sum("waiting for the build" in m.job.progress.message for m in seen) == 2:
+                flag.write_text("1")
+        proc.wait(60)
+    finally:
+        flag.write_text("1")
+        proc.wait(60)
+    buf = io.StringIO()
+    final = follow(iter(seen), "base rollouts", out=Console(file=buf, force_terminal=False, width=100))
+    assert final.state == t.JOB_STATE_SUCCEEDED, final.error.message
+    waiting = [ln for ln in buf.getvalue().splitlines() if "waiting for base agent micro" in ln]
+    assert waiting, buf.getvalue()
+    assert f"by pid {proc.pid} on " in waiting[0] and "imitation step 1700/2200 loss 0.4000" in waiting[0]
+    assert "1700/2200 waiting for base agent micro" in waiting[0]  # the other build's steps as the count

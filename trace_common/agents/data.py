@@ -8,6 +8,8 @@ measure the base agent is never seen during the warm start.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trace_common.env.trajectory import Trajectory
@@ -51,6 +53,19 @@ def expert_trajectories(data: WarmStartData) -> list[Trajectory]:
                                       seed=data.expert_seed))
     env = StoreEnv(task_types=data.task_types)
     return [expert.play(env, seed) for seed in range(data.first_seed, last)]
+
+
+def render_texts(trajectories: Sequence[Trajectory]) -> list[str]:
+    """The conversations as a TRACE-template model sees them: what its tokenizer is trained on and
+    what the warm start imitates (and what `provenance.data_digest` hashes)."""
+    from trace_common.policy.chat import TRACE_CHATML_TEMPLATE, render_template_text
+
+    return [render_template_text(TRACE_CHATML_TEMPLATE, t.messages, t.tools) for t in trajectories]
+
+
+def rendered_texts(data: WarmStartData) -> list[str]:
+    """`render_texts(expert_trajectories(data))`."""
+    return render_texts(expert_trajectories(data))
 
 
 def held_out_data(data: WarmStartData, episodes: int = 32) -> WarmStartData:

@@ -132,7 +132,8 @@ def summarise(agent: str, model_dir: str, trajectories: Sequence[Trajectory], st
         diagnostics=dict(diagnostics), terminations=dict(Counter(str(t.termination) for t in trajectories)),
         completion_tokens=stats["completion_tokens"], generate_seconds=stats["generate_seconds"],
         wall_seconds=wall_seconds, warm_start_seconds=(meta or {}).get("build_seconds"), temperature=temperature,
-        build_metrics={k: v for k, v in ((meta or {}).get("metrics") or {}).items() if k != "loss_curve"})
+        build_metrics={k: v for k, v in ((meta or {}).get("metrics") or {}).items()
+                       if k not in ("loss_curve", "loss_trace")})
 
 
 async def evaluate_model_dir(model_dir: str | Path, *, agent: str | None = None, episodes: int = 200,

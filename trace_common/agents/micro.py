@@ -16,17 +16,20 @@ It is the demo's default agent because it is fast: see the measurements in the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trace_common.agents.data import WarmStartData, expert_trajectories, held_out_data
+from trace_common.agents.data import WarmStartData, expert_trajectories, held_out_data, render_texts
+from trace_common.agents.progress import BuildEvent, BuildProgress, StepClock
+from trace_common.agents.provenance import examples_digest, texts_digest
 from trace_common.agents.sft import SFTConfig, build_examples, teacher_forced_accuracy, train
 from trace_common.agents.tokenizer import train_tokenizer
-from trace_common.policy.chat import TRACE_CHATML_TEMPLATE, render_template_text
+from trace_common.env.trajectory import Trajectory
 
 
 def _every_skill_half() -> WarmStartData:
@@ -50,7 +53,7 @@ class MicroConfig(BaseModel):
     max_position_embeddings: int = Field(4096, ge=256, le=65536)
     seed: int = Field(0, ge=0, description="Seeds initialisation (and, through sft.seed, data order).")
     # The expert shows each skill in half of its episodes (the store's DEFAULT_SKILLS are 0.25). Measured
-    # on the 200 test tasks (2026-11-29): with 0.25 the imitating agent solved 14.5 % greedy / 16.0 % at
+    # on the single-capability task types (now the probes; 2026-11-29, before the compound target): with 0.25 the imitating agent solved 14.5 % greedy / 16.0 % at
     # T=1, because a 1 M-parameter model reproduces a skill seen in a quarter of its data far less often
     # than the expert shows it; with 0.5 it solves 27.0 % greedy / 19.0 % at T=1 (README, issue #3).
     data: WarmStartData = Field(default_factory=_every_skill_half)
@@ -58,8 +61,11 @@ class MicroConfig(BaseModel):
     # (0 % pass, every id wrong). When induction forms depends on the data: with the 0.25-skill data the
     # copy loss was 0.07 after 800 steps, with the 0.5-skill data 0.36-0.45 after 800 (and such a model
     # passed 0-2.5 %) but 0.04 after 1600. `copy_final_loss` in the build record shows which happened.
+    # max_seq_len 3072: compound conversations run to ~2,450 tokens with this tokenizer (p90 2,195); at
+    # 2048 a fifth of them, the longest (three-request) ones, would be skipped.
     sft: SFTConfig = Field(default_factory=lambda: SFTConfig(steps=600, batch_size=8, learning_rate=3e-3,
-                                                             copy_steps=1600, copy_batch_size=32))
+                                                             copy_steps=1600, copy_batch_size=32,
+                                                             max_seq_len=3072))
 
     @model_validator(mode="after")
     def _heads(self) -> MicroConfig:
@@ -73,12 +79,29 @@ class MicroConfig(BaseModel):
         return self
 
 
-def build_micro(config: MicroConfig, out_dir: Path, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Build the model into `out_dir`; returns metrics for the cache record."""
+#: Test episodes played by the pass-rate probe recorded with a build (greedy, the store's test split).
+PROBE_EPISODES = 40
+
+
+def build_micro(config: MicroConfig, out_dir: Path, *, log: Callable[[str], None] | None = None,
+                progress: BuildProgress | None = None, trajectories: Sequence[Trajectory] | None = None,
+                report_every: int = 10, probe_episodes: int = PROBE_EPISODES,
+                stop_after: int | None = None) -> dict[str, Any]:
+    """Build the model into `out_dir`; returns metrics for the cache record.
+
+    `progress` gets a `BuildEvent` per phase and every `report_every` training steps;
+    `trajectories` are `expert_trajectories(config.data)` when the caller has played them
+    already (computing the data digest does); `stop_after=N` trains only the schedule's first N steps (a replay;
+    nothing is evaluated or saved then, and the metrics hold the losses only)."""
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    trajectories = expert_trajectories(config.data)
-    texts = [render_template_text(TRACE_CHATML_TEMPLATE, t.messages, t.tools) for t in trajectories]
+    started = time.perf_counter()
+    emit = _emitter("micro", progress, started)
+    if trajectories is None:
+        emit("data", f"playing the scripted expert on {config.data.episodes} train episodes")
+        trajectories = expert_trajectories(config.data)
+    texts = render_texts(trajectories)
+    emit("tokenizer", f"training a {config.vocab_size}-token BPE tokenizer on {len(texts)} conversations")
     tokenizer = train_tokenizer(texts, config.vocab_size, model_max_length=config.max_position_embeddings)
     examples = build_examples(tokenizer, trajectories)
     model_config = Qwen3Config(
@@ -87,23 +110,80 @@ def build_micro(config: MicroConfig, out_dir: Path, *, log: Callable[[str], None
         num_key_value_heads=config.num_kv_heads, head_dim=config.head_dim,
         max_position_embeddings=config.max_position_embeddings, rope_theta=10000.0, tie_word_embeddings=True,
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    sft = config.sft
+    mean_len = sum(len(e.input_ids) for e in examples) / len(examples)
+    prefix = max(0, min(e.first_target for e in examples) - 1)  # the shared system prompt, run once a step
+    clock = StepClock(sft.copy_steps, sft.steps, copy_tokens_per_step=sft.copy_batch_size * 56.0,  # ~56: 2W + F
+                      imitation_tokens_per_step=prefix + sft.batch_size * (mean_len - prefix))
+    window: list[float] = []
+
+    def on_step(step: int, total: int, loss: float, phase: str) -> None:
+        clock.tick(step)
+        window.append(loss)
+        if step % report_every == 0 or step == total or step == sft.copy_steps:
+            emit(phase, "", step=step, total=total, loss=sum(window) / len(window), eta=clock.eta(step))
+            window.clear()
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = Qwen3ForCausalLM(model_config)
-        result = train(model, examples, config.sft, tokenizer.pad_token_id, log=log)
-    held_out = build_examples(tokenizer, expert_trajectories(held_out_data(config.data)))
+        emit("copying" if sft.copy_steps else "imitation",
+             f"{sft.copy_steps} copying + {sft.steps} imitation steps, {sum(p.numel() for p in model.parameters()):,} "
+             "parameters", step=0, total=sft.copy_steps + sft.steps)
+        result = train(model, examples, sft, tokenizer.pad_token_id, log=log, on_step=on_step, stop_after=stop_after)
+    record = {"data_digest": texts_digest(texts), "examples_digest": examples_digest(examples),
+              "loss_trace": result.losses}
+    if stop_after is not None:
+        return record
+    emit("evaluating", "teacher-forced accuracy on held-out expert episodes"
+         + (f", then a {probe_episodes}-episode greedy pass-rate probe" if probe_episodes else ""))
+    held_out = build_examples(tokenizer, expert_trajectories(held_out_data(config.data, held_out_episodes(config))))
     accuracy = teacher_forced_accuracy(model, held_out, tokenizer.pad_token_id)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True,
                                                temperature=1.0, top_k=0, top_p=1.0)
+    emit("saving", f"writing the model to {out_dir}")
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    probe = pass_rate_probe(out_dir, probe_episodes) if probe_episodes else None
     n_params = sum(p.numel() for p in model.parameters())
-    return {"parameters": n_params, "vocab_size": len(tokenizer), "examples": len(examples),
-            "mean_tokens_per_example": round(sum(len(e.input_ids) for e in examples) / len(examples), 1),
+    return {**record, "parameters": n_params, "vocab_size": len(tokenizer), "examples": len(examples),
+            "mean_tokens_per_example": round(mean_len, 1),
             "sft_seconds": round(result.seconds, 2), "sft_tokens_per_second": round(result.tokens_per_second, 1),
+            "sft_seconds_per_step": round(result.seconds / max(1, result.steps), 4),
             "final_loss": round(result.final_loss, 4), "skipped_long": result.skipped_long,
             "copy_final_loss": None if result.copy_final_loss is None else round(result.copy_final_loss, 4),
             "held_out_token_accuracy": round(accuracy["token_accuracy"], 4),
-            "held_out_turn_exact": round(accuracy["turn_exact"], 4),
+            "held_out_turn_exact": round(accuracy["turn_exact"], 4), "pass_rate_probe": probe,
+            "thread_decisions": result.thread_decisions,
             "loss_curve": [round(x, 4) for x in result.losses[:: max(1, len(result.losses) // 50)]]}
+
+
+def held_out_episodes(config: MicroConfig) -> int:
+    """Held-out expert episodes for the recorded teacher-forced accuracy: 32 (a quarter of the
+    training episodes for tiny test builds, at least 2)."""
+    return max(2, min(32, config.data.episodes // 4))
+
+
+def pass_rate_probe(model_dir: Path, episodes: int) -> dict[str, Any]:
+    """Greedy pass rate on the first `episodes` test tasks, overall and per task type (the quick
+    check that the agent plays the domain; `python -m trace_common.agents.evaluate` is the full one)."""
+    import asyncio
+
+    from trace_common.agents.evaluate import evaluate_model_dir
+
+    report = asyncio.run(evaluate_model_dir(model_dir, agent="micro", episodes=episodes, temperature=0.0))
+    return {"episodes": report.episodes, "temperature": 0.0, "passed": report.overall.passed,
+            "pass_rate": round(report.overall.rate, 4),
+            "per_task_type": {k: [v.passed, v.total] for k, v in sorted(report.per_task_type.items())},
+            "well_formed_call_fraction": round(report.well_formed_call_fraction, 4),
+            "seconds": round(report.wall_seconds, 1)}
+
+
+def _emitter(agent: str, progress: BuildProgress | None, started: float):
+    def emit(phase: str, message: str, *, step: int = 0, total: int = 0, loss: float | None = None,
+             eta: float | None = None) -> None:
+        if progress is not None:
+            progress(BuildEvent(agent=agent, phase=phase, step=step, total=total, loss=loss,
+                                elapsed_s=time.perf_counter() - started, eta_s=eta, message=message))
+    return emit

