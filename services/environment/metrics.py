@@ -11,7 +11,8 @@ VALIDATIONS = Counter("trace_environment_validations", "Candidate environments v
                       "(library, llm) and status (accepted, rejected).", ["mode", "status"], registry=_r)
 SANDBOX_VIOLATIONS = Counter("trace_environment_sandbox_violations", "Sandbox limits hit or forbidden operations "
                              "blocked, by kind (cpu, memory, processes, file_size, timeout, network, output, "
-                             "filesystem, limits, native, introspection, environment, syscall, crash, protocol; "
+                             "filesystem, limits, native, introspection, environment, syscall, crash, protocol, killed (from "
+                             "outside the sandbox); "
                              "see services/environment/sandbox/parent.py).", ["kind"], registry=_r)
 SANDBOX_STEP_DURATION = Histogram("trace_environment_sandbox_step_duration_seconds",
                                   "Round-trip time of one env call through the sandbox.",

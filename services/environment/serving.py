@@ -10,7 +10,9 @@ trainer samples instances of a generated environment without ever running its co
   otherwise a new one is started and the module loaded (its source read from the
   registry, sha256-verified). One episode runs in one worker at a time.
 - A sandbox violation or a crash ends that episode (the worker is discarded) and is
-  reported to the caller as RESOURCE_EXHAUSTED; the service and other episodes go on.
+  reported to the caller as RESOURCE_EXHAUSTED -- except a worker killed from outside the
+  sandbox (violation kind "killed": not at its limits, no OOM kill recorded), reported as
+  UNAVAILABLE with what is known; the service and other episodes go on.
 - Episodes idle for longer than `idle_timeout_s` are closed by a reaper task; at most
   `max_open` episodes are open at once (RESOURCE_EXHAUSTED beyond).
 
@@ -28,12 +30,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_common.env import action_from_dict
-from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 
 from . import metrics as m
 from .records import EnvironmentRecord, EnvironmentRegistry
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
-from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
+from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker, sandbox_for
+
+
+def _reported(exc: SandboxViolation) -> Exception:
+    """What the caller is told: a worker killed from outside the sandbox (kind "killed") is not
+    the environment's doing, so UNAVAILABLE (reset a new episode) instead of RESOURCE_EXHAUSTED."""
+    if exc.kind == "killed":
+        return Unavailable(f"the sandbox worker of this episode was {exc.detail.removeprefix('worker ')}; "
+                           "the episode is closed: reset a new one")
+    return exc
 
 
 @dataclass
@@ -82,7 +93,7 @@ class EpisodeTable:
                 return worker, module
             worker.close()
         source = self.registry.source(record)
-        worker = SandboxWorker(self.sandbox, label=f"{record.name}-v{record.version}")
+        worker = SandboxWorker(sandbox_for(self.sandbox, record.mode), label=f"{record.name}-v{record.version}")
         try:
             worker.start()
             module = load_module(worker, source)
@@ -130,9 +141,9 @@ class EpisodeTable:
             env = SandboxEnvironment(worker, module)
             try:
                 obs = await asyncio.to_thread(env.reset, seed)
-            except SandboxViolation:
+            except SandboxViolation as exc:
                 worker.close()
-                raise
+                raise _reported(exc) from None
             except BaseException:
                 await asyncio.to_thread(self._release, Episode("", record, worker, env, seed))
                 raise
@@ -150,10 +161,10 @@ class EpisodeTable:
             episode.last_used = time.monotonic()
             try:
                 result = await asyncio.to_thread(self._step, episode, action)
-            except SandboxViolation:
+            except SandboxViolation as exc:
                 self._drop(episode_id)
                 episode.worker.close()
-                raise
+                raise _reported(exc) from None
             episode.last_used = time.monotonic()
             return result
 

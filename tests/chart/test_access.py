@@ -19,7 +19,9 @@ ALLOWED_RULES = {
                 ("", "pods/log"): {"get", "list", "watch"}},
     "environment": {("", "pods"): {"create", "get", "list", "watch", "delete"},
                     ("", "pods/log"): {"get"},
-                    ("", "pods/attach"): {"create", "get"}},
+                    ("", "pods/attach"): {"create", "get"},
+                    # to check that a NetworkPolicy denying egress selects each sandbox pod (sandbox/pods.py)
+                    ("networking.k8s.io", "networkpolicies"): {"get", "list"}},
 }
 
 

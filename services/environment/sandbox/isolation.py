@@ -7,21 +7,27 @@ contained a candidate (`IsolationReport`). Layers, outermost first:
 
 | layer           | kernel-enforced | what it stops                                             | needs                       |
 |-----------------|-----------------|-----------------------------------------------------------|-----------------------------|
+| `pidns`         | yes             | seeing or signalling any process outside the worker: the worker code runs as pid 1 of its own PID namespace (`fork_supervised`), so no other worker, the service or the host has a pid it can name | root (CLONE_NEWPID) |
 | `netns`         | yes             | any network: a fresh network namespace has only a down `lo` | root, or unprivileged user namespaces |
 | `mount_ro`      | yes             | writes outside the scratch dir: `/` recursively read-only in a private mount namespace, scratch bind-mounted writable | root (mount_setattr, Linux >= 5.12) |
-| `uid`           | yes             | reading other processes' secrets (/proc/<pid>/environ), root-owned files; makes RLIMIT_NPROC count (it never applies to uid 0) | root (drops to nobody, 65534) |
-| `rlimits`       | yes             | CPU time (SIGXCPU), address space (MemoryError), file size (EFBIG), new processes/threads (RLIMIT_NPROC), open files, core dumps | nothing |
-| `seccomp`       | yes             | socket(), fork/vfork/clone-without-CLONE_THREAD, execve, ptrace, mount, unshare, bpf, io_uring ... answered with EPERM (clone3 with ENOSYS so glibc falls back to clone) | x86_64 or aarch64, no_new_privs |
+| `proc_private`  | yes             | reading other processes' /proc entries (environ, cmdline, status): a fresh procfs of the worker's own PID namespace is mounted on /proc | `pidns` and `mount_ro` |
+| `uid`           | yes             | reading other processes' secrets, root-owned files; makes RLIMIT_NPROC count (it never applies to uid 0). Each worker gets its own uid from a configured range (`uid_distinct`), so no two workers share file or signal permissions | root (setuid) |
+| `rlimits`       | yes             | CPU time (SIGKILL at the limit: soft == hard), address space (MemoryError), file size (EFBIG), new processes/threads (RLIMIT_NPROC), open files, core dumps | nothing |
+| `seccomp`       | yes             | socket(), fork/vfork/clone-without-CLONE_THREAD, execve, mount, unshare, bpf, io_uring ... answered with EPERM (clone3 with ENOSYS so glibc falls back to clone); signalling, tracing or reading another process (kill/tkill/tgkill/rt_sigqueueinfo aimed at any pid but the worker's own, pidfd_open, pidfd_send_signal, pidfd_getfd, ptrace, process_vm_readv/writev, kcmp, process_madvise) kills the worker with SIGSYS, so the attempt is always reported | x86_64 or aarch64, no_new_privs |
 | `audit_hook`    | no (Python)     | the same operations at the Python level with a typed violation record: sockets, subprocess/exec/fork, file writes outside scratch, reads outside the interpreter's and TRACE's code, signals, rlimit changes, ctypes, gc introspection | nothing |
 
 The audit hook is not a security boundary on its own (Python code can sometimes escape
 a hook); it exists so that a blocked attempt is *reported* as a violation of a known kind
 even when the environment code catches the resulting exception. Containment comes from
-the kernel layers. On this project's development machine (root, Linux 6.x) every layer
-is in force; in a Kubernetes pod (non-root, RuntimeDefault seccomp profile) `netns`,
-`mount_ro` and `uid` are usually unavailable and the pod's own controls (NetworkPolicy
-denying egress, read-only root filesystem, no service-account token, non-root user)
-take their place, while `rlimits`, `seccomp` and `audit_hook` still apply.
+the kernel layers; the validation's static check of the source is advisory too. On this
+project's development machine (root, Linux 6.x) every layer is in force; in a Kubernetes
+pod (non-root, RuntimeDefault seccomp profile) `pidns`, `netns`, `mount_ro` and `uid` are
+unavailable inside the container, which is why the service refuses such a worker unless the
+operator allows weak isolation (`missing_layers`, `REQUIRED_LAYERS`) and runs generated code
+in sandbox pods instead (`pods.py`): there the pod's own controls (its own PID, mount and
+network namespaces, a NetworkPolicy denying egress, read-only root filesystem, no
+service-account token, non-root user) take their place, while `rlimits`, `seccomp` and
+`audit_hook` still apply in the container.
 
 Only Linux is supported; on other systems `lock_down` reports every kernel layer as
 unavailable.
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import platform
 import resource
@@ -46,38 +53,62 @@ NOBODY = 65534
 # -- constants from the Linux UAPI headers ---------------------------------------------------
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # same number on every architecture (new syscalls are unified)
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 
 # BPF opcodes and seccomp return values
 _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_JSET_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+#: offsets in struct seccomp_data: nr, arch, then args[6] (u64 each; the low half first on little-endian)
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16
 
 #: arch -> (AUDIT_ARCH value, syscall numbers). Only syscalls these numbers name are filtered.
 _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000003E, {
         "socket": 41, "connect": 42, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58,
-        "execve": 59, "ptrace": 101, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-        "unshare": 272, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
-        "bpf": 321, "execveat": 322, "perf_event_open": 298, "io_uring_setup": 425,
-        "open_tree": 428, "move_mount": 429, "fsopen": 430, "clone3": 435, "mount_setattr": 442}),
+        "execve": 59, "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "tkill": 200, "tgkill": 234, "add_key": 248, "request_key": 249,
+        "keyctl": 250, "migrate_pages": 256, "unshare": 272, "move_pages": 279, "rt_tgsigqueueinfo": 297,
+        "prlimit64": 302, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+        "process_vm_writev": 311, "kcmp": 312, "bpf": 321, "execveat": 322, "userfaultfd": 323,
+        "perf_event_open": 298, "pidfd_send_signal": 424, "io_uring_setup": 425, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
+        "process_madvise": 440, "mount_setattr": 442, "process_mrelease": 448}),
     "aarch64": (0xC00000B7, {
         "socket": 198, "socketpair": 199, "connect": 203, "clone": 220, "execve": 221,
-        "ptrace": 117, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97,
-        "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "bpf": 280,
-        "execveat": 281, "perf_event_open": 241, "io_uring_setup": 425, "open_tree": 428,
-        "move_mount": 429, "fsopen": 430, "clone3": 435, "mount_setattr": 442}),
+        "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "mount": 40,
+        "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "add_key": 217, "request_key": 218,
+        "keyctl": 219, "migrate_pages": 238, "move_pages": 239, "rt_tgsigqueueinfo": 240, "prlimit64": 261,
+        "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
+        "kcmp": 272, "bpf": 280, "execveat": 281, "userfaultfd": 282, "perf_event_open": 241,
+        "pidfd_send_signal": 424, "io_uring_setup": 425, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+        "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
+        "process_mrelease": 448}),
 }
 #: Syscalls refused with EPERM (clone is refused only without CLONE_THREAD; clone3 gets ENOSYS).
-DENIED_SYSCALLS = ("socket", "connect", "socketpair", "fork", "vfork", "execve", "execveat", "ptrace",
-                   "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "process_vm_readv",
-                   "process_vm_writev", "bpf", "perf_event_open", "io_uring_setup", "open_tree",
-                   "move_mount", "fsopen", "mount_setattr")
+DENIED_SYSCALLS = ("socket", "connect", "socketpair", "fork", "vfork", "execve", "execveat",
+                   "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "bpf", "perf_event_open",
+                   "io_uring_setup", "open_tree", "move_mount", "fsopen", "mount_setattr", "add_key",
+                   "request_key", "keyctl", "userfaultfd", "open_by_handle_at", "migrate_pages", "move_pages")
+#: Syscalls that only ever reach another process: the worker is killed (SIGSYS) on the first one,
+#: so an attempt cannot be caught and hidden by the environment code.
+KILLING_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_send_signal",
+                    "pidfd_getfd", "kcmp", "process_madvise", "process_mrelease")
+#: Signal syscalls allowed only when their first argument (pid / tgid) is the worker's own pid;
+#: aimed anywhere else (another pid, 0 = the process group, -1 = everyone) they kill the worker.
+SELF_ONLY_SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+#: Process-wide limits may be read or lowered on the worker itself (pid 0 or its own), never elsewhere.
+SELF_ONLY_EPERM_SYSCALLS = ("prlimit64",)
+
+#: Layers that must all hold for a process-mode worker to run generated code (see missing_layers).
+REQUIRED_LAYERS = ("pidns", "netns", "mount_ro", "proc_private", "uid", "rlimits", "seccomp")
 
 
 @dataclass
@@ -96,9 +127,15 @@ class IsolationReport:
     """Which layers are in force in this worker (recorded in every validation report)."""
 
     platform: str = ""
+    pidns: bool = False
     netns: bool = False
     mount_ro: bool = False
+    proc_private: bool = False
     uid: int | None = None
+    #: the worker dropped from root to a sandbox uid (a uid the service does not run as)
+    uid_dropped: bool = False
+    #: that uid was given to this worker alone (TRACE_ENVIRONMENT_SANDBOX_UID_BASE / _UID_COUNT)
+    uid_distinct: bool = False
     seccomp: bool = False
     audit_hook: bool = False
     rlimits: dict[str, int] = field(default_factory=dict)
@@ -115,8 +152,21 @@ class IsolationReport:
             return "audit_hook"
         return "none"
 
+    def held(self) -> list[str]:
+        """The layers in force, by name (the names of REQUIRED_LAYERS, plus uid_distinct and audit_hook)."""
+        flags = {"pidns": self.pidns, "netns": self.netns, "mount_ro": self.mount_ro,
+                 "proc_private": self.proc_private, "uid": self.uid_dropped, "uid_distinct": self.uid_distinct,
+                 "rlimits": bool(self.rlimits), "seccomp": self.seccomp, "audit_hook": self.audit_hook}
+        return [name for name, on in flags.items() if on]
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "network": self.network}
+        return {**asdict(self), "network": self.network, "held": self.held()}
+
+
+def missing_layers(held: Iterable[str], required: Iterable[str] = REQUIRED_LAYERS) -> list[str]:
+    """The required layers that are not in `held` (an IsolationReport's `held` list)."""
+    have = set(held)
+    return [layer for layer in required if layer not in have]
 
 
 def _libc() -> ctypes.CDLL:
@@ -140,59 +190,183 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def _read_only_root(libc: ctypes.CDLL, scratch: str) -> str | None:
-    """In a fresh mount namespace: make every mount read-only except a bind mount of scratch."""
+def _mount_private_proc(libc: ctypes.CDLL) -> str | None:
+    """Mount a procfs of this process's own PID namespace on /proc (needs a private mount namespace)."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if libc.mount(b"proc", b"/proc", b"proc", flags, None) != 0:
+        return f"mount proc: {_errno_text()}"
+    return None
+
+
+def _read_only_root(libc: ctypes.CDLL, scratch: str, private_proc: bool) -> tuple[str | None, str | None]:
+    """In a fresh mount namespace: make every mount read-only except a bind mount of scratch
+    (and first, when `private_proc`, mount a procfs of the worker's PID namespace on /proc).
+    Returns (why read-only failed, why /proc failed), None meaning it worked."""
     if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return f"make / private: {_errno_text()}"
+        return f"make / private: {_errno_text()}", "no private mount namespace"
+    why_proc = _mount_private_proc(libc) if private_proc else "no PID namespace of its own"
     path = scratch.encode()
     if libc.mount(path, path, None, MS_BIND | MS_REC, None) != 0:
-        return f"bind scratch: {_errno_text()}"
+        return f"bind scratch: {_errno_text()}", why_proc
     ro = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
     if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(ro), ctypes.sizeof(ro)) != 0:
-        return f"mount_setattr(/, ro, recursive): {_errno_text()}"
+        return f"mount_setattr(/, ro, recursive): {_errno_text()}", why_proc
     rw = _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
     if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path, 0, ctypes.byref(rw), ctypes.sizeof(rw)) != 0:
-        return f"mount_setattr(scratch, rw): {_errno_text()}"
-    return None
+        return f"mount_setattr(scratch, rw): {_errno_text()}", why_proc
+    return None, why_proc
+
+
+# -- PID namespace --------------------------------------------------------------------------------
+
+#: Prefix of the line the PID-namespace supervisor writes to stderr when the worker has ended.
+EXIT_MARKER = "trace-sandbox-exit: "
+
+
+def fork_supervised(pid_namespace: bool = True, libc: ctypes.CDLL | None = None) -> str | None:
+    """Fork the worker off a supervisor, into a PID namespace of its own when `pid_namespace`
+    (unshare(CLONE_NEWPID) before the fork; needs root).
+
+    Returns, in the child: None when it is pid 1 of a new PID namespace (the worker code goes
+    on there), else the reason it is not (not root, unshare refused, disabled). The parent never
+    returns: it becomes the worker's supervisor -- it lets go of stdin/stdout (the child answers
+    the service directly), waits for the child, writes one `EXIT_MARKER` JSON line to stderr
+    (how the child ended, its CPU seconds and peak RSS from wait4) and exits with the child's
+    status (128 + signal when it was killed). It runs no untrusted code; the child is in its
+    process group and gets SIGKILL if the supervisor dies (PR_SET_PDEATHSIG). Only where fork
+    itself fails (or not on Linux) is there no supervisor: the reason then says so.
+
+    Semantics:
+        if pid_namespace: unshare(CLONE_NEWPID), or note why not
+        pid = fork()
+        child:  prctl(PR_SET_PDEATHSIG, SIGKILL); return note (None: own PID namespace)
+        parent: stdin, stdout := /dev/null; (status, rusage) = wait4(pid)
+                stderr <- EXIT_MARKER {"signal"|"code", "cpu_seconds", "max_rss_kb", "pid_namespace"}
+                _exit(code, or 128 + signal)
+    """
+    if not sys.platform.startswith("linux"):
+        return "not Linux (no supervisor either)"
+    libc = libc or _libc()
+    note: str | None = None
+    if not pid_namespace:
+        note = "disabled by the sandbox config"
+    elif os.geteuid() != 0:
+        note = f"not root (uid {os.geteuid()}): CLONE_NEWPID needs CAP_SYS_ADMIN"
+    else:
+        why = _unshare(libc, CLONE_NEWPID)
+        if why is not None:
+            note = f"unshare(CLONE_NEWPID): {why}"
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return f"{note or 'no PID namespace'}; fork of the supervisor failed: {exc}"
+    if pid == 0:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return note
+    _supervise(pid, pid_namespace=note is None)  # never returns
+    return note  # pragma: no cover
+
+
+def _supervise(pid: int, pid_namespace: bool) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)  # the service stops the worker with SIGKILL (process group)
+    while True:
+        try:
+            _, status, usage = os.wait4(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            status, usage = 0, None
+            break
+    report: dict[str, Any] = {"pid_namespace": pid_namespace}
+    if os.WIFSIGNALED(status):
+        report["signal"] = os.WTERMSIG(status)
+        code = 128 + report["signal"]
+    else:
+        report["code"] = code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+    if usage is not None:
+        report["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)
+        report["max_rss_kb"] = int(usage.ru_maxrss)
+    try:
+        os.write(2, f"\n{EXIT_MARKER}{json.dumps(report)}\n".encode())
+    except OSError:
+        pass
+    os._exit(code)
 
 
 # -- seccomp ------------------------------------------------------------------------------------
 
-def _stmt(code: int, k: int) -> bytes:
-    return struct.pack("=HBBI", code, 0, 0, k)
+def _stmt(code: int, k: int) -> tuple[int, int, Any, Any]:
+    return (code, k, 0, 0)
 
 
-def _jump(code: int, k: int, jt: int, jf: int) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+def _jump(code: int, k: int, jt: Any, jf: Any) -> tuple[int, int, Any, Any]:
+    """A conditional jump; jt / jf are labels (str) or relative offsets (int, 0 = next)."""
+    return (code, k, jt, jf)
 
 
-def seccomp_program(machine: str | None = None) -> list[bytes]:
+def _assemble(prog: list[Any]) -> list[bytes]:
+    """Resolve labels (strings in the list mark positions; jump targets name them) into BPF."""
+    where: dict[str, int] = {}
+    body: list[tuple[int, int, Any, Any]] = []
+    for item in prog:
+        if isinstance(item, str):
+            where[item] = len(body)
+        else:
+            body.append(item)
+    out = []
+    for i, (code, k, jt, jf) in enumerate(body):
+        offs = []
+        for target in (jt, jf):
+            off = where[target] - i - 1 if isinstance(target, str) else target
+            if not 0 <= off <= 255:
+                raise ValueError(f"BPF jump out of range at {i}: {target!r}")
+            offs.append(off)
+        out.append(struct.pack("=HBBI", code, offs[0], offs[1], k & 0xFFFFFFFF))
+    return out
+
+
+def seccomp_program(machine: str | None = None, own_pid: int | None = None) -> list[bytes]:
     """The BPF filter (one 8-byte instruction per item) for `machine` (default: this one).
 
+    `own_pid` is the worker's pid as it sees it (1 in its own PID namespace; default getpid()).
+
     Semantics:
-        if arch != this arch:            kill the process (no syscall-number confusion)
-        if nr >= 0x40000000 (x32 ABI):   EPERM
-        if nr in DENIED_SYSCALLS:        EPERM
-        if nr == clone3:                 ENOSYS (glibc then falls back to clone)
-        if nr == clone:                  allow iff flags & CLONE_THREAD (threads yes, processes no)
-        otherwise:                       allow
+        if arch != this arch:                      kill the process (no syscall-number confusion)
+        if nr >= 0x40000000 (x32 ABI):             EPERM
+        if nr in DENIED_SYSCALLS:                  EPERM
+        if nr in KILLING_SYSCALLS:                 kill the process (SIGSYS)
+        if nr in SELF_ONLY_SIGNAL_SYSCALLS:        allow iff (int) arg0 == own_pid, else kill the process
+        if nr in SELF_ONLY_EPERM_SYSCALLS:         allow iff (int) arg0 in {0, own_pid}, else EPERM
+        if nr == clone3:                           ENOSYS (glibc then falls back to clone)
+        if nr == clone:                            allow iff flags & CLONE_THREAD (threads yes, processes no)
+        otherwise:                                 allow
     """
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise OSError(errno.ENOSYS, f"no seccomp table for {machine}")
+    own = os.getpid() if own_pid is None else own_pid
     audit_arch, numbers = _ARCHES[machine]
-    prog = [_stmt(_BPF_LD_W_ABS, 4), _jump(_BPF_JEQ_K, audit_arch, 1, 0), _stmt(_BPF_RET_K, _RET_KILL_PROCESS),
-            _stmt(_BPF_LD_W_ABS, 0), _jump(_BPF_JGE_K, 0x40000000, 0, 1), _stmt(_BPF_RET_K, _RET_ERRNO | errno.EPERM)]
-    for name in DENIED_SYSCALLS:
-        if name in numbers:
-            prog += [_jump(_BPF_JEQ_K, numbers[name], 0, 1), _stmt(_BPF_RET_K, _RET_ERRNO | errno.EPERM)]
-    prog += [_jump(_BPF_JEQ_K, numbers["clone3"], 0, 1), _stmt(_BPF_RET_K, _RET_ERRNO | errno.ENOSYS)]
-    # clone: arg0 (flags), low 32 bits at offset 16 (little-endian)
-    prog += [_jump(_BPF_JEQ_K, numbers["clone"], 0, 4), _stmt(_BPF_LD_W_ABS, 16),
-             _jump(_BPF_JSET_K, CLONE_THREAD, 0, 1), _stmt(_BPF_RET_K, _RET_ALLOW),
-             _stmt(_BPF_RET_K, _RET_ERRNO | errno.EPERM)]
-    prog.append(_stmt(_BPF_RET_K, _RET_ALLOW))
-    return prog
+    prog: list[Any] = [_stmt(_BPF_LD_W_ABS, _OFF_ARCH), _jump(_BPF_JEQ_K, audit_arch, 0, "kill"),
+                       _stmt(_BPF_LD_W_ABS, _OFF_NR), _jump(_BPF_JGE_K, 0x40000000, "eperm", 0)]
+    for names, label in ((DENIED_SYSCALLS, "eperm"), (KILLING_SYSCALLS, "kill"),
+                         (SELF_ONLY_SIGNAL_SYSCALLS, "self_or_kill"), (SELF_ONLY_EPERM_SYSCALLS, "self_or_eperm")):
+        prog += [_jump(_BPF_JEQ_K, numbers[name], label, 0) for name in names if name in numbers]
+    prog += [_jump(_BPF_JEQ_K, numbers["clone3"], "enosys", 0), _jump(_BPF_JEQ_K, numbers["clone"], "clone", 0),
+             _stmt(_BPF_RET_K, _RET_ALLOW)]
+    # pid_t is an int: the kernel reads the low 32 bits of arg0 (little-endian: the first word)
+    prog += ["self_or_kill", _stmt(_BPF_LD_W_ABS, _OFF_ARG0), _jump(_BPF_JEQ_K, own, "allow", "kill")]
+    prog += ["self_or_eperm", _stmt(_BPF_LD_W_ABS, _OFF_ARG0), _jump(_BPF_JEQ_K, 0, "allow", 0),
+             _jump(_BPF_JEQ_K, own, "allow", "eperm")]
+    prog += ["clone", _stmt(_BPF_LD_W_ABS, _OFF_ARG0), _jump(_BPF_JSET_K, CLONE_THREAD, "allow", "eperm")]
+    prog += ["allow", _stmt(_BPF_RET_K, _RET_ALLOW), "eperm", _stmt(_BPF_RET_K, _RET_ERRNO | errno.EPERM),
+             "enosys", _stmt(_BPF_RET_K, _RET_ERRNO | errno.ENOSYS), "kill", _stmt(_BPF_RET_K, _RET_KILL_PROCESS)]
+    return _assemble(prog)
 
 
 class _SockFprog(ctypes.Structure):
@@ -201,7 +375,7 @@ class _SockFprog(ctypes.Structure):
 
 def _install_seccomp(libc: ctypes.CDLL) -> str | None:
     try:
-        prog = seccomp_program()
+        prog = seccomp_program(own_pid=os.getpid())
     except OSError as exc:
         return str(exc)
     buf = ctypes.create_string_buffer(b"".join(prog))
@@ -215,15 +389,17 @@ def _install_seccomp(libc: ctypes.CDLL) -> str | None:
 
 # -- privileges and limits ----------------------------------------------------------------------
 
-def _drop_privileges(scratch: str, paths_to_own: Iterable[str]) -> str | None:
+def _drop_privileges(scratch: str, paths_to_own: Iterable[str], uid: int) -> str | None:
     try:
         for path in (scratch, *paths_to_own):
-            os.chown(path, NOBODY, NOBODY)
+            os.chown(path, uid, uid)
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
     except OSError as exc:
-        return f"drop to uid {NOBODY}: {exc}"
+        hint = (" (the uid is not mapped in this user namespace: set TRACE_ENVIRONMENT_SANDBOX_UID_BASE to a "
+                "mapped range, or 0 for nobody)") if exc.errno == errno.EINVAL else ""
+        return f"uid unavailable: drop to uid {uid}: {exc}{hint}"
     return None
 
 
@@ -256,7 +432,7 @@ _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.pos
                              "os.fork", "os.forkpty", "pty.spawn", "os.startfile", "os.kill", "os.killpg",
                              "signal.pthread_kill", "_posixsubprocess.fork_exec"})
 #: Modules whose import is itself reported (top-level name -> violation kind).
-_DENIED_IMPORTS = {"socket": "network", "_socket": "network", "ssl": "network", "http": "network",
+DENIED_IMPORTS = {"socket": "network", "_socket": "network", "ssl": "network", "http": "network",
                    "urllib": "network", "ftplib": "network", "smtplib": "network", "telnetlib": "network",
                    "xmlrpc": "network", "socketserver": "network", "subprocess": "processes",
                    "_posixsubprocess": "processes", "multiprocessing": "processes", "pty": "processes",
@@ -342,8 +518,8 @@ def make_audit_hook(scratch: str, read_roots: Iterable[str], list_roots: Iterabl
                 deny("filesystem", f"list {path}")
         elif event == "import":
             top = str(args[0]).split(".", 1)[0] if args else ""
-            if top in _DENIED_IMPORTS:
-                deny(_DENIED_IMPORTS[top], f"import {args[0]}")
+            if top in DENIED_IMPORTS:
+                deny(DENIED_IMPORTS[top], f"import {args[0]}")
         elif event in _DENIED_EVENTS:
             deny(_DENIED_EVENTS[event], event)
 
@@ -355,14 +531,24 @@ def make_audit_hook(scratch: str, read_roots: Iterable[str], list_roots: Iterabl
 def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, mount_namespace: bool = True,
               drop_privileges: bool = True, seccomp: bool = True, audit_hook: bool = True,
               read_roots: Iterable[str] = (), list_roots: Iterable[str] = (), own_paths: Iterable[str] = (),
+              uid: int = NOBODY, uid_distinct: bool = False, pid_namespace: bool = False,
+              pid_namespace_note: str | None = None,
               record: Callable[[str, str], None] = lambda kind, detail: None) -> IsolationReport:
     """Apply every enabled layer to this process (irreversible) and report what is in force.
+
+    `pid_namespace` says that this process already runs as pid 1 of its own PID namespace
+    (`fork_supervised` made one; else `pid_namespace_note` says why not): then a private
+    /proc is mounted with the read-only root. `uid` is the sandbox uid to drop to (root only);
+    `uid_distinct` that the caller gave it to this worker alone.
 
     Order matters: namespaces and mounts need root, so they come before the uid drop;
     seccomp comes after (it forbids mount/unshare) and the audit hook last (it forbids
     ctypes, which seccomp setup uses).
     """
     report = IsolationReport(platform=f"{platform.system()} {platform.release()} {platform.machine()}")
+    report.pidns = pid_namespace
+    if not pid_namespace:
+        report.notes.append(f"pidns unavailable: {pid_namespace_note or 'not requested'}")
     scratch = os.path.realpath(scratch)
     os.chdir(scratch)
     linux = sys.platform.startswith("linux")
@@ -375,11 +561,14 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
             if why is None:
                 report.netns = network_namespace
                 if mount_namespace:
-                    why_ro = _read_only_root(libc, scratch)
+                    why_ro, why_proc = _read_only_root(libc, scratch, private_proc=pid_namespace)
                     report.mount_ro = why_ro is None
+                    report.proc_private = why_ro is None and why_proc is None
                     os.chdir(scratch)  # re-enter scratch through the new writable bind mount
                     if why_ro:
                         report.notes.append(f"mount_ro unavailable: {why_ro}")
+                    if why_proc:
+                        report.notes.append(f"proc_private unavailable: {why_proc}")
             else:
                 report.notes.append(f"namespaces unavailable: unshare: {why}")
         elif network_namespace:
@@ -387,16 +576,22 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
             report.netns = why is None
             if why:
                 report.notes.append(f"netns unavailable (unprivileged user namespace): {why}")
+    if not report.proc_private and not any(n.startswith("proc_private") for n in report.notes):
+        report.notes.append("proc_private unavailable: /proc is the host's (needs pidns and a mount namespace)")
     if drop_privileges and is_root and linux:
-        why = _drop_privileges(scratch, own_paths)
+        why = _drop_privileges(scratch, own_paths, uid)
         if why:
             report.notes.append(why)
         else:
-            report.uid = NOBODY
+            report.uid, report.uid_dropped, report.uid_distinct = uid, True, uid_distinct
+            if pid_namespace and libc is not None:
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # setuid cleared it
     elif not is_root:
         report.uid = os.geteuid()
-        if drop_privileges:
-            report.notes.append(f"already unprivileged (uid {os.geteuid()})")
+        report.notes.append(f"uid unavailable: already unprivileged (uid {os.geteuid()}), the same uid as "
+                            "the process that started the worker")
+    else:
+        report.notes.append("uid unavailable: drop_privileges is off (the worker runs as root)")
     report.rlimits = _set_limits(limits)
     if is_root and report.uid is None and limits.max_processes >= 0:
         report.notes.append("uid 0: RLIMIT_NPROC is not enforced for root; seccomp blocks process creation")

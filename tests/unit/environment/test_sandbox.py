@@ -128,8 +128,9 @@ def test_protocol_round_trip_and_isolation_report():
         iso = w.isolation
         assert iso["audit_hook"] and iso["rlimits"]["max_processes"] == 0
         if ROOT:  # every layer is in force when the service runs as root on Linux
-            assert iso["netns"] and iso["mount_ro"] and iso["seccomp"] and iso["uid"] == 65534
-            assert iso["network"] == "netns"
+            assert iso["pidns"] and iso["netns"] and iso["mount_ro"] and iso["proc_private"] and iso["seccomp"]
+            assert iso["uid_dropped"] and iso["uid_distinct"] and 1_000_000 <= iso["uid"] < 1_065_536
+            assert iso["network"] == "netns" and iso["missing"] == [] and not iso["allowed_weak"]
         info = w.call("load", source=module())
         assert (info["name"], info["class"], info["has_solve"], info["has_solve_unskilled"]) == \
             ("toy", "Toy", True, False)
@@ -225,7 +226,8 @@ KERNEL_CASES = [
     ("spawn_shell", "import subprocess\nsubprocess.run(['sh', '-c', 'touch MARK'])", ("Operation not permitted",
                                                                                      "Permission denied")),
     ("write_tmp", "open('MARK', 'w').write('x')", ("Read-only file system", "Permission denied")),
-    ("read_service_environ", "open('/proc/PPID/environ').read()", ("Permission denied",)),
+    # the worker's private /proc has no such pid at all (without it: uid permissions refuse the read)
+    ("read_service_environ", "open('/proc/PPID/environ').read()", ("No such file or directory", "Permission denied")),
 ]
 
 
@@ -283,3 +285,45 @@ def test_pod_mode_entrypoint_reads_the_module_from_a_path_and_speaks_stdin_stdou
     assert replies[1]["result"]["messages"][1]["content"].startswith("say ")
     assert replies[2]["result"][0]["message"] in replies[1]["result"]["messages"][1]["content"]
     assert not replies[3]["ok"] and "already loaded" in replies[3]["error"]["message"]
+
+
+# -- how a dead worker is classified, and the filter program ----------------------------------------
+
+ENDINGS = [
+    # what the transport observed, kind, fragment of the detail
+    ({"signal": 9, "cpu_seconds": 299.0, "oom_kills": 0}, "cpu", "CPU-time limit"),
+    ({"signal": 9, "cpu_seconds": 0.2, "oom_kills": 1}, "memory", "most likely the OOM killer"),
+    ({"signal": 9, "cpu_seconds": 0.2, "oom_kills": 0}, "killed", "from outside the sandbox"),
+    ({"signal": 9, "cpu_seconds": 0.2}, "killed", "whether the OOM killer did it is unknown"),
+    ({"signal": 31}, "syscall", "SIGSYS"),
+    ({"signal": 24}, "cpu", "SIGXCPU"),
+    ({"signal": 25}, "file_size", "SIGXFSZ"),
+    ({"signal": 11}, "crash", "SIGSEGV"),
+    ({"code": 3}, "crash", "status 3"),
+    ({"code": 137, "signal": 9, "reason": "OOMKilled", "oom_kills": 1}, "memory", "OOMKilled"),
+    ({"reason": "DeadlineExceeded"}, "timeout", "activeDeadlineSeconds"),
+    ({"reason": "PodDeleted"}, "killed", "deleted from outside"),
+]
+
+
+@pytest.mark.parametrize(("end", "kind", "fragment"), ENDINGS, ids=[f"{e[1]}-{i}" for i, e in enumerate(ENDINGS)])
+def test_a_dead_worker_is_classified_from_what_was_observed(end, kind, fragment):
+    from services.environment.sandbox.parent import classify_ending
+
+    got, detail = classify_ending(end, SandboxConfig())
+    assert got == kind and fragment in detail, detail
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_seccomp_program_assembles_for_each_architecture(machine):
+    from services.environment.sandbox.isolation import seccomp_program
+
+    prog = seccomp_program(machine, own_pid=1)
+    assert 20 < len(prog) < 4096 and all(len(ins) == 8 for ins in prog)
+
+
+def test_no_seccomp_table_is_an_error_not_a_silent_allow():
+    from services.environment.sandbox.isolation import seccomp_program
+
+    with pytest.raises(OSError, match="no seccomp table"):
+        seccomp_program("riscv64")
