@@ -31,11 +31,11 @@ def env_factory(kind: str):
         from trace_common.domains.store.env import StoreEnv
 
         return lambda: StoreEnv(task_types="precondition_check")
-    from services.environment.library.precondition_verification import PreconditionVerificationEnv
+    from services.environment import library
     from services.environment.targets import resolve_target
 
-    target = resolve_target("store").library_params(PreconditionVerificationEnv.roles)
-    return lambda: PreconditionVerificationEnv(target)
+    target = resolve_target("store").library_params(library.roles("precondition_verification"))
+    return lambda: library.make_env("precondition_verification", target)
 
 
 def evaluate(policy, factory, seeds, temperature: float, max_turns: int, max_tokens: int):

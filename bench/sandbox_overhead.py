@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     isolation: dict = {}
     for family in library.FAMILIES:
         source = library.bundle(family, store.library_params(library.roles(family)))
-        env_cls = library.env_class(family)
-        local = env_cls(store.library_params(env_cls.roles))
+        local = library.make_env(family, store.library_params(library.roles(family)))
         seeds = list(SEEDS[: args.episodes])
         scripts = {s: local.script(s, skilled=True) for s in seeds}
         w_trace, m_trace = _worker(sandboxed, source)

@@ -4,8 +4,8 @@ Modules (domain code has no gRPC; `servicer.py` only translates):
 
 - `library/`: TRACE's reference environments, one family per capability reported on tau2-bench
   (`kit.py` + one module per family; `bundle()` makes a self-contained module per target).
-- `targets.py`: the target environment's tools, id formats and prompt frame (explicit tables for
-  `store` and `tau2-retail`).
+- `targets.py`: the target's surface as the SDK describes it (`trace_common.env.describe_target`:
+  verbatim system prompt, every tool schema, greeting, record toolkit); no per-target tables.
 - `candidates.py`: mode library (bundle) and mode llm (prompt -> module -> validation -> feedback).
 - `sandbox/`: the locked-down worker process (`python -m services.environment.sandbox.worker`),
   its kernel layers and its parent-side client (`SandboxWorker`, `SandboxEnvironment`).

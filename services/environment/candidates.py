@@ -3,13 +3,21 @@
 Mode `library` (GENERATION_MODE_LIBRARY): pick the library family for the capability,
 bundle it for the target (`library.bundle`), validate it once. No LLM.
 
-Mode `llm` (GENERATION_MODE_LLM): render prompts/environment/generate.md (capability,
-evidence as a delimited data block, the target's tool schemas, system-prompt format and
-policy excerpt, the SDK contract, one reference environment from the library), ask the
-endpoint, extract the single ```python block, validate it in the sandbox; if it is
-rejected, send the failed checks back (the prompt's feedback message) and try again, at
+Mode `llm` (GENERATION_MODE_LLM): render prompts/environment/generate.md -- the capability,
+its evidence and excerpts of the target's own trajectories (tool call / output pairs) as
+delimited data blocks, the target's system prompt verbatim, its greeting, ALL of its tool
+schemas, its record-toolkit contract when it has one, the SDK contract, and one reference
+environment from the library -- ask the endpoint, extract the single ```python block, bind
+the target's surface into it (`with_target`: TRACE appends `TARGET = {"surface": ...,
+"toolkit_sha256": ...}`, as the library's bundles end), validate it in the sandbox; if it
+is rejected, send the failed checks back (the prompt's feedback message) and try again, at
 most `max_retries` more times. The reply is text until the sandbox worker executes it:
 this module only parses it.
+
+Trajectory excerpts (`target_excerpts`) come from `trajectories` when the caller passes the
+target's own episodes (those of the evidence's task ids first); otherwise, for a target with
+a record toolkit, from a few calls of the target's own tools on a world the toolkit builds
+(the prompt says which).
 
 Both return a `GenerationResult`: the final candidate's source, its validation report
 (with the mode and every attempt recorded) and the attempts.
@@ -20,22 +28,24 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import random
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from trace_common.env import Environment
+from trace_common.env import Environment, Trajectory
+from trace_common.env.surface import load_toolkit
 from trace_common.errors import FailedPrecondition
 
 from . import library
 from .sandbox.worker import ALLOWED_IMPORTS
-from .targets import PROFILES, TargetInfo, resolve_target
+from .targets import TargetInfo, resolve_target
 from .validation import Check, ValidationConfig, ValidationReport
 
 USER_SPLIT = "<!-- message: user -->"
@@ -117,18 +127,108 @@ def sdk_contract() -> str:
     return inspect.getdoc(Environment) or ""
 
 
+def _encode_line(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 def encode_evidence(evidence: list[str]) -> str:
     """One JSON string per line, ASCII, no raw '<' or '>' (cannot close the data block)."""
-    lines = [json.dumps(e, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e") for e in evidence[:50]]
+    lines = [_encode_line(e) for e in evidence[:50]]
     return "\n".join(lines) or json.dumps("(no evidence given)")
 
 
-def reference_for(capability: str, target: TargetInfo) -> tuple[str, str]:
-    """(name, bundled source) of a library environment for *another* capability."""
+#: Longest tool output quoted in an excerpt.
+EXCERPT_OUTPUT_CHARS = 700
+
+
+def _trajectory_pairs(traj: Trajectory) -> list[dict[str, Any]]:
+    """{"task_id", "call", "output"} for each tool call of `traj` answered by a tool message."""
+    answers = {m.tool_call_id: m.content or "" for m in traj.messages if m.role == "tool"}
+    out = []
+    for message in traj.messages:
+        for call in message.tool_calls or []:
+            if call.id in answers:
+                out.append({"task_id": traj.task_id, "call": {"name": call.function.name,
+                                                              "arguments": call.function.arguments},
+                            "output": answers[call.id][:EXCERPT_OUTPUT_CHARS]})
+    return out
+
+
+def _toolkit_pairs(target: TargetInfo) -> list[dict[str, Any]]:
+    """Calls of the target's own tools on a small world its record toolkit builds (seed 0)."""
+    toolkit = load_toolkit(target.surface)
+    world = toolkit.new_world(random.Random(0))
+    user = toolkit.add_user(world)
+    catalog = toolkit.products(world.db)
+    orders = [toolkit.add_order(world, user.user_id, status, [(p.product_id, p.variants[0].item_id)])
+              for status, p in (("pending", catalog[0]), ("delivered", catalog[1]))]
+    db = toolkit.copy(world.db)
+    pending, delivered = orders
+    reason = toolkit.cancel_reasons[0]
+    calls = [("find_user_id_by_email", {"email": user.email}), ("get_user_details", {"user_id": user.user_id}),
+             ("list_user_orders", {"user_id": user.user_id}), ("get_order_details", {"order_id": delivered.order_id}),
+             ("get_order_details", {"order_id": toolkit.loose_order_ids(pending.order_id)[0]}),
+             ("cancel_pending_order", {"order_id": delivered.order_id, "reason": reason}),
+             ("cancel_pending_order", {"order_id": pending.order_id,
+                                       "reason": toolkit.reason_paraphrases[reason][0]}),
+             ("cancel_pending_order", {"order_id": pending.order_id, "reason": reason})]
+    names = set(target.tool_names())
+    return [{"call": {"name": name, "arguments": json.dumps(args)},
+             "output": toolkit.call(db, name, args).text[:EXCERPT_OUTPUT_CHARS]}
+            for name, args in calls if name in names]
+
+
+def target_excerpts(target: TargetInfo, trajectories: Sequence[Trajectory] | None, evidence: Sequence[str],
+                    limit: int = 16) -> tuple[str, str]:
+    """(where the excerpts come from, the encoded data lines): see the module docstring."""
+    if trajectories:
+        named = [t for t in trajectories if any(f"[{t.task_id}]" in e for e in evidence)]
+        rest = [t for t in trajectories if all(t is not n for n in named)]
+        pairs = [p for t in (*named, *rest) for p in _trajectory_pairs(t)][:limit]
+        if pairs:
+            return ("tool calls and the target's answers from the target's own episodes (the evidence's tasks "
+                    "first)", "\n".join(_encode_line(p) for p in pairs))
+    if target.surface.toolkit is not None:
+        pairs = _toolkit_pairs(target)[:limit]
+        return ("calls of the target's own tools on a small database its record toolkit built, with the target's "
+                "answers (no episode of the target was given)", "\n".join(_encode_line(p) for p in pairs))
+    return "no excerpts (no episode of the target was given and it has no record toolkit)", json.dumps("(none)")
+
+
+def reference_for(capability: str, target: TargetInfo) -> tuple[str, str, str]:
+    """(family, target name, source for the prompt) of a library environment for *another* capability,
+    bundled for `target` when it has a record toolkit, else for the built-in store; the baked TARGET
+    constant is replaced by a note (TRACE binds it; it would only repeat the surface shown above)."""
     own = library.family_for(capability)
     family = next(f for f in ("precondition_verification", *library.FAMILIES) if f != own)
-    ref_target = target if target.profile is not None else resolve_target("store")
-    return family, library.bundle(family, ref_target.library_params(library.roles(family)))
+    ref_target = target if target.surface.toolkit is not None else resolve_target("store")
+    source = library.bundle(family, ref_target.library_params(library.roles(family)))
+    literal = library.target_literal(ref_target.library_params(library.roles(family)))
+    note = ("import json\n\n# TARGET = json.loads(...): bound by TRACE at the end of the module -- the target's "
+            "surface\n# ({'surface': {name, version, system_prompt, greeting, tool_schemas, toolkit, toolkit_params},"
+            "\n#   'toolkit_sha256': ...}).\n")
+    return family, ref_target.name, source.replace(literal, note)
+
+
+def with_target(source: str, target: TargetInfo) -> str:
+    """`source` with the target's surface bound at its end (`TARGET = ...`, as bundles end)."""
+    return source.rstrip("\n") + "\n\n\n# ---- target surface bound by TRACE ----\n" + library.target_literal(
+        target.baked())
+
+
+def toolkit_section(target: TargetInfo) -> str:
+    """What the prompt says about the target's record toolkit."""
+    contract = target.toolkit_contract()
+    if contract is None:
+        return (f"{target.name} publishes no record toolkit: implement its tools yourself over your own seeded "
+                "data, reproducing its tool outputs and errors exactly as the excerpts below show them.")
+    line = library.toolkit_import(target.baked())
+    return (f"{target.name} publishes a record toolkit: its own database schema and tool code. Use it for every "
+            f"tool call, so each output is the target's own: import it with\n\n    {line}\n\n"
+            f"build it once with `{library.TOOLKIT_NAME}(**TARGET['surface']['toolkit_params'])`, build each "
+            "instance's world with it from `random.Random(seed)`, and answer each ToolAction with "
+            "`toolkit.call(db, action.name, action.arguments).text` (an action whose `error` is set: "
+            "`toolkit.invalid_arguments(action.name, action.error).text`).\n\n```text\n" + contract + "\n```")
 
 
 @dataclass
@@ -181,25 +281,33 @@ def _no_code_report(reply: str, target: TargetInfo, config: ValidationConfig) ->
 
 async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: Any, validate: Validator,
                        config: ValidationConfig, *, max_retries: int, prompt: GenerationPrompt | None = None,
-                       max_tokens: int | None = None, temperature: float = 0.2,
-                       seed: int | None = None) -> GenerationResult:
+                       max_tokens: int | None = None, temperature: float = 0.2, seed: int | None = None,
+                       trajectories: Sequence[Trajectory] | None = None) -> GenerationResult:
     """The generate -> validate -> feedback loop (see module docstring).
 
-    `capability`: {name, description, evidence}; `client`: a `trace_common.llm.ChatClient`.
+    `capability`: {name, description, evidence}; `client`: a `trace_common.llm.ChatClient`;
+    `trajectories`: the target's own episodes to quote tool calls from (optional).
     """
     prompt = prompt or load_prompt()
     name = capability["name"]
-    ref_name, ref_source = reference_for(name, target)
+    ref_name, ref_target, ref_source = reference_for(name, target)
+    evidence = list(capability.get("evidence") or [])
+    excerpt_source, excerpts = target_excerpts(target, trajectories, evidence)
+    greeting = (f"After the system prompt the conversation opens with the assistant greeting {target.greeting!r} "
+                "(an assistant message), then the user's first message." if target.greeting else
+                "After the system prompt the conversation opens with the user's first message (no greeting).")
     values = {
         "capability_name": name, "capability_description": capability.get("description") or "(no description)",
-        "nonce": secrets.token_hex(8), "evidence": encode_evidence(list(capability.get("evidence") or [])),
-        "target_name": target.name, "tool_schemas": json.dumps(target.tool_schemas, indent=1),
-        "system_prompt_format": target.system_prompt_format(), "policy_excerpt": target.policy_excerpt(),
+        "nonce": secrets.token_hex(8), "evidence": encode_evidence(evidence),
+        "excerpt_source": excerpt_source, "excerpts": excerpts,
+        "target_name": target.name, "tool_count": str(len(target.tool_schemas)),
+        "tool_schemas": json.dumps(target.tool_schemas, indent=1), "system_prompt": target.system_prompt,
+        "greeting_rule": greeting, "toolkit_section": toolkit_section(target),
+        "max_addendum": str(config.max_addendum_chars),
         "sdk_contract": sdk_contract(), "allowed_imports": ", ".join(ALLOWED_IMPORTS),
-        "min_tools": str(config.min_tools), "max_tools": str(config.max_tools),
         "noop_max": f"{config.noop_max_mean:g}", "random_max": f"{config.random_max_mean:g}",
         "band_low": f"{config.band[0]:g}", "band_high": f"{config.band[1]:g}",
-        "reference_name": ref_name, "reference_source": ref_source,
+        "reference_name": ref_name, "reference_target": ref_target, "reference_source": ref_source,
     }
     messages = prompt.initial(values)
     attempts: list[Attempt] = []
@@ -216,8 +324,8 @@ async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: A
             report = _no_code_report(reply, target, config)
             source, extracted = reply, False
         else:
-            source, extracted = code, True
-            report = await validate(code)
+            source, extracted = with_target(code, target), True
+            report = await validate(source)
         attempts.append(Attempt(index, report.status, report.reasons, hashlib.sha256(source.encode()).hexdigest(),
                                 len(source), llm_s, round(time.perf_counter() - t1, 3)))
         if report.status == "ACCEPTED" or index == total:
@@ -232,9 +340,5 @@ async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: A
                             family=library.family_for(name), extracted=extracted)
 
 
-def known_library_targets() -> list[str]:
-    return sorted(PROFILES)
-
-
 __all__ = ["GenerationPrompt", "GenerationResult", "MODE_LIBRARY", "MODE_LLM", "extract_module",
-           "generate_library", "generate_llm", "known_library_targets", "load_prompt"]
+           "generate_library", "generate_llm", "load_prompt", "target_excerpts", "with_target"]

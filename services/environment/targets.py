@@ -1,131 +1,109 @@
-"""The target environment a capability environment must resemble: its tools, ids, prompt format.
+"""The target a capability environment must keep the surface of, as the SDK describes it.
 
 `resolve_target(ref)` instantiates the target from the registry (so a tau2 target reads its
-data directory -- a missing directory is an error, never a silent fallback) and returns a
-`TargetInfo`: every tool schema, the policy text, how the system prompt is framed, and --
-for targets in `PROFILES` -- the small explicit table the environment library needs:
+data directory -- a missing directory is an error, never a silent fallback) and describes it
+with `trace_common.env.surface.describe_target`: the system prompt verbatim, the greeting,
+ALL tool schemas, and the record toolkit with its parameters. Nothing here is written per
+target: a new target gets library environments by publishing a toolkit in its surface.
 
-| role          | store                       | tau2-retail                  | library arguments                    |
-|---------------|-----------------------------|------------------------------|--------------------------------------|
-| find_user     | find_user_id_by_email       | find_user_id_by_email        | email                                |
-| get_user      | get_user_details            | get_user_details             | user_id                              |
-| get_order     | get_order_details           | get_order_details            | order_id                             |
-| cancel        | cancel_pending_order        | cancel_pending_order         | order_id, reason                     |
-| return_items  | return_delivered_order_items | return_delivered_order_items | order_id, item_ids, payment_method_id |
-
-plus each target's id widths (store: '#W' + 5 digits, 5-digit items; tau2: '#W' + 7
-digits, 10-digit items and products, 3-digit user suffix, 7-digit payment ids), output
-style (terse text vs tau2's JSON records) and system-prompt frame (the store's policy as
-is; tau2's `<instructions>...</instructions><policy>...</policy>` after which the
-assistant greets first). `library_params` checks that every role's tool exists in the
-target with exactly the arguments the library implements and fails with a clear
-FailedPrecondition otherwise (a renamed tool, a changed argument, an unknown target).
+`TargetInfo.library_params(tools)` is what the environment library bakes into a bundle
+(`{"surface": <the surface>, "toolkit_sha256": <sha256 of the toolkit module>}`); it fails
+with a clear FailedPrecondition when the target names no toolkit, or lacks a tool the
+family's scripts call with the arguments they pass (a renamed tool, a changed argument).
+`summary()` -- recorded in every validation report and environment manifest -- names the
+toolkit and its module's sha256.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from trace_common.env import make
+from trace_common.env.records import RecordToolkit
+from trace_common.env.surface import TargetSurface, describe_target, toolkit_class, toolkit_sha256
 from trace_common.errors import FailedPrecondition
 
-from .library.kit import ROLE_ARGS
-
-
-@dataclass(frozen=True)
-class TargetProfile:
-    """The explicit mapping of one known target onto the library's tool roles."""
-
-    style: str
-    roles: dict[str, str]
-    formats: dict[str, int]
-    system_template: str
-    greeting: str | None = None
-
-
-_SAME_NAMES = {"find_user": "find_user_id_by_email", "get_user": "get_user_details",
-               "get_order": "get_order_details", "cancel": "cancel_pending_order",
-               "return_items": "return_delivered_order_items"}
-
-
-def _tau2_template() -> tuple[str, str]:
-    from trace_common.domains.tau2.prompts import AGENT_GREETING, agent_system_prompt
-
-    return agent_system_prompt("{policy}"), AGENT_GREETING
-
-
-PROFILES: dict[str, TargetProfile] = {
-    "store": TargetProfile(style="store", roles=dict(_SAME_NAMES), system_template="{policy}",
-                           formats={"order_digits": 5, "item_digits": 5, "product_digits": 4, "user_digits": 4,
-                                    "payment_digits": 5}),
-    "tau2-retail": TargetProfile(style="tau2", roles=dict(_SAME_NAMES), system_template=_tau2_template()[0],
-                                 greeting=_tau2_template()[1],
-                                 formats={"order_digits": 7, "item_digits": 10, "product_digits": 10,
-                                          "user_digits": 3, "payment_digits": 7}),
-}
+from .library.kit import SCRIPT_TOOLS
 
 
 @dataclass
 class TargetInfo:
     """What generation and validation need to know about the target."""
 
-    name: str
-    version: str
+    surface: TargetSurface
     params: dict[str, str]
-    tool_schemas: list[dict[str, Any]]
-    policy: str
-    system_template: str
-    greeting: str | None
-    profile: TargetProfile | None = None
-    notes: list[str] = field(default_factory=list)
+    toolkit_sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.surface.name
+
+    @property
+    def version(self) -> str:
+        return self.surface.version
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return self.surface.tool_schemas
+
+    @property
+    def system_prompt(self) -> str:
+        return self.surface.system_prompt
+
+    @property
+    def greeting(self) -> str | None:
+        return self.surface.greeting
 
     def schema(self, tool: str) -> dict[str, Any] | None:
-        return next((s for s in self.tool_schemas if s["function"]["name"] == tool), None)
+        return self.surface.schema(tool)
 
     def tool_names(self) -> list[str]:
-        return [s["function"]["name"] for s in self.tool_schemas]
-
-    def policy_excerpt(self, limit: int = 2500) -> str:
-        text = self.policy.strip()
-        return text if len(text) <= limit else text[:limit].rsplit("\n", 1)[0] + "\n[...]"
-
-    def system_prompt_format(self) -> str:
-        greeting = (f"\nThe conversation then starts with the assistant message {self.greeting!r}, "
-                    "and the user's first message answers it.") if self.greeting else ""
-        return f"The system prompt is this template with the environment's policy in place of {{policy}}:\n" \
-               f"```\n{self.system_template}\n```{greeting}"
+        return self.surface.tool_names()
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "params": self.params, "tools": self.tool_names(),
-                "style": self.profile.style if self.profile else None}
+                "toolkit": self.surface.toolkit, "toolkit_sha256": self.toolkit_sha256}
 
-    def library_params(self, roles: tuple[str, ...]) -> dict[str, Any]:
-        """The TARGET constant baked into a library environment that uses `roles`."""
-        if self.profile is None:
-            known = ", ".join(sorted(PROFILES))
+    def toolkit_contract(self) -> str | None:
+        """The record-toolkit contract and this target's toolkit, as text (None without a toolkit)."""
+        if self.surface.toolkit is None:
+            return None
+        cls = toolkit_class(self.surface.toolkit)
+        methods = []
+        for name, fn in inspect.getmembers(RecordToolkit, inspect.isfunction):
+            if not name.startswith("_"):
+                methods.append(f"    def {name}{inspect.signature(fn)}:\n        \"\"\"{inspect.getdoc(fn) or ''}\"\"\"")
+        module = inspect.getmodule(RecordToolkit)
+        return "\n\n".join([
+            f"Toolkit of this target: {self.surface.toolkit} (class {cls.__name__}).",
+            inspect.getdoc(module) or "", "class RecordToolkit:  # the contract",
+            "\n".join(methods), f"{cls.__name__}: {inspect.getdoc(inspect.getmodule(cls)) or ''}"])
+
+    def library_params(self, tools: tuple[str, ...] = tuple(SCRIPT_TOOLS)) -> dict[str, Any]:
+        """The TARGET constant baked into a library environment whose scripts call `tools`."""
+        if self.surface.toolkit is None:
             raise FailedPrecondition(
-                f"target {self.name!r} has no tool mapping for the environment library (known targets: {known}); "
-                "use GENERATION_MODE_LLM for it, or add a TargetProfile in services/environment/targets.py")
-        tools: dict[str, Any] = {}
-        for role in roles:
-            name = self.profile.roles.get(role)
-            schema = self.schema(name) if name else None
+                f"target {self.name!r} publishes no record toolkit in its surface, so the environment library "
+                "cannot build worlds in its schema; use GENERATION_MODE_LLM for it, or give the target a toolkit "
+                "(trace_common/env/records.py)")
+        for tool in tools:
+            schema = self.schema(tool)
             if schema is None:
-                raise FailedPrecondition(f"target {self.name!r} lacks the tool {name!r} that the library uses for "
-                                         f"{role!r}; its tools are {', '.join(self.tool_names())}")
-            props = set(schema["function"].get("parameters", {}).get("properties", {}))
-            required = set(schema["function"].get("parameters", {}).get("required", []))
-            want = set(ROLE_ARGS[role])
-            if props != want or not required <= want:
+                raise FailedPrecondition(f"target {self.name!r} lacks the tool {tool!r} that the library's scripts "
+                                         f"call; its tools are {', '.join(self.tool_names())}")
+            props = set((schema["function"].get("parameters") or {}).get("properties") or {})
+            want = set(SCRIPT_TOOLS.get(tool, ()))
+            if not want <= props:
                 raise FailedPrecondition(
-                    f"target {self.name!r}: tool {name!r} takes {sorted(props)} (required {sorted(required)}) but the "
-                    f"library implements {sorted(want)} for {role!r}; the library does not fit this target")
-            tools[role] = copy.deepcopy(schema)
-        return {"name": self.name, "version": self.version, "style": self.profile.style, "tools": tools,
-                "formats": dict(self.profile.formats), "system_template": self.system_template,
-                "greeting": self.greeting}
+                    f"target {self.name!r}: tool {tool!r} takes {sorted(props)} but the library passes "
+                    f"{sorted(want)}; the library does not fit this target")
+        return self.baked()
+
+    def baked(self) -> dict[str, Any]:
+        """`{"surface": ..., "toolkit_sha256": ...}`: the TARGET constant TRACE binds in a module."""
+        return {"surface": self.surface.model_dump(mode="json"), "toolkit_sha256": self.toolkit_sha256}
 
 
 def _params(name: str, uri: str, params: dict[str, str]) -> dict[str, str]:
@@ -138,18 +116,6 @@ def _params(name: str, uri: str, params: dict[str, str]) -> dict[str, str]:
 def resolve_target(name: str, version: str = "", uri: str = "", params: dict[str, str] | None = None) -> TargetInfo:
     """Instantiate the target from the registry and describe it (see module docstring)."""
     args = _params(name, uri, params or {})
-    env = make(name, version or None, **args)
-    schemas = env.tool_schemas()
-    profile = PROFILES.get(name)
-    if name == "store":
-        from trace_common.domains.store import load_policy
-
-        policy = load_policy()
-    elif hasattr(env, "domain") and hasattr(env.domain, "policy"):
-        policy = env.domain.policy
-    else:
-        policy = env.description or ""
-    template = profile.system_template if profile else "{policy}"
-    greeting = profile.greeting if profile else None
-    return TargetInfo(name=name, version=env.version, params=args, tool_schemas=schemas, policy=policy,
-                      system_template=template, greeting=greeting, profile=profile)
+    surface = describe_target(make(name, version or None, **args))
+    sha = toolkit_sha256(surface.toolkit) if surface.toolkit else None
+    return TargetInfo(surface=surface, params=args, toolkit_sha256=sha)

@@ -5,9 +5,9 @@ other check still runs so the generation agent gets all reasons at once):
 
 | check         | passes when                                                                                  |
 |---------------|----------------------------------------------------------------------------------------------|
-| static        | the module parses; imports only ALLOWED_IMPORTS; no eval/exec/open/compile/__import__ calls; has a module docstring of >= 200 characters (why skill transfers) and a module-level `solve(seed)` |
+| static        | the module parses; none of the patterns `sandbox/static_check.py` lists (imports outside ALLOWED_IMPORTS, eval/exec/open/__import__, `__builtins__`, dunder walks, module aliases ...); has a module docstring of >= 200 characters (why skill transfers) and a module-level `solve(seed)`. Advisory: the sandbox's kernel layers (or pod) contain the code, not this check |
 | loads         | the module loads in a sandbox worker and yields exactly one Environment class                 |
-| tools         | 3-5 tools (configurable); every tool name is a target tool; every argument is one of that tool's arguments with the same JSON type; every argument the target requires is present |
+| surface       | the candidate keeps the target's surface (`targets.TargetInfo`, from the SDK's `describe_target`): its tool schemas equal ALL of the target's, in the target's order; on a reset, its system prompt starts with the target's system prompt verbatim, followed by at most `max_addendum_chars` of capability addendum; its second message is the target's greeting when the target has one (and no assistant message otherwise) |
 | deterministic | for each sampled seed, a second worker with a different PYTHONHASHSEED gives the same oracle actions, the same observations for them (tool outputs, user replies) and the same reward; distinct seeds give distinct instances |
 | oracle        | `solve(seed)` reaches reward 1 on every sampled seed                                          |
 | noop          | a policy that only says it cannot help scores mean <= noop_max_mean, success <= trivial_max_success |
@@ -46,12 +46,10 @@ from trace_common.errors import Cancelled, TraceError
 from .baseline_policies import ActionScript, RandomPolicy, noop_policy
 from .calibration import CalibrationPolicyFailed, CalibrationResult, CalibrationTimedOut, calibrate
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
-from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker
+from .sandbox.parent import SandboxConfig, SandboxRefused, SandboxViolation, SandboxWorker
+from .sandbox.static_check import ADVISORY_NOTE, findings
 from .sandbox.worker import ALLOWED_IMPORTS
 from .targets import TargetInfo
-
-FORBIDDEN_CALLS = ("eval", "exec", "compile", "open", "__import__", "breakpoint", "input", "globals")
-_TYPE_ALIASES = {"integer": "number"}
 
 
 class ValidationConfig(BaseModel):
@@ -68,8 +66,8 @@ class ValidationConfig(BaseModel):
     groups: int = Field(16, ge=1, le=1000, description="Calibration groups (seeds).")
     group_size: int = Field(8, ge=2, le=256, description="Calibration samples per seed.")
     min_informative: float = Field(0.5, ge=0, le=1, description="Lowest informative-group fraction.")
-    min_tools: int = Field(3, ge=1, le=64, description="Fewest tools a candidate may expose.")
-    max_tools: int = Field(5, ge=1, le=64, description="Most tools a candidate may expose.")
+    max_addendum_chars: int = Field(600, ge=0, le=20_000, description="Longest capability addendum a candidate's "
+                                    "system prompt may add after the target's system prompt.")
     max_turns: int = Field(0, ge=0, le=1000, description="Turn budget per episode (0: the env's default).")
     episode_deadline_s: float = Field(3600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode "
                                       "(waiting for a shared model included).")
@@ -82,8 +80,6 @@ class ValidationConfig(BaseModel):
         lo, hi = self.band
         if not 0.0 <= lo < hi <= 1.0:
             raise ValueError(f"band {self.band} must satisfy 0 <= low < high <= 1, e.g. (0.2, 0.6)")
-        if self.min_tools > self.max_tools:
-            raise ValueError(f"min_tools {self.min_tools} > max_tools {self.max_tools}: set min_tools <= max_tools")
         return self
 
 
@@ -105,6 +101,9 @@ class ValidationReport(BaseModel):
     candidate: dict[str, Any] = Field(default_factory=dict)
     target: dict[str, Any] = Field(default_factory=dict)
     isolation: dict[str, Any] = Field(default_factory=dict)
+    static_check_advisory: bool = Field(
+        True, description="Always true: the static check is pattern-based and bypassable; what contained the "
+        "candidate are the layers `isolation` names (held / missing), not the static check.")
     config: dict[str, Any] = Field(default_factory=dict)
     calibration_policy: str = ""
     calibration_policy_info: dict[str, Any] = Field(
@@ -126,14 +125,11 @@ class ValidationReport(BaseModel):
 
 # -- static checks -------------------------------------------------------------------------------
 
-def _allowed(module: str) -> bool:
-    return any(module == a or module.startswith(a + ".") for a in ALLOWED_IMPORTS)
-
-
 def static_check(source: str, min_doc: int = 200) -> Check:
-    """Parse-level checks (nothing is executed)."""
+    """Parse-level checks (nothing is executed); advisory (sandbox/static_check.py says why)."""
     try:
         tree = pyast.parse(source)
+        found = list(findings(source))
     except SyntaxError as exc:
         return Check(name="static", passed=False, reason=f"syntax error at line {exc.lineno}: {exc.msg}")
     problems: list[str] = []
@@ -141,68 +137,69 @@ def static_check(source: str, min_doc: int = 200) -> Check:
     if len(doc) < min_doc:
         problems.append(f"the module docstring has {len(doc)} characters; write >= {min_doc} explaining the task, "
                         "the reward and why skill on it transfers to the target")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            bad = [a.name for a in node.names if not _allowed(a.name)]
-            if bad:
-                problems.append(f"line {node.lineno}: import of {', '.join(bad)} is not allowed")
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                problems.append(f"line {node.lineno}: relative imports are not allowed")
-            elif not _allowed(node.module or ""):
-                problems.append(f"line {node.lineno}: import from {node.module} is not allowed")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
-            problems.append(f"line {node.lineno}: call of {node.func.id}() is not allowed")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__") \
-                and node.attr not in ("__init__", "__name__", "__class__", "__doc__", "__dict__"):
-            problems.append(f"line {node.lineno}: access to {node.attr} is not allowed")
+    problems += [f"line {line}: {problem}" for line, problem in found]
     if not any(isinstance(n, ast.FunctionDef) and n.name == "solve" for n in tree.body):
         problems.append("no module-level function solve(seed) returning the oracle's actions")
     if any("not allowed" in p for p in problems):
         problems.append(f"allowed imports: {', '.join(ALLOWED_IMPORTS)}")
     return Check(name="static", passed=not problems, reason="; ".join(problems[:12]),
-                 details={"docstring_chars": len(doc), "lines": source.count("\n") + 1})
+                 details={"docstring_chars": len(doc), "lines": source.count("\n") + 1, "findings": len(found),
+                          "advisory": ADVISORY_NOTE})
 
 
-# -- tool shapes ---------------------------------------------------------------------------------
+# -- the target's surface ---------------------------------------------------------------------------
 
-def _jtype(spec: dict[str, Any]) -> str:
-    kind = spec.get("type", "")
-    return _TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else json.dumps(kind)
+def _schema_key(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True)
 
 
-def tool_check(schemas: Sequence[dict[str, Any]], target: TargetInfo, min_tools: int, max_tools: int) -> Check:
+def _tool_name(schema: Any) -> str | None:
+    fn = schema.get("function") if isinstance(schema, dict) else None
+    return fn.get("name") if isinstance(fn, dict) and isinstance(fn.get("name"), str) else None
+
+
+def surface_check(schemas: Sequence[Any], messages: Sequence[dict[str, Any]], target: TargetInfo,
+                  max_addendum_chars: int) -> Check:
+    """The candidate's tool schemas and opening messages against the target's surface (module table)."""
     problems: list[str] = []
-    names: list[str] = []
-    for schema in schemas:
-        fn = schema.get("function") if isinstance(schema, dict) else None
-        if not isinstance(fn, dict) or schema.get("type") != "function" or not isinstance(fn.get("name"), str):
-            problems.append(f"not an OpenAI function schema: {json.dumps(schema)[:120]}")
-            continue
-        name = fn["name"]
-        names.append(name)
-        ref = target.schema(name)
-        if ref is None:
-            problems.append(f"tool {name!r} is not a tool of {target.name} (its tools: {', '.join(target.tool_names())})")
-            continue
-        params = fn.get("parameters") or {}
-        ref_params = ref["function"].get("parameters") or {}
-        props, ref_props = params.get("properties") or {}, ref_params.get("properties") or {}
-        for arg, spec in props.items():
-            if arg not in ref_props:
-                problems.append(f"{name}: argument {arg!r} is not an argument of the target's {name} "
-                                f"({', '.join(ref_props) or 'none'})")
-            elif _jtype(spec) != _jtype(ref_props[arg]):
-                problems.append(f"{name}.{arg}: type {spec.get('type')!r} differs from the target's "
-                                f"{ref_props[arg].get('type')!r}")
-        missing = [a for a in ref_params.get("required") or [] if a not in props]
-        if missing:
-            problems.append(f"{name}: lacks the target's required argument(s) {', '.join(missing)}")
+    names = [_tool_name(s) for s in schemas]
+    target_names = target.tool_names()
+    missing = [n for n in target_names if n not in names]
+    extra = [n or json.dumps(s)[:60] for n, s in zip(names, schemas, strict=True) if n not in target_names]
+    if missing:
+        problems.append(f"missing the target's tool(s) {', '.join(missing)}: expose all {len(target_names)} of "
+                        f"{target.name}'s tools with their schemas unchanged")
+    if extra:
+        problems.append(f"tool(s) {', '.join(extra)} are not tools of {target.name}")
     if len(set(names)) != len(names):
         problems.append("a tool name appears twice")
-    if not min_tools <= len(names) <= max_tools:
-        problems.append(f"{len(names)} tools; reuse between {min_tools} and {max_tools} of the target's tools")
-    return Check(name="tools", passed=not problems, reason="; ".join(problems[:10]), details={"tools": names})
+    changed = [n for n, s in zip(names, schemas, strict=True)
+               if n in target_names and _schema_key(s) != _schema_key(target.schema(n))]
+    if changed:
+        problems.append(f"the schema of {', '.join(changed)} differs from the target's: copy the target's schemas "
+                        "verbatim (names, descriptions, parameters)")
+    if not (missing or extra or changed) and names != target_names:
+        problems.append("the tools are not in the target's order")
+    system = messages[0] if messages else {}
+    prompt = system.get("content") if system.get("role") == "system" else None
+    addendum = 0
+    if not isinstance(prompt, str) or not prompt.startswith(target.system_prompt):
+        problems.append(f"the system prompt does not start with {target.name}'s system prompt verbatim "
+                        f"({len(target.system_prompt)} characters beginning {target.system_prompt[:40]!r})")
+    else:
+        addendum = len(prompt) - len(target.system_prompt)
+        if addendum > max_addendum_chars:
+            problems.append(f"the capability addendum after the target's system prompt has {addendum} characters "
+                            f"(at most {max_addendum_chars})")
+    second = messages[1] if len(messages) > 1 else {}
+    if target.greeting is not None:
+        if second.get("role") != "assistant" or second.get("content") != target.greeting:
+            problems.append(f"the conversation must open with {target.name}'s greeting {target.greeting!r} "
+                            "(an assistant message after the system prompt)")
+    elif second.get("role") == "assistant":
+        problems.append(f"{target.name} opens with the user's message, not an assistant greeting")
+    return Check(name="surface", passed=not problems, reason="; ".join(problems),
+                 details={"tools": names, "addendum_chars": addendum})
 
 
 # -- episodes --------------------------------------------------------------------------------------
@@ -273,7 +270,8 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
                                 seconds=round(time.perf_counter() - t0, 3)))
             raise _Stop from None
         except TraceError as exc:
-            if isinstance(exc, (Cancelled, CalibrationPolicyFailed, CalibrationTimedOut)):
+            # not the candidate's fault: fail the job instead of rejecting the candidate
+            if isinstance(exc, (Cancelled, CalibrationPolicyFailed, CalibrationTimedOut, SandboxRefused)):
                 raise
             check, value = Check(name=name, passed=False, reason=str(exc)), None
         check.seconds = round(time.perf_counter() - t0, 3)
@@ -313,8 +311,17 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
             return Check(name="loads", passed=True, details={"class": module.info.get("class")}), (worker, module)
         worker, module = run_check("loads", loads)
 
-        run_check("tools", lambda: (tool_check(module.tool_schemas, target, config.min_tools, config.max_tools), True))
         seeds = sample_seeds(module, config.seeds, rng)
+
+        def surface():
+            env = SandboxEnvironment(worker, module)
+            try:
+                obs = env.reset(seeds[0])
+            finally:
+                env.close()
+            messages = [m.to_dict() for m in obs.messages]
+            return surface_check(module.tool_schemas, messages, target, config.max_addendum_chars), True
+        run_check("surface", surface)
         max_turns = config.max_turns or None
 
         def deterministic():

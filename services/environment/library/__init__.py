@@ -1,19 +1,26 @@
-"""The environment library: one reference environment family per capability, written by TRACE.
+"""The environment library: one capability environment family per capability, written by TRACE.
 
-| capability                  | module                          | task                                        |
-|-----------------------------|---------------------------------|---------------------------------------------|
-| structured_data_reasoning   | structured_data_reasoning.py    | act on the one order matching every attribute |
-| multi_step_task_completion  | multi_step_task_completion.py   | carry out all three parts of a request       |
-| precondition_verification   | precondition_verification.py    | check status before cancelling; refuse if not pending |
-| tool_call_precision         | tool_call_precision.py          | canonical ids and enum values from loose user text |
+| capability                  | module                          | task                                              |
+|-----------------------------|---------------------------------|---------------------------------------------------|
+| structured_data_reasoning   | structured_data_reasoning.py    | act on the order whose item matches every attribute, among look-alikes (3 requests) |
+| multi_step_task_completion  | multi_step_task_completion.py   | carry out all three requests of one message        |
+| precondition_verification   | precondition_verification.py    | check the status before a write; refuse when it forbids (3 requests) |
+| tool_call_precision         | tool_call_precision.py          | canonical ids and enum values from loose user text (3 requests) |
 
-These are the four capabilities TRACE reported on tau2-bench. Each module is an ordinary
-environment (importable, testable in-process with an explicit `target=`), but what gets
-registered and served is its *bundle*: `bundle(capability, target_params)` returns one
-self-contained module -- the family's docstring, then `kit.py`'s code, then the family's
-code, then `TARGET = <the target's tool schemas, id formats and prompt frame>` -- which
-imports only the standard library and `trace_common.env`, so its sha256 covers every line
-that runs and the sandbox worker can load it like any generated candidate.
+These are the four capabilities TRACE reported on tau2-bench. Every family keeps its
+target's surface (kit.py): the target's system prompt verbatim, all of its tools, its world
+and tool outputs through the target's record toolkit (trace_common/env/records.py), so a
+family works for any target whose surface names a toolkit (the store and tau2 retail do).
+
+A family module is an ordinary environment, testable in-process with `make_env(family,
+target_params)`, but what gets registered and served is its *bundle*:
+`bundle(capability, target_params)` returns one self-contained module -- the family's
+docstring, a header naming the kit's sha256 and the target toolkit module with its
+sha256, the kit's code, the static import of the target's toolkit module (the one
+`trace_common.domains` module the sandbox worker allows), the family's code, then `TARGET
+= <the target surface and toolkit parameters>` -- so its sha256 covers every line that runs
+except the toolkit module, whose own sha256 the header (and the record's manifest, via the
+target summary) records.
 
 Mode `library` of the environment service selects a family by capability name (or one of
 the aliases below) and bundles it for the job's target; no LLM is involved.
@@ -29,7 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from trace_common import pyast
+from trace_common.env import Environment
+from trace_common.env.records import split_ref
+from trace_common.env.surface import TargetSurface, load_toolkit
 from trace_common.errors import FailedPrecondition
+
+from .kit import SCRIPT_TOOLS
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("structured_data_reasoning", "multi_step_task_completion", "precondition_verification",
@@ -47,6 +59,8 @@ ALIASES = {
     "argument_precision": "tool_call_precision",
 }
 KIT_MODULE = "services.environment.library.kit"
+#: The name a bundle binds the target's toolkit class to (kit.py reads it).
+TOOLKIT_NAME = "TARGET_TOOLKIT"
 
 
 def family_for(capability: str) -> str | None:
@@ -75,7 +89,14 @@ def env_class(family: str):
 
 
 def roles(family: str) -> tuple[str, ...]:
-    return tuple(env_class(family).roles)
+    """The target tools the family's scripts call (a target must have them, with their arguments)."""
+    return tuple(env_class(family).tools_used)
+
+
+def make_env(family: str, target_params: dict[str, Any]) -> Environment:
+    """The family's environment for baked `target_params`, in-process (its toolkit imported here)."""
+    surface = TargetSurface.model_validate(target_params["surface"])
+    return env_class(family)(target_params, toolkit=load_toolkit(surface))
 
 
 def kit_sha256() -> str:
@@ -100,22 +121,42 @@ def _split(source: str, drop_import_of: str | None) -> tuple[str, str]:
     return doc, "".join(keep).strip("\n") + "\n"
 
 
+def toolkit_import(target_params: dict[str, Any]) -> str:
+    """The static import line a bundle uses for the target's toolkit class."""
+    ref = target_params["surface"].get("toolkit")
+    if not ref:
+        raise FailedPrecondition(f"target {target_params['surface'].get('name')!r} names no record toolkit; the "
+                                 "environment library needs one (use GENERATION_MODE_LLM for this target)")
+    module, attribute = split_ref(ref)
+    return f"from {module} import {attribute} as {TOOLKIT_NAME}"
+
+
+def target_literal(target_params: dict[str, Any]) -> str:
+    """`import json` + `TARGET = json.loads('...')`: the baked parameters (key order kept: the toolkit builds from it)."""
+    return f"import json\n\nTARGET = json.loads({json.dumps(target_params)!r})\n"
+
+
 def bundle(capability: str, target_params: dict[str, Any]) -> str:
-    """One self-contained module: family docstring + kit + family code + baked TARGET."""
+    """One self-contained module (see module docstring)."""
     family = require_family(capability)
     doc, env_code = _split(source_path(family).read_text(encoding="utf-8"), KIT_MODULE)
     _, kit_code = _split((HERE / "kit.py").read_text(encoding="utf-8"), None)
-    target_literal = repr(json.dumps(target_params, sort_keys=True))
+    surface = target_params["surface"]
     return (f"{doc}\n"
             "from __future__ import annotations\n\n"
             f"# Bundled by TRACE from services/environment/library/{family}.py and kit.py "
-            f"(kit sha256 {kit_sha256()[:16]}) for target {target_params.get('name')!r}.\n\n"
+            f"(kit sha256 {kit_sha256()[:16]}) for target {surface.get('name')!r}.\n"
+            f"# Target record toolkit {surface.get('toolkit')} (module sha256 "
+            f"{target_params.get('toolkit_sha256')}).\n\n"
             "# ---- kit -------------------------------------------------------------------------------------\n"
             f"{kit_code}\n\n"
+            "# ---- the target's record toolkit ------------------------------------------------------------------\n"
+            f"{toolkit_import(target_params)}\n\n"
             "# ---- environment -------------------------------------------------------------------------------\n"
             f"{env_code}\n\n"
             "# ---- target parameters baked in by TRACE ----------------------------------------------------------\n"
-            f"TARGET = json.loads({target_literal})\n")
+            f"{target_literal(target_params)}")
 
 
-__all__ = ["ALIASES", "FAMILIES", "bundle", "env_class", "family_for", "kit_sha256", "require_family", "roles"]
+__all__ = ["ALIASES", "FAMILIES", "SCRIPT_TOOLS", "bundle", "env_class", "family_for", "kit_sha256", "make_env",
+           "require_family", "roles", "target_literal", "toolkit_import"]

@@ -1,38 +1,58 @@
-"""Shared machinery of TRACE's reference capability environments (the environment library).
+"""Shared machinery of TRACE's capability environments (the environment library).
 
-A reference environment is a small, seeded customer-service world that exercises one
-capability with the *target's* tools: the same tool names and argument shapes, the same
-id formats, the same tool-output style and the same system-prompt format, so what a policy
-learns there is what it needs on the target. This module holds what the four families
-share:
+A capability environment exercises one skill in its own small scenario but keeps its
+target's surface (DESIGN.md "Environment interface"), all of it taken from the target
+through the SDK (`trace_common.env.surface`, `trace_common.env.records`):
 
-- `World`: seeded users, products (variants with options and prices) and orders, with ids
-  in the target's formats (store: '#W12345', 5-digit items; tau2 retail: '#W1234567',
-  10-digit items...). Prices are integer cents whose last digit is never 0, so a price has
-  one spelling ('45.17' in text and in JSON).
-- `ToolBox`: the target-shaped tools (find user by email, user details, order details,
-  cancel a pending order, return delivered items) over that world, in the target's output
-  style (`store`: terse text lines; `tau2`: JSON records and tau2's error texts). Each
-  call is logged with whether it was malformed (an id not in canonical form, a reason
-  outside the enum, a missing or unknown argument) and whether it violated a precondition.
-- `ScriptedUser`: the store's deterministic user protocol: a question asking to confirm
-  gets "yes", a question asking for the email gets it, anything else is the agent's final
-  report and ends the episode ("###STOP###").
-- `ServiceEnv`: the `Environment` around them. Subclasses (one per capability) implement
-  `build` (the seeded instance), `score` (the algorithmic reward), `oracle` and
-  `unskilled` (action scripts) and `policy_lines`.
+- the system prompt is the target's, verbatim, plus at most a short capability addendum
+  (`ServiceEnv.addendum`, empty for targets whose policy already says everything the
+  scoring asks for); the target's greeting opens the conversation when it has one;
+- the tools are ALL of the target's tools with their schemas, and every call runs the
+  target's own tool code through its record toolkit (`toolkit.call`), so tool messages are
+  byte-identical to the target's;
+- the world is built in the target's schema by the toolkit (its catalog, users, payment
+  methods, orders in the target's id formats); amounts, loose ids and item descriptions are
+  the toolkit's renderings.
 
-The module is *bundled* into every registered library environment (see
-`library/__init__.py`), so a registered `env.py` is self-contained: it imports only the
-standard library and `trace_common.env`, and the target parameters are baked in as the
-module constant `TARGET`.
+The scenario is the family's own (never the target's task generator): one user with one
+or more *cases* of the skill (`Case`), stated one after another (the store's sequential
+protocol: the user gives the next request after each agent message) or all at once.
+`ScriptedUser` is the store's deterministic user protocol: a question asking for the email
+gets it, a question asking to confirm gets "Yes, please go ahead." (at most `2 + cases`
+such answers), any other message gets the next request, or ends the episode with
+"###STOP###" when none is left.
+
+Reward (algorithmic, multi-level; each family defines `credit(case)` in [0, 1], where 1
+means the case was handled exactly and lower levels reward the skill's intermediate step):
+
+    reward = 1                           if every case has credit 1 and nothing else was written
+           = SHARE * mean_c credit(c)    otherwise (SHARE = ServiceEnv.share, 0.5)
+
+so a policy that shows the skill in some episodes gets 1 there and a graded, lower reward
+elsewhere, which is what GRPO needs (groups with different rewards). Calibration, as
+tests/unit/environment/test_library.py checks it for every family and both targets: with the
+skill in a fraction p of *episodes* (validation's scripted stand-in) the mean is
+p + (1 - p) * u, where u (at most 0.17 here) is the skill-less script's mean, so the default band
+[0.2, 0.6] holds for p in [0.2, 0.5] and no family can hold it above p = 0.6 (the oracle's 1
+alone gives p); with the skill shown per *case* independently (`mixed`) the formula is
+convex in p and the band holds for p in [0.4, 0.6].
+
+Each family also supplies per-instance *guidance* (`Observation.guidance`, never in the
+messages): a concrete hint for this instance's skill, which the trainer shows in a fraction
+of a group's rollouts. `oracle()` and `unskilled()` are action scripts for the current
+instance: the oracle reaches reward 1; the unskilled script is what an agent without the
+skill does (the gap the store's scripted expert plants for this capability).
+
+The module is bundled into every registered library environment (`library/__init__.py`):
+the bundle binds `TARGET_TOOLKIT` to the target's toolkit class (a static import of the
+toolkit module, allowed in the sandbox) and `TARGET` to the baked target parameters
+({"surface": TargetSurface JSON, "toolkit_sha256": ...}); in-process callers pass
+`target=` and `toolkit=` instead.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
-import json
 import random
 import re
 from collections.abc import Sequence
@@ -42,303 +62,66 @@ from trace_common.env import Environment, Message, MessageAction, Observation, S
 from trace_common.errors import FailedPrecondition, InvalidArgument
 
 STOP = "###STOP###"
-CANCEL_REASONS = ("no longer needed", "ordered by mistake")
-REASON_PARAPHRASES = {
-    "no longer needed": ("I don't need it anymore", "I no longer need it", "I changed my mind about it"),
-    "ordered by mistake": ("I ordered it by accident", "I bought it by mistake", "it was an accidental order"),
-}
-#: Tool roles the library uses -> the arguments the kit implements for each.
-ROLE_ARGS: dict[str, tuple[str, ...]] = {
-    "find_user": ("email",),
-    "get_user": ("user_id",),
-    "get_order": ("order_id",),
-    "cancel": ("order_id", "reason"),
-    "return_items": ("order_id", "item_ids", "payment_method_id"),
-}
-WRITE_ROLES = ("cancel", "return_items")
-
-CATALOG: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
-    ("t-shirt", (("color", ("red", "blue", "white", "black")), ("size", ("S", "M", "L", "XL")))),
-    ("kettle", (("color", ("black", "white", "red", "green")), ("capacity", ("1L", "1.7L")))),
-    ("backpack", (("color", ("black", "blue", "green", "grey")), ("size", ("small", "large")))),
-    ("desk lamp", (("color", ("black", "white", "blue")), ("power", ("battery", "USB", "AC")))),
-    ("water bottle", (("color", ("blue", "red", "green", "pink")), ("capacity", ("500ml", "750ml", "1L")))),
-    ("headphones", (("color", ("black", "white", "silver")), ("type", ("wired", "wireless")))),
-    ("sneakers", (("color", ("white", "black", "red")), ("size", ("8", "9", "10")))),
-    ("mug", (("color", ("white", "blue", "yellow")), ("material", ("ceramic", "glass")))),
-)
-FIRST_NAMES = ("emma", "liam", "olivia", "noah", "ava", "mason", "mia", "lucas", "sofia", "ethan", "yara", "omar",
-               "lena", "ivan", "nora", "raj", "chen", "aisha", "diego", "hana")
-LAST_NAMES = ("smith", "lee", "garcia", "khan", "muller", "rossi", "silva", "kim", "novak", "brown", "ito",
-              "dubois", "patel", "jones", "costa", "berg", "ali", "moreau", "nagy", "park")
-PAYMENT_KINDS = ("credit_card", "paypal", "gift_card")
 SPLITS: dict[str, range] = {"train": range(0, 100_000), "dev": range(500_000, 500_500),
                             "test": range(1_000_000, 1_000_500)}
+#: Tools the library's scripts call, with the arguments they pass (targets.py checks a target has them).
+SCRIPT_TOOLS: dict[str, tuple[str, ...]] = {
+    "find_user_id_by_email": ("email",),
+    "get_user_details": ("user_id",),
+    "get_order_details": ("order_id",),
+    "cancel_pending_order": ("order_id", "reason"),
+    "return_delivered_order_items": ("order_id", "item_ids", "payment_method_id"),
+}
+#: Used instead of reading each order when the target has it (the store does, tau2 does not).
+LIST_ORDERS = "list_user_orders"
+WRITE_KIND = {"cancel": "cancel_pending_order", "return": "return_delivered_order_items"}
+
+REPORT_RULE = ("When you have handled a request, tell the user its outcome: the refund amount with two decimals "
+               "(e.g. 45.00), or, when the order's status does not allow the request, the order's status next to "
+               "its order id.")
+
+#: The target's record toolkit class; a bundle rebinds it with a static import after this section.
+TARGET_TOOLKIT: Any = None
+_TOOLKITS: dict[int, tuple[Any, Any]] = {}
 
 
-def money(cents: int) -> str:
-    """Cents -> '45.17'."""
-    return f"{cents // 100}.{cents % 100:02d}"
+# -- the scenario -------------------------------------------------------------------------------
+
+class Case:
+    """One request of the skill: its kind, the order it is about, what the user says, and facts."""
+
+    def __init__(self, kind: str, order_id: str, text: str, **facts: Any):
+        self.kind, self.order_id, self.text, self.facts = kind, order_id, text, facts
 
 
-def spoken(name: str, options: dict[str, str]) -> str:
-    """How a user names an item: 't-shirt with color red and size L'."""
-    parts = [f"{dim} {value}" for dim, value in options.items()]
-    return f"{name} with {' and '.join(parts)}"
+class Instance:
+    """One seeded task: the user, the cases, how they are stated, the guidance."""
 
+    def __init__(self, user: Any, cases: list[Case], mode: str, guidance: str, info: dict[str, Any] | None = None):
+        if mode not in ("sequential", "all_at_once"):
+            raise ValueError(f"mode {mode!r}: use 'sequential' or 'all_at_once'")
+        self.user, self.cases, self.mode, self.guidance = user, cases, mode, guidance
+        self.info = dict(info or {})
+        hello = f"Hi, I'm {user.first_name} {user.last_name}, my email is {user.email}."
+        if mode == "sequential" or len(cases) == 1:
+            self.opening = f"{hello} {cases[0].text}"
+            self.followups = [f"Thanks. Also: {c.text}" for c in cases[1:]] if mode == "sequential" else []
+        else:
+            numbered = " ".join(f"{i + 1}) {c.text}" for i, c in enumerate(cases))
+            self.opening = f"{hello} I have {len(cases)} requests. {numbered}"
+            self.followups = []
 
-# -- the world ----------------------------------------------------------------------------------
-
-class World:
-    """Seeded records in the target's id formats. `db` = {users, orders, products} (JSON-able)."""
-
-    def __init__(self, rng: random.Random, formats: dict[str, int]):
-        self.rng = rng
-        self.fmt = formats
-        self.used: set[str] = set()
-        self.db: dict[str, dict[str, Any]] = {"users": {}, "orders": {}, "products": {}}
-
-    def digits(self, n: int) -> str:
-        while True:
-            value = str(self.rng.randint(1, 9)) + "".join(str(self.rng.randint(0, 9)) for _ in range(n - 1))
-            if value not in self.used:
-                self.used.add(value)
-                return value
-
-    def price(self, base: int) -> int:
-        cents = base + self.rng.randint(-400, 400)
-        return cents - (cents % 10) + self.rng.randint(1, 9)  # last digit never 0
-
-    def product(self, index: int) -> dict[str, Any]:
-        name, dims = CATALOG[index]
-        pid = self.digits(self.fmt["product_digits"])
-        base = self.rng.randint(1500, 15000)
-        variants: dict[str, Any] = {}
-        for values in itertools.product(*[vals for _, vals in dims]):
-            item_id = self.digits(self.fmt["item_digits"])
-            variants[item_id] = {"item_id": item_id, "options": {d: v for (d, _), v in zip(dims, values, strict=True)},
-                                 "price": self.price(base), "available": self.rng.random() < 0.8}
-        product = {"product_id": pid, "name": name, "variants": variants}
-        self.db["products"][pid] = product
-        return product
-
-    def user(self) -> dict[str, Any]:
-        first, last = self.rng.choice(FIRST_NAMES), self.rng.choice(LAST_NAMES)
-        user_id = f"{first}_{last}_{self.digits(self.fmt['user_digits'])}"
-        kinds = self.rng.sample(PAYMENT_KINDS, self.rng.randint(1, 2))
-        user = {"user_id": user_id, "first": first, "last": last,
-                "email": f"{first}.{last}{self.rng.randint(100, 999)}@example.com",
-                "payment_methods": [f"{k}_{self.digits(self.fmt['payment_digits'])}" for k in kinds], "orders": []}
-        self.db["users"][user_id] = user
-        return user
-
-    def order(self, user: dict[str, Any], status: str, lines: Sequence[tuple[dict[str, Any], str]]) -> dict[str, Any]:
-        order_id = "#W" + self.digits(self.fmt["order_digits"])
-        items = []
-        for product, item_id in lines:
-            variant = product["variants"][item_id]
-            items.append({"item_id": item_id, "product_id": product["product_id"], "name": product["name"],
-                          "options": dict(variant["options"]), "price": variant["price"]})
-        order = {"order_id": order_id, "user_id": user["user_id"], "status": status,
-                 "payment_method_id": self.rng.choice(user["payment_methods"]), "items": items}
-        self.db["orders"][order_id] = order
-        user["orders"].append(order_id)
-        return order
-
-    def random_lines(self, products: Sequence[dict[str, Any]], count: int) -> list[tuple[dict[str, Any], str]]:
-        chosen = self.rng.sample(list(products), min(count, len(products)))
-        return [(p, self.rng.choice(sorted(p["variants"]))) for p in chosen]
-
-
-def order_total(order: dict[str, Any]) -> int:
-    return sum(row["price"] for row in order["items"])
-
-
-# -- tools --------------------------------------------------------------------------------------
-
-class Outcome:
-    """One tool call's result: text shown to the agent, ok, and why it failed (if it did)."""
-
-    def __init__(self, text: str, ok: bool = True, malformed: str | None = None, violation: str | None = None,
-                 write: str | None = None):
-        self.text, self.ok, self.malformed, self.violation, self.write = text, ok, malformed, violation, write
-
-
-class ToolBox:
-    """The target-shaped tools over a world's `db` (see module docstring)."""
-
-    def __init__(self, db: dict[str, Any], style: str, formats: dict[str, int]):
-        self.db, self.style = db, style
-        def digits(key: str) -> str:
-            return r"\d{" + str(int(formats[key])) + "}"
-        self.patterns = {
-            "order_id": re.compile(r"^#W" + digits("order_digits") + "$"),
-            "item_id": re.compile("^" + digits("item_digits") + "$"),
-            "user_id": re.compile(r"^[a-z]+_[a-z]+_" + digits("user_digits") + "$"),
-            "payment_method_id": re.compile(r"^(credit_card|paypal|gift_card)_" + digits("payment_digits") + "$"),
-            "email": re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]+$"),
-        }
-        self.examples = {"order_id": "#W" + "1234567890"[: formats["order_digits"]],
-                         "item_id": "1234567890"[: formats["item_digits"]]}
-
-    # rendering
-    def _json(self, value: Any) -> str:
-        return json.dumps(value)
-
-    def render_order(self, order: dict[str, Any]) -> str:
-        if self.style == "tau2":
-            out = {"order_id": order["order_id"], "user_id": order["user_id"],
-                   "items": [{"name": r["name"], "product_id": r["product_id"], "item_id": r["item_id"],
-                              "price": r["price"] / 100, "options": r["options"]} for r in order["items"]],
-                   "status": order["status"],
-                   "payment_history": [{"transaction_type": "payment", "amount": order_total(order) / 100,
-                                        "payment_method_id": order["payment_method_id"]}]}
-            for key in ("cancel_reason", "return_items"):
-                if key in order:
-                    out[key] = order[key]
-            if "refund" in order:
-                out["payment_history"].append({"transaction_type": "refund", "amount": order["refund"] / 100,
-                                               "payment_method_id": order["payment_method_id"]})
-            return self._json(out)
-        items = "; ".join(f"{r['item_id']} {r['name']} ({', '.join(r['options'].values())}) {money(r['price'])}"
-                          for r in order["items"])
-        return f"order {order['order_id']} {order['status']}, paid {order['payment_method_id']}: {items} " \
-               f"(user {order['user_id']})"
-
-    def render_user(self, user: dict[str, Any]) -> str:
-        if self.style == "tau2":
-            return self._json({"user_id": user["user_id"],
-                               "name": {"first_name": user["first"].title(), "last_name": user["last"].title()},
-                               "email": user["email"],
-                               "payment_methods": {pm: {"source": pm.rsplit("_", 1)[0], "id": pm}
-                                                   for pm in user["payment_methods"]},
-                               "orders": list(user["orders"])})
-        return f"user {user['user_id']}: {user['first'].title()} {user['last'].title()}, email {user['email']}; " \
-               f"payment methods: {', '.join(user['payment_methods'])}; orders: {', '.join(user['orders']) or 'none'}"
-
-    # checks
-    def _err(self, store_text: str, tau2_text: str, **kw: Any) -> Outcome:
-        return Outcome(f"Error: {tau2_text if self.style == 'tau2' else store_text}", ok=False, **kw)
-
-    def check_args(self, role: str, name: str, args: dict[str, Any]) -> Outcome | None:
-        expected = ROLE_ARGS[role]
-        for arg in args:
-            if arg not in expected:
-                return self._err(f"{arg} is not an argument of {name}; expected only {', '.join(expected)}",
-                                 f"RetailTools.{name}() got an unexpected keyword argument '{arg}'",
-                                 malformed=f"unknown argument {arg}")
-        missing = [a for a in expected if a not in args]
-        if missing:
-            return self._err(f"missing required argument '{missing[0]}'",
-                             f"RetailTools.{name}() missing {len(missing)} required positional argument"
-                             f"{'s' if len(missing) > 1 else ''}: {', '.join(repr(a) for a in missing)}",
-                             malformed=f"missing argument {missing[0]}")
-        for arg in expected:
-            value = args[arg]
-            if arg == "item_ids":
-                if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-                    return self._err(f"{arg} must be a non-empty list of item id strings",
-                                     "Some item not found", malformed=f"{arg} not a list of strings")
-                bad = [v for v in value if not self.patterns["item_id"].match(v)]
-                if bad:
-                    return self._err(f"item id '{bad[0]}' is invalid: expected {self.examples['item_id']}-style digits",
-                                     "Some item not found", malformed=f"item id {bad[0]!r}")
-                continue
-            if not isinstance(value, str):
-                return self._err(f"{arg} must be a string", f"{arg} must be a string", malformed=f"{arg} type")
-            if arg == "reason" and value not in CANCEL_REASONS:
-                return self._err("reason must be exactly 'no longer needed' or 'ordered by mistake'", "Invalid reason",
-                                 malformed=f"reason {value!r}")
-            pattern = self.patterns.get(arg)
-            if pattern is not None and not pattern.match(value if arg != "email" else value.strip().lower()):
-                not_found = {"order_id": "Order not found", "user_id": "User not found",
-                             "payment_method_id": "Payment method not found", "email": "User not found"}[arg]
-                hint = f"e.g. '{self.examples['order_id']}'" if arg == "order_id" else "as shown by the tools"
-                return self._err(f"{arg} '{value}' is invalid: expected the canonical form, {hint}", not_found,
-                                 malformed=f"{arg} {value!r}")
-        return None
-
-    # tools
-    def call(self, role: str, name: str, args: dict[str, Any]) -> Outcome:
-        bad = self.check_args(role, name, args)
-        if bad is not None:
-            if role == "cancel" and self.style == "tau2" and bad.malformed and bad.malformed.startswith("reason"):
-                # tau2 checks the order's status before the reason
-                order = self.db["orders"].get(args.get("order_id"))
-                if order is not None and order["status"] != "pending":
-                    return self._status_error(role, order)
-            return bad
-        return getattr(self, f"_{role}")(args)
-
-    def _status_error(self, role: str, order: dict[str, Any]) -> Outcome:
-        need = "pending" if role == "cancel" else "delivered"
-        verb = "cancelled" if role == "cancel" else "returned"
-        tau2 = "Non-pending order cannot be cancelled" if role == "cancel" else "Non-delivered order cannot be returned"
-        return self._err(f"order {order['order_id']} is {order['status']}; only {need} orders can be {verb}", tau2,
-                         violation=f"{role} on a {order['status']} order", write=order["order_id"])
-
-    def _find_user(self, a: dict[str, Any]) -> Outcome:
-        email = a["email"].strip().lower()
-        for user_id in sorted(self.db["users"]):
-            if self.db["users"][user_id]["email"] == email:
-                return Outcome(user_id if self.style == "tau2" else f"user_id: {user_id}")
-        return self._err(f"no user with email {a['email']}", "User not found")
-
-    def _get_user(self, a: dict[str, Any]) -> Outcome:
-        user = self.db["users"].get(a["user_id"])
-        if user is None:
-            return self._err(f"user {a['user_id']} not found", "User not found")
-        return Outcome(self.render_user(user))
-
-    def _get_order(self, a: dict[str, Any]) -> Outcome:
-        order = self.db["orders"].get(a["order_id"])
-        if order is None:
-            return self._err(f"order {a['order_id']} not found", "Order not found")
-        return Outcome(self.render_order(order))
-
-    def _cancel(self, a: dict[str, Any]) -> Outcome:
-        order = self.db["orders"].get(a["order_id"])
-        if order is None:
-            return self._err(f"order {a['order_id']} not found", "Order not found")
-        if order["status"] != "pending":
-            return self._status_error("cancel", order)
-        order.update(status="cancelled", cancel_reason=a["reason"], refund=order_total(order))
-        if self.style == "tau2":
-            return Outcome(self.render_order(order), write=order["order_id"])
-        return Outcome(f"order {order['order_id']} cancelled; refund {money(order['refund'])} to "
-                       f"{order['payment_method_id']}", write=order["order_id"])
-
-    def _return_items(self, a: dict[str, Any]) -> Outcome:
-        order = self.db["orders"].get(a["order_id"])
-        if order is None:
-            return self._err(f"order {a['order_id']} not found", "Order not found")
-        if order["status"] != "delivered":
-            return self._status_error("return_items", order)
-        in_order = [r["item_id"] for r in order["items"]]
-        for item_id in a["item_ids"]:
-            if a["item_ids"].count(item_id) > in_order.count(item_id):
-                return self._err(f"item {item_id} is not in order {order['order_id']}", "Some item not found")
-        if a["payment_method_id"] != order["payment_method_id"]:
-            return self._err(f"refunds go to the order's payment method {order['payment_method_id']}",
-                             "Payment method should be the original payment method")
-        refund = sum(r["price"] for r in order["items"] if r["item_id"] in a["item_ids"])
-        order.update(status="return requested", return_items=sorted(a["item_ids"]), refund=refund)
-        if self.style == "tau2":
-            return Outcome(self.render_order(order), write=order["order_id"])
-        return Outcome(f"return requested for order {order['order_id']} items {', '.join(a['item_ids'])}; refund "
-                       f"{money(refund)} to {order['payment_method_id']}", write=order["order_id"])
-
-
-# -- the user -----------------------------------------------------------------------------------
 
 _CONFIRM_WORDS = ("confirm", "proceed", "shall i", "should i", "go ahead", "do you want")
 
 
 class ScriptedUser:
-    """Deterministic user (see module docstring); `max_reactive` bounds the yes/email answers."""
+    """The store's deterministic user protocol (see module docstring)."""
 
-    def __init__(self, opening: str, email: str, max_reactive: int = 4):
-        self.opening, self.email, self.reactive_left = opening, email, max_reactive
+    def __init__(self, inst: Instance):
+        self.email = inst.user.email
+        self.queue = list(inst.followups)
+        self.reactive_left = 2 + len(inst.cases)
 
     def reply(self, agent_text: str) -> tuple[str, bool]:
         text = agent_text.lower()
@@ -349,11 +132,14 @@ class ScriptedUser:
             if any(word in text for word in _CONFIRM_WORDS):
                 self.reactive_left -= 1
                 return "Yes, please go ahead.", False
+        if self.queue:
+            return self.queue.pop(0), False
         return f"Thank you, that's all. {STOP}", True
 
 
-# -- reward helpers -----------------------------------------------------------------------------
+# -- reward helpers -------------------------------------------------------------------------------
 
+# split sentences on . ! ? ; and newlines, but never inside a number such as 45.00 (the store's rule)
 _SENTENCE_SPLIT = re.compile(r"(?<!\d)[.!?;\n]|[.!?;\n](?!\d)")
 
 
@@ -368,145 +154,240 @@ def told(texts: Sequence[str], value: str, anchor: str | None = None) -> bool:
 
 
 class Call:
-    """One logged tool call."""
+    """One logged tool call and what the target's toolkit said it meant."""
 
-    def __init__(self, turn: int, role: str | None, name: str, args: dict[str, Any], outcome: Outcome):
-        self.turn, self.role, self.name, self.args = turn, role, name, args
-        self.ok, self.malformed, self.violation = outcome.ok, outcome.malformed, outcome.violation
-        self.write = outcome.write
+    def __init__(self, turn: int, name: str, args: dict[str, Any], outcome: Any):
+        self.turn, self.name, self.args = turn, name, args
+        self.ok, self.write, self.violation, self.malformed = (outcome.ok, outcome.write, outcome.violation,
+                                                              outcome.malformed)
+
+
+def check_target(target: Any) -> dict[str, Any]:
+    """The baked target parameters, checked for what every library environment reads."""
+    surface = target.get("surface") if isinstance(target, dict) else None
+    if not isinstance(surface, dict) or not {"system_prompt", "tool_schemas", "toolkit"} <= set(surface):
+        raise InvalidArgument(field="target", expected="the target parameters TRACE bakes into TARGET "
+                              "({'surface': ..., 'toolkit_sha256': ...})", got=type(target).__name__,
+                              fix="Build the module with services.environment.library.bundle(...), or pass "
+                                  "TargetInfo.library_params() in-process.")
+    return target
+
+
+def _default_toolkit(target: dict[str, Any]) -> Any:
+    cached = _TOOLKITS.get(id(target))
+    if cached is not None and cached[0] is target:
+        return cached[1]
+    if TARGET_TOOLKIT is None:
+        raise InvalidArgument(field="toolkit", expected="the target's record toolkit",
+                              fix="In-process, pass toolkit= (services.environment.library.make_env does); a "
+                                  "bundle imports it as TARGET_TOOLKIT.")
+    toolkit = TARGET_TOOLKIT(**target["surface"].get("toolkit_params", {}))
+    _TOOLKITS[id(target)] = (target, toolkit)
+    return toolkit
 
 
 # -- the environment base -----------------------------------------------------------------------
-
-class Instance:
-    """One seeded task: the world's db, the user, the opening message and the gold facts."""
-
-    def __init__(self, db: dict[str, Any], user: dict[str, Any], opening: str, gold: dict[str, Any]):
-        self.db, self.user, self.opening, self.gold = db, user, opening, gold
-
-
-def check_target(target: Any, roles: Sequence[str]) -> dict[str, Any]:
-    """The baked target parameters, checked for the roles an environment uses."""
-    if not isinstance(target, dict) or "tools" not in target or "formats" not in target:
-        raise InvalidArgument(field="target", expected="the target parameters TRACE bakes into TARGET",
-                              got=type(target).__name__,
-                              fix="Build the module with services.environment.library.bundle(...).")
-    missing = [r for r in roles if r not in target["tools"]]
-    if missing:
-        raise InvalidArgument(field="target.tools", expected=f"tools for the roles {list(roles)}", got=missing)
-    return target
-
 
 class ServiceEnv(Environment):
     """Base of the library environments (see module docstring)."""
 
     capability: ClassVar[str] = ""
-    roles: ClassVar[tuple[str, ...]] = ()
-    default_max_turns: ClassVar[int] = 14
+    default_max_turns: ClassVar[int] = 24
+    #: Reward of an instance not handled exactly, as a fraction of its mean case credit.
+    share: ClassVar[float] = 0.5
+    #: Tools the family's scripts call beyond SCRIPT_TOOLS' lookups (checked against the target).
+    tools_used: ClassVar[tuple[str, ...]] = tuple(SCRIPT_TOOLS)
 
-    def __init__(self, target: dict[str, Any]):
-        self.target = check_target(target, self.roles)
-        self.style = self.target.get("style", "store")
-        self.names = {self.tool(role): role for role in self.roles}
+    def __init__(self, target: dict[str, Any], toolkit: Any = None):
+        self.target = check_target(target)
+        self.surface = self.target["surface"]
+        self.toolkit = toolkit if toolkit is not None else _default_toolkit(self.target)
+        self.tool_names = [s["function"]["name"] for s in self.surface["tool_schemas"]]
+        self.confirms = "explicit user confirmation" in self.surface["system_prompt"].lower()
         self.inst: Instance | None = None
 
     # -- subclass API ---------------------------------------------------------------------
-    def build(self, seed: int, rng: random.Random, world: World) -> Instance:
+    def build(self, seed: int, world: Any) -> Instance:
         raise NotImplementedError
 
-    def score(self) -> tuple[float, dict[str, float], str | None]:
+    def credit(self, case: Case) -> tuple[float, str | None]:
         raise NotImplementedError
 
-    def oracle(self) -> list[dict[str, Any]]:
+    def oracle_case(self, case: Case) -> tuple[list[dict[str, Any]], str]:
         raise NotImplementedError
 
-    def unskilled(self) -> list[dict[str, Any]]:
+    def unskilled_case(self, case: Case) -> tuple[list[dict[str, Any]], str | None]:
         raise NotImplementedError
 
-    def policy_lines(self) -> list[str]:
-        raise NotImplementedError
+    def addendum(self) -> str:
+        """The capability addendum after the target's system prompt: the reporting rule the
+        reward checks, unless the target's prompt already states it (it asks for amounts "with
+        two decimals", as the store's policy does)."""
+        if "two decimals" in self.surface["system_prompt"]:
+            return ""
+        return REPORT_RULE
 
     # -- helpers for subclasses -------------------------------------------------------------
-    def tool(self, role: str) -> str:
-        return self.target["tools"][role]["function"]["name"]
+    def pick_lines(self, world: Any, count: int, exclude: Sequence[str] = ()) -> list[tuple[str, str]]:
+        """`count` (product_id, item_id) lines of distinct catalog products not in `exclude`."""
+        pool = [p for p in self.catalog if p.product_id not in exclude]
+        return [(p.product_id, world.rng.choice(p.variants).item_id) for p in world.rng.sample(pool, count)]
 
-    def act(self, role: str, **arguments: Any) -> dict[str, Any]:
-        return {"name": self.tool(role), "arguments": arguments}
+    def add_fillers(self, world: Any, user_id: str, count: int, exclude: Sequence[str] = ()) -> None:
+        """`count` orders of any status holding products not in `exclude` (noise in the user's list)."""
+        for _ in range(count):
+            status = world.rng.choice(self.toolkit.statuses)
+            self.toolkit.add_order(world, user_id, status, self.pick_lines(world, world.rng.randint(1, 2), exclude))
+
+    def add_neighbour(self, world: Any) -> None:
+        """Another user with 1-2 orders, so a lookup of a foreign record has something to find."""
+        other = self.toolkit.add_user(world)
+        self.add_fillers(world, other.user_id, world.rng.randint(1, 2))
+
+    def shuffle_orders(self, world: Any, user_id: str, before: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Shuffle the user's order list; then each (a, b) pair of `before` lists a before b."""
+        orders = list(self.toolkit.user(world.db, user_id).orders)
+        world.rng.shuffle(orders)
+        for a, b in before:
+            ia, ib = orders.index(a), orders.index(b)
+            if ia > ib:
+                orders[ia], orders[ib] = orders[ib], orders[ia]
+        self.toolkit.set_user_orders(world.db, user_id, orders)
+        return orders
+
+    def act(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        return {"name": tool, "arguments": arguments}
 
     def confirm(self, summary: str) -> list[dict[str, Any]]:
-        """tau2's policy asks for an explicit yes before each write; the store's does not."""
-        if self.style == "tau2":
-            return [{"message": f"I will {summary}. Do you confirm (yes/no)?"}]
-        return []
+        """An explicit yes/no question before a write, for targets whose policy demands one."""
+        return [{"message": f"I will {summary}. Do you confirm (yes/no)?"}] if self.confirms else []
 
-    def lookups(self, order_id: str, before: int | None = None) -> bool:
-        return any(c.role == "get_order" and c.ok and c.args.get("order_id") == order_id
-                   and (before is None or c.turn < before) for c in self.calls)
+    def money(self, cents: int) -> str:
+        return self.toolkit.money(cents)
 
-    def writes(self, order_id: str | None = None) -> list[Call]:
-        """Write attempts (successful or refused by a precondition), optionally on one order."""
-        return [c for c in self.calls if c.role in WRITE_ROLES and (c.ok or c.violation)
-                and (order_id is None or c.args.get("order_id") == order_id)]
+    def order0(self, order_id: str) -> Any:
+        """The order as the instance began (the pristine world)."""
+        return self.toolkit.order(self.world_db, order_id)
 
-    def first_write_turn(self, order_id: str | None = None) -> int | None:
-        turns = [c.turn for c in self.writes(order_id)]
+    def order_now(self, order_id: str) -> Any:
+        return self.toolkit.order(self.db, order_id)
+
+    def looked_up(self, order_id: str, before: int | None = None) -> bool:
+        """The order's details (status, items) were shown to the agent before turn `before`:
+        get_order_details on it, or the user's order listing (list_user_orders)."""
+        owner = self.order0(order_id).user_id
+        return any(c.ok and (c.turn < before if before is not None else True) and (
+            (c.name == "get_order_details" and c.args.get("order_id") == order_id)
+            or (c.name == LIST_ORDERS and c.args.get("user_id") == owner)) for c in self.calls)
+
+    def write_attempts(self, order_id: str) -> list[Call]:
+        """Writes that changed the order or were refused because its status forbids them."""
+        return [c for c in self.calls if c.write == order_id
+                or (c.violation and c.args.get("order_id") == order_id)]
+
+    def first_write_turn(self, order_id: str) -> int | None:
+        turns = [c.turn for c in self.write_attempts(order_id)]
         return min(turns) if turns else None
 
-    def decisive_turn(self, order_id: str | None = None) -> int:
-        """The turn by which a lookup must have happened: the first write on the order, else the end."""
+    def decisive_turn(self, order_id: str) -> int:
+        """The turn by which a lookup must have happened: the first write attempt, else the end."""
         turn = self.first_write_turn(order_id)
         return self.turn if turn is None else turn
+
+    def written(self) -> set[str]:
+        return {c.write for c in self.calls if c.write}
+
+    def done_exactly(self, case: Case) -> bool:
+        """A cancel / return case's write made with the right arguments (final state)."""
+        order = self.order_now(case.order_id)
+        if case.kind == "cancel":
+            return order.status == "cancelled" and order.cancel_reason == case.facts["reason"]
+        if case.kind == "return":
+            return order.status == "return requested" and list(order.return_items) == [case.facts["item_id"]]
+        return not self.write_attempts(case.order_id)
+
+    def refund(self, case: Case) -> str:
+        order = self.order0(case.order_id)
+        if case.kind == "cancel":
+            return self.money(order.total)
+        return self.money(next(i.price for i in order.items if i.item_id == case.facts["item_id"]))
+
+    def told_outcome(self, case: Case) -> bool:
+        """What the user must be told for a case: the refund of a write, else the order's status."""
+        if case.kind in WRITE_KIND:
+            return told(self.texts, self.refund(case))
+        return told(self.texts, self.order0(case.order_id).status, anchor=case.order_id[2:])
 
     def event(self, event: str, **detail: Any) -> None:
         self.events.append({"capability": self.capability, "event": event, "turn": self.turn, "detail": detail})
 
-    def final_state(self, order_id: str) -> dict[str, Any]:
-        return self.db["orders"][order_id]
+    def write_sentence(self, case: Case, order_id: str | None = None, item_id: str | None = None) -> str:
+        oid = order_id or case.order_id
+        order = self.order0(oid)
+        if case.kind == "cancel":
+            return f"Order {oid} is cancelled; refund {self.money(order.total)} to {order.payment_method_id}."
+        item = next(i for i in order.items if i.item_id == (item_id or case.facts["item_id"]))
+        return (f"Return of the {item.name} from order {oid} is requested; refund {self.money(item.price)} to "
+                f"{order.payment_method_id}.")
+
+    def write_actions(self, case: Case, order_id: str | None = None, item_id: str | None = None,
+                      reason: str | None = None) -> list[dict[str, Any]]:
+        oid = order_id or case.order_id
+        if case.kind == "cancel":
+            why = reason or case.facts["reason"]
+            return self.confirm(f"cancel order {oid} (reason: {why})") + [
+                self.act("cancel_pending_order", order_id=oid, reason=why)]
+        order = self.order0(oid)
+        item = item_id or case.facts["item_id"]
+        return self.confirm(f"return item {item} of order {oid}, refunded to {order.payment_method_id}") + [
+            self.act("return_delivered_order_items", order_id=oid, item_ids=[item],
+                     payment_method_id=order.payment_method_id)]
+
+    def refusal_sentence(self, order_id: str, kind: str) -> str:
+        status = self.order0(order_id).status
+        need = self.toolkit.required_status[WRITE_KIND[kind]]
+        verb = {"cancel": "cancelled", "return": "returned"}[kind]
+        return f"Order {order_id} is {status}, so it cannot be {verb}; only {need} orders can be."
 
     # -- Environment API ------------------------------------------------------------------
     def splits(self) -> dict[str, Sequence[int]]:
         return dict(SPLITS)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [copy.deepcopy(self.target["tools"][role]) for role in self.roles]
+        return copy.deepcopy(self.surface["tool_schemas"])
 
     def system_prompt(self) -> str:
-        common = ["Each turn, either make one tool call or send one message to the user, never both.",
-                  "Use only facts from the user or from tool results. Never invent ids."]
-        if self.style == "tau2":
-            common.append("Before any write, describe it and ask the user to confirm (yes/no).")
-        end = ("When you are done, send one message that reports the outcome: refund amounts with two decimals "
-               "(e.g. 45.17), order statuses next to their order ids.")
-        policy = "\n".join([f"# {self.description}", "", *[f"- {line}" for line in
-                                                           common + self.policy_lines() + [end]]])
-        return self.target["system_template"].replace("{policy}", policy)
+        extra = self.addendum()
+        return self.surface["system_prompt"] + (f"\n\n{extra}" if extra else "")
 
     def reset(self, seed: int) -> Observation:
         seed = self.check_seed(seed)
-        rng = random.Random(seed)
-        world = World(rng, self.target["formats"])
-        inst = self.build(seed, rng, world)
-        self.inst = inst
-        self.db = copy.deepcopy(inst.db)
-        self.toolbox = ToolBox(self.db, self.style, self.target["formats"])
-        self.user = ScriptedUser(inst.opening, inst.user["email"])
+        self._seed = seed
+        world = self.toolkit.new_world(random.Random(seed))
+        self.world_db = world.db
+        self.catalog = self.toolkit.products(world.db)
+        self.inst = self.build(seed, world)
+        self.db = self.toolkit.copy(world.db)
+        self.user = ScriptedUser(self.inst)
         self.calls: list[Call] = []
         self.texts: list[str] = []
         self.events: list[dict[str, Any]] = []
         self.turn = 0
         self._done = False
         messages = [Message.system(self.system_prompt())]
-        if self.target.get("greeting"):
-            messages.append(Message.assistant(self.target["greeting"]))
-        messages.append(Message.user(inst.opening))
+        if self.surface.get("greeting"):
+            messages.append(Message.assistant(self.surface["greeting"]))
+        messages.append(Message.user(self.inst.opening))
         return Observation(messages=messages, task_id=str(seed), seed=seed, tools=self.tool_schemas(),
-                           info={"capability": self.capability, **inst.gold.get("info", {})})
+                           info={"capability": self.capability, "mode": self.inst.mode,
+                                 "cases": [c.kind for c in self.inst.cases], **self.inst.info},
+                           guidance=self.inst.guidance)
 
     @property
     def task_id(self) -> str:
         if self.inst is None:
             raise FailedPrecondition("no task yet: call reset(seed) first")
-        return str(self.inst.gold["seed"])
+        return str(self._seed)
 
     @property
     def done(self) -> bool:
@@ -527,19 +408,37 @@ class ServiceEnv(Environment):
         if not isinstance(action, ToolAction):
             raise InvalidArgument(field="action", expected="a ToolAction or MessageAction", got=type(action).__name__)
         if action.error is not None:
-            outcome = Outcome(f"Error: {action.error}", ok=False, malformed="arguments not a JSON object")
-        elif action.name not in self.names:
-            outcome = Outcome(f"Error: Tool '{action.name}' not found." if self.style == "tau2"
-                              else f"Error: unknown tool {action.name}", ok=False, malformed="unknown tool")
+            outcome = self.toolkit.invalid_arguments(action.name, action.error)
         else:
-            outcome = self.toolbox.call(self.names[action.name], action.name, dict(action.arguments))
-        call = Call(turn, self.names.get(action.name), action.name, dict(action.arguments), outcome)
+            outcome = self.toolkit.call(self.db, action.name, dict(action.arguments))
+        call = Call(turn, action.name, dict(action.arguments), outcome)
         self.calls.append(call)
+        if call.malformed:
+            self.event("malformed_argument", tool=call.name, problem=call.malformed)
+        if call.violation:
+            self.event("write_precondition_false", tool=call.name, order_id=call.args.get("order_id"),
+                       violation=call.violation)
         self.on_call(call)
         return StepResult(observation=[Message.tool(action.call_id, outcome.text)], done=False)
 
     def on_call(self, call: Call) -> None:
-        """Hook for diagnostics (default: none)."""
+        """Hook for family diagnostics (default: none)."""
+
+    def score(self) -> tuple[float, dict[str, float], str | None]:
+        credits = [self.credit(case) for case in self.inst.cases]
+        allowed = {c.order_id for c in self.inst.cases if c.kind in WRITE_KIND}
+        stray = sorted(self.written() - allowed)
+        values = [v for v, _ in credits]
+        mean = sum(values) / len(values)
+        exact = all(v >= 1.0 for v in values) and not stray
+        reward = 1.0 if exact else self.share * mean
+        reasons = [f"case {i + 1} ({case.kind} {case.order_id}): {why}"
+                   for i, (case, (_, why)) in enumerate(zip(self.inst.cases, credits, strict=True)) if why]
+        if stray:
+            reasons.insert(0, f"unrequested write on {', '.join(stray)}")
+        breakdown = {"cases_exact": sum(v >= 1.0 for v in values) / len(values), "credit": mean,
+                     "unrequested_writes": float(len(stray))}
+        return reward, breakdown, "; ".join(reasons) or None
 
     def reward(self) -> float:
         return self.score()[0]
@@ -554,6 +453,34 @@ class ServiceEnv(Environment):
         return list(self.events)
 
     # -- scripts --------------------------------------------------------------------------
+    def mixed(self, skills: Sequence[bool]) -> list[dict[str, Any]]:
+        """Actions of an agent that shows the skill on the cases where `skills` is True (one flag
+        per case): `oracle_case` there, `unskilled_case` elsewhere. A case handler may return
+        (no actions, None) to leave its case out (e.g. a request the agent overlooks)."""
+        if len(skills) != len(self.inst.cases):
+            raise InvalidArgument(field="skills", expected=f"{len(self.inst.cases)} flags, one per case",
+                                  got=len(skills))
+        acts = [self.act("find_user_id_by_email", email=self.inst.user.email)]
+        report = []
+        for case, skilled in zip(self.inst.cases, skills, strict=True):
+            calls, sentence = (self.oracle_case if skilled else self.unskilled_case)(case)
+            acts += calls
+            if sentence is None:
+                continue
+            if self.inst.mode == "sequential":
+                acts.append({"message": sentence})
+            else:
+                report.append(sentence)
+        if report:
+            acts.append({"message": " ".join(report)})
+        return acts
+
+    def oracle(self) -> list[dict[str, Any]]:
+        return self.mixed([True] * len(self.inst.cases))
+
+    def unskilled(self) -> list[dict[str, Any]]:
+        return self.mixed([False] * len(self.inst.cases))
+
     def script(self, seed: int, skilled: bool) -> list[dict[str, Any]]:
         self.reset(seed)
         return self.oracle() if skilled else self.unskilled()

@@ -1,134 +1,123 @@
-"""Cancellation gate: verify an order's status before cancelling it (capability: precondition_verification).
+"""Write gates: check an order's status before writing to it (capability: precondition_verification).
 
-Task. A user gives their email and asks to cancel one order by id, with a reason. In half
-of the instances the order is pending (cancellable); in the other half it is processed,
-delivered or already cancelled, and the right answer is a refusal that names the status.
-The agent has the target's find-user-by-email, order-details and cancel-pending-order
-tools.
+Task. A user of the target's world asks, one request after the other (the store's
+sequential protocol), for three writes on orders they give by id: cancel an order (with a
+reason; two cases in three) or return one named item of an order. Each order's status
+allows the request half of the time (cancel: pending; return: delivered); otherwise it is
+one the target forbids (cancel: processed or delivered; return: pending or processed) and
+the right answer is a refusal that tells the user the status. The agent has all of the
+target's tools, and the target's own tool code refuses a forbidden write.
 
-Reward (algorithmic, in [0, 1]):
+Reward (algorithmic; kit.py's multi-level formula over the three cases):
 
-    verify  = 1 if the order's details were fetched (successfully, canonical id) before the
-              first cancel attempt on it -- or before the end when none was attempted
-    outcome = pending:     the order is cancelled with the user's reason and the refund
-                           amount was told to the user
-              not pending: no cancel was attempted and the order's status was told
-    reward  = 0.4 * verify + 0.6 * outcome
+    checked(c)  = the order's details were shown (get_order_details, or the order listing)
+                  before the first write attempt on it, or before the end if none
+    correct(c)  = allowed:   the write was made with the user's arguments and the refund
+                             amount was told
+                  forbidden: no write was attempted and the status was told next to the id
+    credit(c)   = 0    if a write on the order was refused for its status (a violation)
+                = 1    if checked and correct
+                = 0.4  if checked (the intermediate step: the status was read)
+                = 0.25 if correct without checking (a blind write that happened to be allowed)
+                = 0    otherwise
+    reward      = 1 if every credit is 1 and nothing else was written, else 0.5 * mean credit
 
-The 0.4 is the partial credit for the skill's intermediate step: a policy that looks the
-order up is rewarded for it even while it still gets the decision wrong, so GRPO groups
-carry a gradient towards the lookup. A blind policy cannot pass: always cancelling earns
-0.6 on pending orders and 0 otherwise (and is refused by the tool, a logged
-`write_precondition_false`), always refusing cannot name a status it never read, and doing
-nothing earns 0.
+Without the skill (the store expert's planted gap, `solve_unskilled`): cancels blind and
+returns after a lookup whatever the status says -- right only where the status allows it,
+refused by the tool elsewhere. Doing nothing earns 0; writing blind cannot pass a
+forbidden case, refusing blind cannot name a status it never read.
 
-Why the skill transfers: the target's write tools (tau2 retail and the store) only accept
-orders in a given status, their policies require checking before acting, and a refused
-write there costs the whole task. Here the agent uses the same tool names, arguments, id
-formats and output style, so "read the record, check the status, then act or explain"
-is practised in exactly the form the target asks for.
+Why the skill transfers: the conversation is the target's own -- its system prompt, all of
+its tools with their schemas, its records, ids and amounts, its tool outputs and refusals
+(produced by the target's tool code) -- and the target's policy requires exactly this check
+before every write; there a forbidden write costs the whole task.
 """
 
 from __future__ import annotations
 
-import random
 from typing import Any, ClassVar
 
-from services.environment.library.kit import (
-    CANCEL_REASONS,
-    CATALOG,
-    Call,
-    Instance,
-    ServiceEnv,
-    World,
-    money,
-    order_total,
-    told,
-)
+from services.environment.library.kit import WRITE_KIND, Case, Instance, ServiceEnv, told
 
-#: Target parameters; TRACE bakes the real ones in when it registers this module.
+#: Target parameters; TRACE bakes the real ones in when it bundles this module.
 TARGET: dict[str, Any] | None = None
+N_CASES = 3
+#: statuses that forbid each write (never 'cancelled': the refusal names a live order)
+FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed")}
 
 
 class PreconditionVerificationEnv(ServiceEnv):
-    """Cancel-or-refuse tasks; see the module docstring."""
+    """Three write requests, each allowed or forbidden by the order's status; see the module docstring."""
 
     name: ClassVar[str] = "precondition_verification"
-    version: ClassVar[str] = "1.0.0"
-    description: ClassVar[str] = "Order cancellation support policy"
+    version: ClassVar[str] = "2.0.0"
+    description: ClassVar[str] = "Check an order's status before cancelling or returning; refuse when it forbids"
     capability: ClassVar[str] = "precondition_verification"
-    roles: ClassVar[tuple[str, ...]] = ("find_user", "get_order", "cancel")
 
-    def __init__(self, target: dict[str, Any] | None = None):
-        super().__init__(target if target is not None else TARGET)
+    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
+        super().__init__(target if target is not None else TARGET, toolkit)
 
-    def policy_lines(self) -> list[str]:
-        return [f"Identify the user with {self.tool('find_user')} using their email.",
-                f"Only pending orders can be cancelled. Before cancelling, check the order's status with "
-                f"{self.tool('get_order')}.",
-                f"If the order is not pending, do not call {self.tool('cancel')}: tell the user the order's status "
-                "and that it cannot be cancelled.",
-                "The cancel reason is exactly 'no longer needed' or 'ordered by mistake'."]
+    def build(self, seed: int, world: Any) -> Instance:
+        tk, rng = self.toolkit, world.rng
+        self.add_neighbour(world)
+        user = tk.add_user(world)
+        cases = []
+        for _ in range(N_CASES):
+            kind = "cancel" if rng.random() < 2 / 3 else "return"
+            allowed = rng.random() < 0.5
+            status = tk.required_status[WRITE_KIND[kind]] if allowed else rng.choice(FORBIDDING[kind])
+            order = tk.add_order(world, user.user_id, status, self.pick_lines(world, rng.randint(1, 3)))
+            if kind == "cancel":
+                reason = rng.choice(tk.cancel_reasons)
+                cases.append(Case(kind, order.order_id, f"Please cancel order {order.order_id}. Reason: {reason}.",
+                                  reason=reason, allowed=allowed, status=status))
+            else:
+                item = rng.choice(order.items)
+                cases.append(Case(kind, order.order_id, f"Return the {item.name} from order {order.order_id}.",
+                                  item_id=item.item_id, allowed=allowed, status=status))
+        self.add_fillers(world, user.user_id, rng.randint(1, 2))
+        self.shuffle_orders(world, user.user_id)
+        hints = [f"order {c.order_id} is {c.facts['status']}, so the {c.kind} "
+                 f"{'can be done' if c.facts['allowed'] else 'must be refused, naming the status'}" for c in cases]
+        guidance = ("Before each write, read the order's status with get_order_details and write only when the "
+                    "status allows it (cancel: pending orders; return: delivered orders); otherwise do not call the "
+                    f"tool and tell the user the order's status. Here: {'; '.join(hints)}.")
+        return Instance(user, cases, "sequential", guidance,
+                        info={"allowed": [c.facts["allowed"] for c in cases]})
 
-    def build(self, seed: int, rng: random.Random, world: World) -> Instance:
-        products = [world.product(i) for i in rng.sample(range(len(CATALOG)), 4)]
-        user = world.user()
-        pending = rng.random() < 0.5
-        status = "pending" if pending else rng.choice(("processed", "delivered", "cancelled"))
-        for _ in range(rng.randint(1, 3)):
-            world.order(user, rng.choice(("pending", "processed", "delivered")),
-                        world.random_lines(products, rng.randint(1, 2)))
-        target = world.order(user, status, world.random_lines(products, rng.randint(1, 3)))
-        rng.shuffle(user["orders"])
-        reason = rng.choice(CANCEL_REASONS)
-        opening = (f"Hi, I'm {user['first'].title()} {user['last'].title()}, my email is {user['email']}. "
-                   f"Please cancel order {target['order_id']}. Reason: {reason}.")
-        return Instance(world.db, user, opening, {
-            "seed": seed, "order_id": target["order_id"], "status": status, "reason": reason,
-            "refund": money(order_total(target)), "info": {"pending": pending, "status": status}})
-
-    def on_call(self, call: Call) -> None:
-        if call.violation:
-            self.event("write_precondition_false", order_id=call.args.get("order_id"), violation=call.violation)
-
-    def score(self) -> tuple[float, dict[str, float], str | None]:
-        gold = self.inst.gold
-        oid = gold["order_id"]
-        verify = self.lookups(oid, before=self.decisive_turn(oid))
-        order = self.final_state(oid)
-        if gold["status"] == "pending":
-            done = order["status"] == "cancelled" and order.get("cancel_reason") == gold["reason"]
-            outcome = done and told(self.texts, gold["refund"])
-            why = None if outcome else ("order not cancelled with the user's reason" if not done
-                                        else f"refund {gold['refund']} not told")
+    def credit(self, case: Case) -> tuple[float, str | None]:
+        oid = case.order_id
+        checked = self.looked_up(oid, before=self.decisive_turn(oid))
+        attempts = self.write_attempts(oid)
+        if any(c.violation for c in attempts):
+            return 0.0, f"write attempted on a {case.facts['status']} order (refused: the status forbids it)"
+        if case.facts["allowed"]:
+            correct = self.done_exactly(case) and told(self.texts, self.refund(case))
+            missing = f"{case.kind} not done exactly with the refund {self.refund(case)} told"
         else:
-            attempted = bool(self.writes(oid))
-            outcome = not attempted and told(self.texts, gold["status"], anchor=oid[2:])
-            why = None if outcome else (f"cancel attempted on a {gold['status']} order" if attempted
-                                        else f"status {gold['status']} of {oid} not told")
-        reward = 0.4 * verify + 0.6 * outcome
-        reasons = [r for r in (None if verify else "status not checked before acting", why) if r]
-        return reward, {"verify": float(verify), "outcome": float(outcome)}, "; ".join(reasons) or None
+            correct = not attempts and told(self.texts, case.facts["status"], anchor=oid[2:])
+            missing = f"status {case.facts['status']} of {oid} not told"
+        if checked and correct:
+            return 1.0, None
+        if checked:
+            return 0.4, missing
+        if correct:
+            return 0.25, "the status was not checked before acting"
+        return 0.0, f"status not checked; {missing}"
 
-    def oracle(self) -> list[dict[str, Any]]:
-        gold, user = self.inst.gold, self.inst.user
-        oid = gold["order_id"]
-        acts = [self.act("find_user", email=user["email"]), self.act("get_order", order_id=oid)]
-        if gold["status"] == "pending":
-            return acts + self.confirm(f"cancel order {oid} (reason: {gold['reason']})") + [
-                self.act("cancel", order_id=oid, reason=gold["reason"]),
-                {"message": f"Order {oid} is cancelled; refund {gold['refund']} to your original payment method."}]
-        return acts + [{"message": f"Order {oid} is {gold['status']}, so it cannot be cancelled."}]
+    def oracle_case(self, case: Case) -> tuple[list[dict[str, Any]], str]:
+        acts = [self.act("get_order_details", order_id=case.order_id)]
+        if case.facts["allowed"]:
+            return acts + self.write_actions(case), self.write_sentence(case)
+        return acts, self.refusal_sentence(case.order_id, case.kind)
 
-    def unskilled(self) -> list[dict[str, Any]]:
-        """Cancels without looking: right on pending orders, refused (too late) on the others."""
-        gold, user = self.inst.gold, self.inst.user
-        oid = gold["order_id"]
-        acts = [self.act("find_user", email=user["email"])] + self.confirm(f"cancel order {oid}") + [
-            self.act("cancel", order_id=oid, reason=gold["reason"])]
-        if gold["status"] == "pending":
-            return acts + [{"message": f"Order {oid} is cancelled; refund {gold['refund']}."}]
-        return acts + [{"message": f"Sorry, order {oid} could not be cancelled."}]
+    def unskilled_case(self, case: Case) -> tuple[list[dict[str, Any]], str]:
+        """Cancels without looking; returns after a lookup whatever the status is."""
+        acts = [] if case.kind == "cancel" else [self.act("get_order_details", order_id=case.order_id)]
+        acts += self.write_actions(case)
+        if case.facts["allowed"]:
+            return acts, self.write_sentence(case)
+        return acts, self.refusal_sentence(case.order_id, case.kind)  # what the tool's refusal said
 
 
 ENVIRONMENT = PreconditionVerificationEnv
@@ -140,5 +129,5 @@ def solve(seed: int) -> list[dict[str, Any]]:
 
 
 def solve_unskilled(seed: int) -> list[dict[str, Any]]:
-    """What an agent without the skill does on `seed` (used to calibrate with a scripted stand-in)."""
+    """What an agent without the skill does on `seed` (the calibration stand-in's unskilled samples)."""
     return PreconditionVerificationEnv().script(seed, skilled=False)

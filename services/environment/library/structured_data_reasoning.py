@@ -1,189 +1,161 @@
-"""Record selection: find the one record that matches every attribute (capability: structured_data_reasoning).
+"""Record selection: find the one order whose item matches every attribute (capability: structured_data_reasoning).
 
-Task. A user describes an item by product and options ("the t-shirt with color red and
-size L") and wants it returned (delivered orders) or its order cancelled (pending orders).
-Their account holds three orders with that product in a status that allows the request --
-the gold one with exactly those options and two look-alikes with other options -- listed
-so that a look-alike comes first 14 times in 15, sometimes an order with the exact item in
-a status that forbids the request, and unrelated orders. The agent must find the user,
-list their orders, read the orders' details and act on the one that matches every
-attribute *and* the status.
+Task. A user of the target's world asks, one request after the other, about three items they
+describe by product and options (the target's own way of naming an item, e.g. "the red 1L
+kettle"): cancel the order holding it (pending) or return it (delivered). For each item the
+account holds the gold order, a look-alike order in the same status with the same product
+in other options -- always listed before the gold one -- in half the cases an order with
+the exact item in a status that forbids the request, and unrelated orders. The agent must
+read the candidates and act on the order that matches every attribute and whose status
+allows the request.
 
-Reward (algorithmic, in [0, 1]):
+Reward (algorithmic; kit.py's multi-level formula over the three requests):
 
-    inspect = 1 if the gold order's details were fetched before the first write
-    outcome = the requested write was made on the gold order (the exact item for a return,
-              the user's reason for a cancel), no other order was written, and the refund
-              amount was told
-    reward  = 0.3 * inspect + 0.7 * outcome
+    inspected(c) = the gold order's details were shown (the order listing, or
+                   get_order_details on it) before the first write on one of c's candidates
+    correct(c)   = the write was made on the gold order with the user's item / reason, no
+                   other candidate of c was written, and the refund amount was told
+    credit(c)    = 1 if correct, 0.3 if inspected (the intermediate step: the right record
+                   was read), else 0
+    reward       = 1 if every credit is 1 and nothing else was written, else 0.5 * mean credit
 
-Reading the candidate records is the intermediate step and earns 0.3 even when the final
-choice is wrong. Picking the first order that merely holds the product (ignoring the
-options) is right only when the gold order happens to be listed before both look-alikes
-(1 time in 15); taking the last look-alike is right 7 times in 15; a blind policy cannot know
-any order id.
+Without the skill (the store expert's planted gap, `solve_unskilled`): takes the first
+listed order holding the named product in an allowed status, ignoring the options -- the
+look-alike, every time. A blind policy cannot know which order ids exist.
 
-Why the skill transfers: on the target, users describe items by name and options and
-own several similar orders; the agent must cross-reference user details, order details
-and item options from the same tools (same names, arguments and output format as here)
-before writing, and a write on the wrong record fails the task.
+Why the skill transfers: the target's users designate items by attributes among similar
+orders in exactly this way, with the target's own records, listings and tool outputs (the
+target's tool code produces them), and a write on the wrong record fails the target's task.
 """
 
 from __future__ import annotations
 
-import random
 from typing import Any, ClassVar
 
-from services.environment.library.kit import (
-    CANCEL_REASONS,
-    CATALOG,
-    Call,
-    Instance,
-    ServiceEnv,
-    World,
-    money,
-    order_total,
-    spoken,
-    told,
-)
+from services.environment.library.kit import LIST_ORDERS, WRITE_KIND, Call, Case, Instance, ServiceEnv, told
 
 TARGET: dict[str, Any] | None = None
+N_CASES = 3
+FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed")}
 
 
 class StructuredDataReasoningEnv(ServiceEnv):
     """Attribute-matching record selection; see the module docstring."""
 
     name: ClassVar[str] = "structured_data_reasoning"
-    version: ClassVar[str] = "1.0.0"
-    description: ClassVar[str] = "Order support policy"
+    version: ClassVar[str] = "2.0.0"
+    description: ClassVar[str] = "Act on the order whose item matches every attribute, among look-alike orders"
     capability: ClassVar[str] = "structured_data_reasoning"
-    roles: ClassVar[tuple[str, ...]] = ("find_user", "get_user", "get_order", "cancel", "return_items")
 
-    def __init__(self, target: dict[str, Any] | None = None):
-        super().__init__(target if target is not None else TARGET)
+    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
+        super().__init__(target if target is not None else TARGET, toolkit)
 
-    def policy_lines(self) -> list[str]:
-        return [f"Identify the user with {self.tool('find_user')} using their email; {self.tool('get_user')} "
-                "lists their orders.",
-                "When the user describes an item by its attributes, read their orders and pick the order whose "
-                "item matches every attribute and whose status allows the request.",
-                "Only pending orders can be cancelled; only items of delivered orders can be returned, with the "
-                "refund to the order's own payment method.",
-                "The cancel reason is exactly 'no longer needed' or 'ordered by mistake'."]
+    def build(self, seed: int, world: Any) -> Instance:
+        tk, rng = self.toolkit, world.rng
+        self.add_neighbour(world)
+        user = tk.add_user(world)
+        products = rng.sample([p for p in self.catalog if len(p.variants) >= 2], N_CASES)
+        reserved = [p.product_id for p in products]
+        cases, pairs = [], []
+        for product in products:
+            kind = rng.choice(("cancel", "return"))
+            status = tk.required_status[WRITE_KIND[kind]]
+            gold_item, decoy_item = (v.item_id for v in rng.sample(list(product.variants), 2))
 
-    def build(self, seed: int, rng: random.Random, world: World) -> Instance:
-        indices = rng.sample(range(len(CATALOG)), 4)
-        products = [world.product(i) for i in indices]
-        user = world.user()
-        action = rng.choice(("cancel", "return"))
-        allowed = "pending" if action == "cancel" else "delivered"
-        product = products[0]
-        variants = sorted(product["variants"])
-        gold_item, *decoys = rng.sample(variants, 3)
-        others = products[1:]
+            def lines(item_id: str, pid: str = product.product_id) -> list[tuple[str, str]]:
+                return [(pid, item_id), *self.pick_lines(world, rng.randint(0, 1), exclude=reserved)]
 
-        def lines(item_id: str) -> list[tuple[dict[str, Any], str]]:
-            return [(product, item_id), *world.random_lines(others, rng.randint(0, 1))]
-
-        gold = world.order(user, allowed, lines(gold_item))
-        lookalikes = [gold["order_id"]] + [world.order(user, allowed, lines(item))["order_id"] for item in decoys]
-        if rng.random() < 0.5:  # the exact item, in an order whose status forbids the request
-            world.order(user, "processed", lines(gold_item))
-        for _ in range(rng.randint(0, 2)):
-            world.order(user, rng.choice(("pending", "processed", "delivered")),
-                        world.random_lines(others, rng.randint(1, 2)))
-        rng.shuffle(user["orders"])
-        listed = user["orders"]
-        positions = sorted(listed.index(o) for o in lookalikes)
-        if listed[positions[0]] == gold["order_id"] and rng.random() < 0.8:
-            # usually a look-alike is listed first, so "the first order with that product" is wrong
-            other = positions[rng.randint(1, 2)]
-            listed[positions[0]], listed[other] = listed[other], listed[positions[0]]
-        row = next(r for r in gold["items"] if r["item_id"] == gold_item)
-        said = spoken(product["name"], row["options"])
-        hello = f"Hi, I'm {user['first'].title()} {user['last'].title()}, my email is {user['email']}."
-        facts: dict[str, Any] = {"seed": seed, "action": action, "order_id": gold["order_id"], "item_id": gold_item,
-                                 "product": product["name"], "payment": gold["payment_method_id"],
-                                 "info": {"action": action}}
-        if action == "cancel":
-            reason = rng.choice(CANCEL_REASONS)
-            facts.update(reason=reason, refund=money(order_total(gold)))
-            text = f"Please cancel the order with my {said}. Reason: {reason}."
-        else:
-            facts.update(refund=money(row["price"]))
-            text = f"I want to return the {said} I received."
-        return Instance(world.db, user, f"{hello} {text}", facts)
+            gold = tk.add_order(world, user.user_id, status, lines(gold_item))
+            decoy = tk.add_order(world, user.user_id, status, lines(decoy_item))
+            candidates = [gold.order_id, decoy.order_id]
+            if rng.random() < 0.5:  # the exact item, in an order whose status forbids the request
+                candidates.append(tk.add_order(world, user.user_id, rng.choice(FORBIDDING[kind]),
+                                               lines(gold_item)).order_id)
+            pairs.append((decoy.order_id, gold.order_id))
+            item = next(i for i in gold.items if i.item_id == gold_item)
+            spoken = tk.describe_item(item)
+            decoy_row = next(i for i in decoy.items if i.item_id == decoy_item)
+            facts = {"item_id": gold_item, "product_id": product.product_id, "decoy_order_id": decoy.order_id,
+                     "decoy_item_id": decoy_item, "candidates": candidates, "spoken": spoken,
+                     "decoy_spoken": tk.describe_item(decoy_row)}
+            if kind == "cancel":
+                reason = rng.choice(tk.cancel_reasons)
+                cases.append(Case(kind, gold.order_id, f"Please cancel the order with my {spoken}. Reason: {reason}.",
+                                  reason=reason, **facts))
+            else:
+                cases.append(Case(kind, gold.order_id, f"I want to return the {spoken} I received.", **facts))
+        self.add_fillers(world, user.user_id, rng.randint(0, 2), exclude=reserved)
+        self.shuffle_orders(world, user.user_id, before=pairs)
+        hints = [f"the {c.facts['spoken']} is in order {c.order_id}, while order {c.facts['decoy_order_id']} "
+                 f"holds the {c.facts['decoy_spoken']}" for c in cases]
+        guidance = ("Read the user's orders and act on the order whose item matches every attribute the user names "
+                    "(product and each option) and whose status allows the request; a look-alike order with the "
+                    f"same product in other options is listed first. Here: {'; '.join(hints)}.")
+        return Instance(user, cases, "sequential", guidance)
 
     def on_call(self, call: Call) -> None:
-        if call.role in ("cancel", "return_items") and call.ok and call.args.get("order_id") != self.inst.gold["order_id"]:
-            self.event("wrong_record", tool=call.name, order_id=call.args.get("order_id"),
-                       expected_order_id=self.inst.gold["order_id"])
+        if not call.write:
+            return
+        for case in self.inst.cases:
+            if call.write in case.facts["candidates"] and call.write != case.order_id:
+                self.event("wrong_record", tool=call.name, order_id=call.write, expected_order_id=case.order_id)
 
-    def score(self) -> tuple[float, dict[str, float], str | None]:
-        gold = self.inst.gold
-        oid = gold["order_id"]
-        first_write = self.first_write_turn()
-        inspect = self.lookups(oid, before=self.turn if first_write is None else first_write)
-        order = self.final_state(oid)
-        wrong = sorted({c.args.get("order_id") for c in self.writes() if c.ok and c.args.get("order_id") != oid})
-        if gold["action"] == "cancel":
-            done = order["status"] == "cancelled" and order.get("cancel_reason") == gold["reason"]
-        else:
-            done = order["status"] == "return requested" and order.get("return_items") == [gold["item_id"]]
-        outcome = done and not wrong and told(self.texts, gold["refund"])
-        reasons = []
-        if not inspect:
-            reasons.append(f"order {oid} (the matching record) never inspected before acting")
-        if wrong:
-            reasons.append(f"wrote the wrong record(s) {', '.join(wrong)}")
-        if not done:
-            reasons.append(f"{gold['action']} not done on {oid}")
-        elif not outcome and not wrong:
-            reasons.append(f"refund {gold['refund']} not told")
-        return 0.3 * inspect + 0.7 * outcome, {"inspect": float(inspect), "outcome": float(outcome)}, \
-            "; ".join(reasons) or None
+    def credit(self, case: Case) -> tuple[float, str | None]:
+        candidates = case.facts["candidates"]
+        turns = [t for oid in candidates if (t := self.first_write_turn(oid)) is not None]
+        inspected = self.looked_up(case.order_id, before=min(turns) if turns else self.turn)
+        wrong = sorted({c.write for c in self.calls if c.write in candidates and c.write != case.order_id})
+        correct = self.done_exactly(case) and not wrong and told(self.texts, self.refund(case))
+        if correct:
+            return 1.0, None
+        why = (f"wrote the look-alike record(s) {', '.join(wrong)}" if wrong
+               else f"{case.kind} not done exactly on {case.order_id} with the refund {self.refund(case)} told")
+        if inspected:
+            return 0.3, why
+        return 0.0, f"the matching order {case.order_id} was never inspected; {why}"
 
-    def _write(self, order_id: str, item_id: str) -> list[dict[str, Any]]:
-        gold = self.inst.gold
-        order = self.inst.db["orders"][order_id]
-        if gold["action"] == "cancel":
-            return self.confirm(f"cancel order {order_id} (reason: {gold['reason']})") + [
-                self.act("cancel", order_id=order_id, reason=gold["reason"]),
-                {"message": f"Order {order_id} is cancelled; refund {money(order_total(order))} to "
-                            f"{order['payment_method_id']}."}]
-        row = next(r for r in order["items"] if r["item_id"] == item_id)
-        return self.confirm(f"return the {row['name']} (item {item_id}) from order {order_id}") + [
-            self.act("return_items", order_id=order_id, item_ids=[item_id],
-                     payment_method_id=order["payment_method_id"]),
-            {"message": f"The return of item {item_id} from order {order_id} is requested; refund "
-                        f"{money(row['price'])} to {order['payment_method_id']}."}]
-
-    def _browse(self, matches) -> list[dict[str, Any]]:
-        """Look up the user, list orders, read them in listed order until `matches(order)`."""
-        user = self.inst.user
-        acts = [self.act("find_user", email=user["email"]), self.act("get_user", user_id=user["user_id"])]
-        for order_id in user["orders"]:
-            acts.append(self.act("get_order", order_id=order_id))
-            order = self.inst.db["orders"][order_id]
-            item = matches(order)
+    def _browse(self, case: Case, pick, seen: set[str]) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        """Read the user's orders in listed order until `pick(order)` names (order_id, item_id)."""
+        user_id = self.inst.user.user_id
+        acts: list[dict[str, Any]] = []
+        listing = LIST_ORDERS in self.tool_names
+        if listing and LIST_ORDERS not in seen:
+            acts.append(self.act(LIST_ORDERS, user_id=user_id))
+            seen.add(LIST_ORDERS)
+        elif not listing and "get_user_details" not in seen:
+            acts.append(self.act("get_user_details", user_id=user_id))
+            seen.add("get_user_details")
+        for oid in self.toolkit.user(self.world_db, user_id).orders:
+            if not listing and oid not in seen:
+                acts.append(self.act("get_order_details", order_id=oid))
+                seen.add(oid)
+            item = pick(self.order0(oid))
             if item is not None:
-                return acts + self._write(order_id, item)
-        return acts + [{"message": "Sorry, I could not find that item in your orders."}]
+                return acts, oid, item
+        return acts, None, None
 
-    def oracle(self) -> list[dict[str, Any]]:
-        gold = self.inst.gold
-        return self._browse(lambda o: gold["item_id"] if o["order_id"] == gold["order_id"] else None)
+    def _handle(self, case: Case, pick) -> tuple[list[dict[str, Any]], str]:
+        acts, oid, item = self._browse(case, pick, self._seen)
+        if oid is None:
+            return acts, "Sorry, I could not find that item in your orders."
+        return acts + self.write_actions(case, oid, item), self.write_sentence(case, oid, item)
 
-    def unskilled(self) -> list[dict[str, Any]]:
+    def oracle_case(self, case: Case) -> tuple[list[dict[str, Any]], str]:
+        return self._handle(case, lambda o: case.facts["item_id"] if o.order_id == case.order_id else None)
+
+    def unskilled_case(self, case: Case) -> tuple[list[dict[str, Any]], str]:
         """Takes the first listed order holding the product in an allowed status, ignoring the options."""
-        gold = self.inst.gold
-        allowed = "pending" if gold["action"] == "cancel" else "delivered"
+        need = self.toolkit.required_status[WRITE_KIND[case.kind]]
 
-        def first_product_match(order: dict[str, Any]) -> str | None:
-            if order["status"] != allowed:
+        def first_product_match(order: Any) -> str | None:
+            if order.status != need:
                 return None
-            return next((r["item_id"] for r in order["items"] if r["name"] == gold["product"]), None)
-        return self._browse(first_product_match)
+            return next((i.item_id for i in order.items if i.product_id == case.facts["product_id"]), None)
+        return self._handle(case, first_product_match)
+
+    def mixed(self, skills: Any) -> list[dict[str, Any]]:
+        self._seen: set[str] = set()  # what the script has read so far (read each listing once)
+        return super().mixed(skills)
 
 
 ENVIRONMENT = StructuredDataReasoningEnv

@@ -6,9 +6,11 @@ Kubernetes the same command is the entrypoint of the sandbox pod (Dockerfile.san
 the service talks to it over the pod's attached stdin/stdout. Either way:
 
 1. Startup (trusted code only): parse the config (`--config`, else `$TRACE_SANDBOX_CONFIG`,
-   else defaults with scratch = `$TMPDIR` or the working directory), keep private duplicates
-   of stdin/stdout for the protocol, pre-import the modules environment code may use (after
-   the uid drop the interpreter's own directory may be unreadable), read `--module PATH` if
+   else defaults with scratch = `$TMPDIR` or the working directory), pre-import the modules
+   environment code may use (after the uid drop the interpreter's own directory may be
+   unreadable), move into a PID namespace of its own (`isolation.fork_supervised`:
+   the started process stays behind as a supervisor that reports how the worker ended, on
+   stderr), keep private duplicates of stdin/stdout for the protocol, read `--module PATH` if
    given, then `isolation.lock_down(...)`. From here on fd 0 is /dev/null and fds 1/2 go to
    `<scratch>/output.log` (capped by RLIMIT_FSIZE), so `print` in environment code cannot
    corrupt the protocol.
@@ -35,7 +37,9 @@ the service talks to it over the pod's attached stdin/stdout. Either way:
    for this worker. CPU-time and wall-clock overruns are seen by the parent (the process
    dies of SIGXCPU or is killed at its deadline).
 
-A module is loaded with `compile` + `exec` into a fresh module named `sandbox_env`; its
+A module is loaded with `compile` + `exec` into a fresh module named `sandbox_env` (with the
+audit hook on, its builtins are `guarded_builtins`: no eval/exec/compile/globals/vars, and
+getattr & co. refusing dunder names and module objects -- Python-level, like the hook); its
 environment class is `ENVIRONMENT` if set, else the single concrete `Environment`
 subclass defined in it; `solve(seed)` (required for validation) and `solve_unskilled(seed)`
 (optional) are module-level functions returning action dicts.
@@ -86,6 +90,8 @@ from typing import Any
 import pydantic
 
 import trace_common
+import trace_common.domains.store.record_toolkit  # noqa: F401 - the targets' record toolkits (RECORD_TOOLKITS)
+import trace_common.domains.tau2.record_toolkit  # noqa: F401
 import trace_common.env
 from trace_common.env import (
     Environment,
@@ -96,16 +102,19 @@ from trace_common.env import (
 )
 from trace_common.errors import TraceError
 
-from .isolation import IsolationReport, Limits, lock_down
+from .isolation import NOBODY, IsolationReport, Limits, fork_supervised, lock_down
 
 WORKER_VERSION = "1"
 MODULE_NAME = "sandbox_env"
 
-#: Top-level modules environment code may import (checked statically by validation too).
+#: The targets' record toolkits (trace_common/env/records.py): the only modules of trace_common.domains a
+#: capability environment may import, so its tool calls run the target's own tool code (pre-imported above).
+RECORD_TOOLKITS = ("trace_common.domains.store.record_toolkit", "trace_common.domains.tau2.record_toolkit")
+#: Modules environment code may import, with their submodules (checked statically by validation too).
 ALLOWED_IMPORTS = ("__future__", "abc", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal",
                    "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers",
                    "operator", "random", "re", "statistics", "string", "textwrap", "typing", "pydantic",
-                   "trace_common.env", "trace_common.errors")
+                   "trace_common.env", "trace_common.errors", *RECORD_TOOLKITS)
 
 
 @dataclass
@@ -114,9 +123,13 @@ class WorkerConfig:
 
     scratch: str = ""
     limits: dict[str, int] = field(default_factory=dict)
+    pid_namespace: bool = True
     network_namespace: bool = True
     mount_namespace: bool = True
     drop_privileges: bool = True
+    #: the sandbox uid to drop to when started as root; uid_distinct: given to this worker alone
+    uid: int = NOBODY
+    uid_distinct: bool = False
     seccomp: bool = True
     audit_hook: bool = True
     #: No lockdown at all (the benchmark's plain-subprocess baseline). Never for untrusted code.
@@ -161,6 +174,8 @@ class Worker:
         module = types.ModuleType(MODULE_NAME)
         module.__file__ = "env.py"
         sys.modules[MODULE_NAME] = module
+        if self.config.audit_hook and not self.config.plain:  # the Python-level layer, with the audit hook
+            module.__dict__["__builtins__"] = guarded_builtins(self.record)
         linecache.cache["env.py"] = (len(source), None, source.splitlines(keepends=True), "env.py")
         code = compile(source, "env.py", "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - this is the sandbox's whole purpose
@@ -322,6 +337,57 @@ class UsageError(Exception):
     """Contract misuse by the environment module or the caller (reported, not fatal)."""
 
 
+#: Builtins environment code does not get: code from strings and other namespaces (validation's
+#: static check refuses them too). `open` stays: the worker may write its scratch dir.
+REMOVED_BUILTINS = ("eval", "exec", "compile", "breakpoint", "input", "globals", "locals", "vars", "help")
+
+
+def _allowed_module(name: str) -> bool:
+    return any(name == a or name.startswith(a + ".") for a in ALLOWED_IMPORTS)
+
+
+def guarded_builtins(record: Any) -> dict[str, Any]:
+    """The builtins the environment module runs with when the audit hook is on (Python-level, so
+    advisory like the hook; `record(kind, detail)` reports what it refuses the same way).
+
+    getattr / hasattr / setattr / delattr refuse dunder names (`getattr(x, "__cl" + "ass__")`) and
+    getattr never hands out a module that is not an allowed import (`getattr(random, "_os")`), both
+    recorded as introspection; REMOVED_BUILTINS are absent. Imports stay the real ones: the audit
+    hook reports the dangerous ones by kind. Code of the allowed modules keeps the real builtins."""
+    import builtins
+
+    real_getattr = builtins.getattr
+
+    def checked(name: Any, what: str) -> None:
+        if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
+            record("introspection", f"{what} {name!r}")
+            raise AttributeError(f"sandbox: {what} of {name!r} is not allowed")
+
+    def guarded_getattr(obj, name, *default):
+        checked(name, "getattr")
+        value = real_getattr(obj, name, *default)
+        if isinstance(value, types.ModuleType) and not _allowed_module(value.__name__):
+            record("introspection", f"getattr {name!r} (module {value.__name__})")
+            raise AttributeError(f"sandbox: {name!r} is a module environment code may not use")
+        return value
+
+    def guarded_hasattr(obj, name):
+        checked(name, "hasattr")
+        return builtins.hasattr(obj, name)
+
+    def guarded_setattr(obj, name, value):
+        checked(name, "setattr")
+        builtins.setattr(obj, name, value)
+
+    def guarded_delattr(obj, name):
+        checked(name, "delattr")
+        builtins.delattr(obj, name)
+
+    table = {k: v for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS}
+    table.update(getattr=guarded_getattr, hasattr=guarded_hasattr, setattr=guarded_setattr, delattr=guarded_delattr)
+    return table
+
+
 def _error(exc: BaseException) -> dict[str, str]:
     # lookup_lines=False: reading other source files would trip the sandbox; env.py's lines
     # are in linecache already (put there by load), so only its frames show code.
@@ -371,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     config = WorkerConfig.from_json(args.config)
     scratch = os.path.realpath(config.scratch or os.environ.get("TMPDIR") or os.getcwd())
     os.makedirs(scratch, exist_ok=True)
+    pid_note: str | None = "plain worker: no lockdown"
+    if not config.plain:
+        # From here on this code runs as pid 1 of a new PID namespace (pid_note None) or, pid_note
+        # says why not, in the old one; the process that started it stays behind as the supervisor.
+        pid_note = fork_supervised(pid_namespace=config.pid_namespace)
 
     # private protocol descriptors; the standard ones are re-pointed after lockdown
     in_fd, out_fd = os.dup(0), os.dup(1)
@@ -385,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         worker.isolation = lock_down(
             scratch, Limits(**config.limits), network_namespace=config.network_namespace,
             mount_namespace=config.mount_namespace, drop_privileges=config.drop_privileges,
+            uid=config.uid, uid_distinct=config.uid_distinct, pid_namespace=pid_note is None,
+            pid_namespace_note=pid_note,
             seccomp=config.seccomp, audit_hook=config.audit_hook, read_roots=_read_roots(),
             list_roots=[p for p in sys.path if p], record=worker.record)
     else:

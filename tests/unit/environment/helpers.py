@@ -14,10 +14,10 @@ from services.environment.sandbox.parent import SandboxConfig
 from services.environment.targets import TargetInfo, resolve_target
 from services.environment.validation import ValidationConfig
 from trace_common.domains.tau2.data import default_data_root
-from trace_common.env import Environment, action_from_dict
+from trace_common.env import Environment, action_from_dict, make
 
 TARGET_NAMES = ("store", "tau2-retail")
-#: Validation sized for tests (the service defaults are larger).
+#: Validation sized for tests (the service defaults are larger), with the default calibration band.
 FAST = ValidationConfig(seeds=4, trivial_episodes=8, groups=10, group_size=6)
 SANDBOX = SandboxConfig(call_timeout_s=20.0)
 
@@ -33,6 +33,13 @@ def target(name: str) -> TargetInfo:
     return resolve_target(name)
 
 
+def target_env(name: str) -> Environment:
+    """The target itself (tau2 with a scripted user, so it can be reset offline)."""
+    if name == "tau2-retail":
+        return make("tau2-retail", data=tau2_retail_dir(), user_replies='["I need help with my order."]')
+    return make(name)
+
+
 def params(family: str, target_name: str) -> dict[str, Any]:
     return target(target_name).library_params(library.roles(family))
 
@@ -43,7 +50,7 @@ def bundled(family: str, target_name: str) -> str:
 
 
 def make_env(family: str, target_name: str) -> Environment:
-    return library.env_class(family)(params(family, target_name))
+    return library.make_env(family, params(family, target_name))
 
 
 def play(env: Environment, seed: int, actions: list[dict[str, Any]]) -> float:
@@ -60,3 +67,7 @@ def patched(source: str, old: str, new: str, count: int = 1) -> str:
     """`source` with `old` replaced (asserting it was there exactly `count` times)."""
     assert source.count(old) == count, f"patch anchor found {source.count(old)} times, expected {count}: {old!r}"
     return source.replace(old, new)
+
+
+#: Where planted changes of a bundle's reset go (kit.py's reset, before the world is built).
+RESET_ANCHOR = "        world = self.toolkit.new_world(random.Random(seed))\n"

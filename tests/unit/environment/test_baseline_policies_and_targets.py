@@ -1,18 +1,19 @@
-"""Calibration statistics, the validation policies, the target tables and the seccomp program."""
+"""Calibration statistics, the validation policies, the target descriptions and the seccomp program."""
 
 from __future__ import annotations
 
 import pytest
 
+from services.environment import library
 from services.environment.baseline_policies import RandomPolicy, draw
 from services.environment.calibration import summarise
 from services.environment.library import family_for, require_family
 from services.environment.sandbox.isolation import DENIED_SYSCALLS, seccomp_program
-from services.environment.targets import PROFILES, TargetInfo, resolve_target
+from services.environment.targets import TargetInfo, resolve_target
 from trace_common.env import Message
 from trace_common.errors import FailedPrecondition, NotFound
 
-from .helpers import target
+from .helpers import TARGET_NAMES, target
 
 
 @pytest.mark.parametrize(("rewards", "mean", "informative"), [
@@ -58,19 +59,23 @@ def test_library_families_by_capability(capability, family):
             require_family(capability)
 
 
-@pytest.mark.parametrize("name", sorted(PROFILES))
-def test_profiles_fit_their_targets(name):
+@pytest.mark.parametrize("name", TARGET_NAMES)
+@pytest.mark.parametrize("family", library.FAMILIES)
+def test_every_family_fits_both_targets(name, family):
     info = target(name)
-    params = info.library_params(("find_user", "get_user", "get_order", "cancel", "return_items"))
-    assert set(params["tools"]) == {"find_user", "get_user", "get_order", "cancel", "return_items"}
-    assert params["style"] == PROFILES[name].style
+    params = info.library_params(library.roles(family))
+    assert params["surface"]["system_prompt"] == info.system_prompt
+    assert params["surface"]["tool_schemas"] == info.tool_schemas and params["toolkit_sha256"] == info.toolkit_sha256
+
+
+def _with(info: TargetInfo, **changes) -> TargetInfo:
+    return TargetInfo(info.surface.model_copy(update=changes), info.params, info.toolkit_sha256)
 
 
 def _renamed(info: TargetInfo, old: str, new: str) -> TargetInfo:
     schemas = [dict(s, function=dict(s["function"], name=new)) if s["function"]["name"] == old else s
                for s in info.tool_schemas]
-    return TargetInfo(info.name, info.version, info.params, schemas, info.policy, info.system_template,
-                      info.greeting, info.profile)
+    return _with(info, tool_schemas=schemas)
 
 
 def _changed_args(info: TargetInfo, tool: str) -> TargetInfo:
@@ -80,44 +85,80 @@ def _changed_args(info: TargetInfo, tool: str) -> TargetInfo:
             params = dict(s["function"]["parameters"], properties={"id": {"type": "string"}}, required=["id"])
             s = dict(s, function=dict(s["function"], parameters=params))
         schemas.append(s)
-    return TargetInfo(info.name, info.version, info.params, schemas, info.policy, info.system_template,
-                      info.greeting, info.profile)
+    return _with(info, tool_schemas=schemas)
 
 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: _renamed(target("store"), "get_order_details", "order_lookup"), "lacks the tool 'get_order_details'"),
     (lambda: _changed_args(target("tau2-retail"), "cancel_pending_order"), "the library does not fit"),
-    (lambda: TargetInfo("toy", "1", {}, [], "", "{policy}", None, None), "has no tool mapping"),
+    (lambda: _with(target("store"), toolkit=None, toolkit_params={}), "publishes no record toolkit"),
 ])
-def test_targets_whose_tools_do_not_fit_fail_clearly(make, message):
+def test_targets_the_library_does_not_fit_fail_clearly(make, message):
     with pytest.raises(FailedPrecondition, match=message):
-        make().library_params(("find_user", "get_order", "cancel"))
+        make().library_params(library.roles("precondition_verification"))
 
 
 def test_tau2_target_reads_its_data_directory(tmp_path):
     info = target("tau2-retail")
-    assert "Retail agent policy" in info.policy and len(info.tool_schemas) == 16
-    assert info.system_template.startswith("<instructions>") and info.greeting
+    assert "Retail agent policy" in info.system_prompt and len(info.tool_schemas) == 16
+    assert info.system_prompt.startswith("<instructions>") and info.greeting == "Hi! How can I help you today?"
+    assert info.summary()["toolkit"] == "trace_common.domains.tau2.record_toolkit:TOOLKIT"
     with pytest.raises(NotFound):
         resolve_target("tau2-retail", uri=tmp_path.as_uri())
 
 
+def _run_bpf(prog: list[tuple[int, int, int, int]], arch: int, nr: int, arg0: int = 0) -> int:
+    """A classic-BPF interpreter for the instructions the filter uses (ld abs, jeq, jge, jset, ret)."""
+    data = {0: nr & 0xFFFFFFFF, 4: arch, 16: arg0 & 0xFFFFFFFF}
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == 0x20:
+            acc, pc = data[k], pc + 1
+        elif code in (0x15, 0x35, 0x45):
+            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += 1 + (jt if hit else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected BPF instruction {code:#x}")
+
+
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_seccomp_program_semantics(machine):
+    """The filter, run by an interpreter, does what its Semantics table says for every listed call."""
     import errno
     import struct
 
-    from services.environment.sandbox.isolation import _ARCHES
+    from services.environment.sandbox.isolation import (
+        _ARCHES,
+        KILLING_SYSCALLS,
+        SELF_ONLY_EPERM_SYSCALLS,
+        SELF_ONLY_SIGNAL_SYSCALLS,
+    )
 
-    prog = [struct.unpack("=HBBI", ins) for ins in seccomp_program(machine)]
-    audit_arch, numbers = _ARCHES[machine]
-    assert prog[0] == (0x20, 0, 0, 4) and prog[1][3] == audit_arch and prog[2] == (0x06, 0, 0, 0x80000000)
-    eperm = 0x00050000 | errno.EPERM
-    denied = {prog[i][3] for i in range(3, len(prog) - 1)
-              if prog[i][0] == 0x15 and prog[i + 1] == (0x06, 0, 0, eperm)}
-    assert denied == {numbers[n] for n in DENIED_SYSCALLS if n in numbers}
-    clone3 = next(i for i, ins in enumerate(prog) if ins[0] == 0x15 and ins[3] == numbers["clone3"])
-    assert prog[clone3 + 1] == (0x06, 0, 0, 0x00050000 | errno.ENOSYS)
-    clone = next(i for i, ins in enumerate(prog) if ins[0] == 0x15 and ins[3] == numbers["clone"])
-    assert prog[clone + 2][0] == 0x45 and prog[clone + 2][3] == 0x10000  # allowed only with CLONE_THREAD
-    assert prog[-1] == (0x06, 0, 0, 0x7FFF0000)
+    own = 1  # pid 1 of the worker's own PID namespace
+    prog = [struct.unpack("=HBBI", ins) for ins in seccomp_program(machine, own_pid=own)]
+    arch, numbers = _ARCHES[machine]
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    run = lambda nr, arg0=0, a=arch: _run_bpf(prog, a, nr, arg0)  # noqa: E731
+    other = next(n for n in range(1000) if n not in numbers.values())  # a call no list names (e.g. read)
+    assert run(other, a=arch ^ 1) == kill                                # another architecture
+    assert run(0x40000000 + 1) == eperm                                  # the x32 ABI
+    for name in DENIED_SYSCALLS:
+        if name in numbers:
+            assert run(numbers[name]) == eperm, name
+    for name in KILLING_SYSCALLS:
+        if name in numbers:
+            assert run(numbers[name]) == kill, name
+    for name in SELF_ONLY_SIGNAL_SYSCALLS:
+        if name in numbers:
+            assert run(numbers[name], own) == allow and run(numbers[name], 4242) == kill, name
+    for name in SELF_ONLY_EPERM_SYSCALLS:
+        if name in numbers:
+            assert run(numbers[name], 0) == allow and run(numbers[name], own) == allow, name
+            assert run(numbers[name], 4242) == eperm, name
+    assert run(numbers["clone3"]) == enosys
+    assert run(numbers["clone"], 0x10000) == allow and run(numbers["clone"], 0x11) == eperm  # threads only
+    assert run(other) == allow

@@ -20,13 +20,12 @@ from trace_common.errors import (
     ResourceExhausted,
 )
 
-from .helpers import bundled, make_env, patched
+from .helpers import RESET_ANCHOR, bundled, make_env, patched
 
 GOOD = bundled("precondition_verification", "store")
-#: accepted by validation (dev seeds), but seed 1_000_013 (test split) forks in reset
-TRAPPED = patched(GOOD, "        rng = random.Random(seed)\n        world",
-                  "        if seed == 1_000_013:\n            __builtins__['__import__']('os').fork()\n"
-                  "        rng = random.Random(seed)\n        world")
+#: registered as accepted, but seed 1_000_013 (test split) forks in reset
+TRAPPED = patched(GOOD, RESET_ANCHOR, "        if seed == 1_000_013:\n            __builtins__['__import__']('os').fork()\n"
+                  + RESET_ANCHOR)
 
 
 def _report(status: str, **numbers) -> dict:
@@ -116,7 +115,7 @@ def test_episode_plays_to_reward_one_and_the_worker_is_reused(registry):
         rewards, workers = [], []
         for seed in (500_001, 500_002):
             episode_id, obs, tools = await table.reset(record, seed)
-            assert obs["messages"][0]["role"] == "system" and len(tools) == 3
+            assert obs["messages"][0]["role"] == "system" and len(tools) == 9  # all of the store's tools
             workers.append(table.episodes[episode_id].worker.proc.pid)
             for action in _oracle(seed):
                 out = await table.step(episode_id, action)

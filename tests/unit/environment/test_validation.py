@@ -1,5 +1,6 @@
-"""Validation: every library environment is ACCEPTED for both targets; planted bad modules are
-REJECTED with the right reason; static checks and tool-shape checks as tables."""
+"""Validation: every library environment is ACCEPTED for both targets with the default calibration
+band; planted bad modules are REJECTED with the right reason; static checks and the surface check
+(all of the target's tools, its system prompt verbatim, its greeting) as tables."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 
 from services.environment import library
 from services.environment.baseline_policies import ScriptedSkillFactory
-from services.environment.validation import ValidationConfig, static_check, tool_check, validate
+from services.environment.validation import ValidationConfig, static_check, surface_check, validate
 
-from .helpers import FAST, SANDBOX, TARGET_NAMES, bundled, patched, target
+from .helpers import FAST, RESET_ANCHOR, SANDBOX, TARGET_NAMES, bundled, patched, target
 
 EVIL = Path("/tmp") / f"trace-validation-evil-{uuid.uuid4().hex}"
 
@@ -27,8 +28,10 @@ def test_library_environment_is_accepted(family, target_name):
     n = report.numbers
     assert n["oracle_mean"] == 1.0 and n["noop_mean"] <= 0.1 and n["random_mean"] <= 0.25
     assert 0.2 <= n["calibration_mean"] <= 0.6 and n["informative_fraction"] >= 0.5
-    assert [c.name for c in report.checks] == ["static", "loads", "tools", "deterministic", "oracle", "noop",
+    assert FAST.band == (0.2, 0.6) and FAST.min_informative == 0.5  # the defaults, not a lowered band
+    assert [c.name for c in report.checks] == ["static", "loads", "surface", "deterministic", "oracle", "noop",
                                                "random", "calibration"]
+    assert report.target["toolkit_sha256"] and report.target["toolkit"].endswith("record_toolkit:TOOLKIT")
     assert report.isolation["audit_hook"] and report.isolation["network"] in ("netns", "seccomp")
     assert report.calibration_policy == "scripted:skill-mixture@0.3"
     json.loads(report.to_json())  # the artifact is plain JSON
@@ -37,19 +40,32 @@ def test_library_environment_is_accepted(family, target_name):
 BASE = ("precondition_verification", "store")
 
 
+KIT_SCHEMAS = '        return copy.deepcopy(self.surface["tool_schemas"])\n'
+KIT_PROMPT = '        return self.surface["system_prompt"] + (f"\\n\\n{extra}" if extra else "")\n'
+
+
 def _planted(name: str) -> str:
     src = bundled(*BASE)
     if name == "global_rng":
-        return patched(src, "rng = random.Random(seed)\n        world", "rng = random.Random()\n        world")
+        return patched(src, RESET_ANCHOR, RESET_ANCHOR.replace("random.Random(seed)", "random.Random()"))
     if name == "hash_order":
-        return patched(src, 'rng.choice(("processed", "delivered", "cancelled"))',
-                       'sorted({"processed", "delivered", "cancelled"}, key=hash)[rng.randrange(3)]')
+        return patched(src, "else rng.choice(FORBIDDING[kind])",
+                       "else sorted(set(FORBIDDING[kind]), key=hash)[rng.randrange(2)]")
     if name == "seed_ignored":
-        return patched(src, "rng = random.Random(seed)\n        world", "rng = random.Random(0)\n        world")
-    if name == "wrong_tool_name":
-        return src + 'TARGET["tools"]["cancel"]["function"]["name"] = "cancel_order"\n'
-    if name == "wrong_argument":
-        return src + 'TARGET["tools"]["cancel"]["function"]["parameters"]["properties"]["why"] = {"type": "string"}\n'
+        return patched(src, RESET_ANCHOR, RESET_ANCHOR.replace("random.Random(seed)", "random.Random(0)"))
+    if name == "missing_tool":
+        return patched(src, KIT_SCHEMAS, KIT_SCHEMAS.replace(")\n", ")[:-1]\n"))
+    if name == "renamed_tool":
+        return patched(src, KIT_SCHEMAS, '        out = copy.deepcopy(self.surface["tool_schemas"])\n'
+                       '        out[5]["function"]["name"] = "cancel_order"\n        return out\n')
+    if name == "changed_schema":
+        return patched(src, KIT_SCHEMAS, '        out = copy.deepcopy(self.surface["tool_schemas"])\n'
+                       '        out[5]["function"]["parameters"]["properties"]["why"] = {"type": "string"}\n'
+                       '        return out\n')
+    if name == "rewritten_prompt":
+        return patched(src, KIT_PROMPT, '        return "You are a helpful support agent. Cancel what the user asks."\n')
+    if name == "long_addendum":
+        return patched(src, KIT_PROMPT, '        return self.surface["system_prompt"] + "\\n\\n" + "Be careful. " * 60\n')
     if name == "unsolvable_oracle":
         return src + '_solve = solve\n\n\ndef solve(seed):\n    return [a for a in _solve(seed) if "message" not in a]\n'
     if name == "always_one":
@@ -62,9 +78,8 @@ def _planted(name: str) -> str:
         return patched(src, "import copy\n", "import copy\nimport socket\n")
     if name == "raises_on_load":
         return src + "raise RuntimeError('boom at import')\n"
-    if name == "runtime_escape":
-        return src + (f'_solve = solve\n\n\ndef solve(seed):\n    __builtins__["open"]("{EVIL}", "w")\n'
-                      "    return _solve(seed)\n")
+    if name == "runtime_escape":  # nothing the static check can see: the address-space limit stops it
+        return src + "_solve = solve\n\n\ndef solve(seed):\n    hoard = bytearray(1 << 40)\n    return _solve(seed)\n"
     if name == "no_docstring":
         return patched(src, src.split('"""', 2)[1], "Short.")
     raise AssertionError(name)
@@ -75,15 +90,18 @@ PLANTED = [
     ("global_rng", "deterministic", "differ"),
     ("hash_order", "deterministic", "differ"),
     ("seed_ignored", "deterministic", "same instance"),
-    ("wrong_tool_name", "tools", "'cancel_order' is not a tool of store"),
-    ("wrong_argument", "tools", "argument 'why' is not an argument"),
-    ("unsolvable_oracle", "oracle", "oracle reached reward 0.40"),
+    ("missing_tool", "surface", "missing the target's tool(s) modify_user_address"),
+    ("renamed_tool", "surface", "cancel_order are not tools of store"),
+    ("changed_schema", "surface", "the schema of cancel_pending_order differs"),
+    ("rewritten_prompt", "surface", "does not start with store's system prompt verbatim"),
+    ("long_addendum", "surface", "addendum after the target's system prompt has 722 characters (at most 600)"),
+    ("unsolvable_oracle", "oracle", "oracle reached reward 0.20"),
     ("always_one", "noop", "noop policy scores mean 1.00"),
     ("unskilled_is_oracle", "calibration", "outside the band"),
     ("syntax_error", "static", "syntax error"),
     ("forbidden_import", "static", "import of socket is not allowed"),
     ("raises_on_load", "loads", "RuntimeError: boom at import"),
-    ("runtime_escape", "deterministic", "sandbox violation (filesystem)"),
+    ("runtime_escape", "deterministic", "sandbox violation (memory)"),
     ("no_docstring", "static", "docstring has 6 characters"),
 ]
 
@@ -129,36 +147,62 @@ def test_static_check(source, ok, fragment):
     assert check.passed is ok and fragment in check.reason
 
 
-def _schema(name: str, props: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props,
-                                                                        "required": required}}}
+def _opening(target_name: str, prompt: str | None = None, greeting: str | None = "target") -> list[dict]:
+    info = target(target_name)
+    messages = [{"role": "system", "content": info.system_prompt if prompt is None else prompt}]
+    if greeting == "target" and info.greeting:
+        messages.append({"role": "assistant", "content": info.greeting})
+    elif greeting not in (None, "target"):
+        messages.append({"role": "assistant", "content": greeting})
+    return messages + [{"role": "user", "content": "Hi, please cancel order #W1234567."}]
 
 
-S = {"type": "string"}
+def _schemas(target_name: str, change=None) -> list[dict]:
+    schemas = json.loads(json.dumps(target(target_name).tool_schemas))
+    return change(schemas) if change else schemas
 
 
-@pytest.mark.parametrize(("schemas", "ok", "fragment"), [
-    ([_schema("get_order_details", {"order_id": S}, ["order_id"]),
-      _schema("find_user_id_by_email", {"email": S}, ["email"]),
-      _schema("cancel_pending_order", {"order_id": S, "reason": S}, ["order_id", "reason"])], True, ""),
-    ([_schema("get_order_details", {"order_id": S}, ["order_id"]),
-      _schema("find_user_id_by_email", {"email": S}, ["email"]),
-      _schema("cancel_pending_order", {"order_id": S}, ["order_id"])], False, "lacks the target's required"),
-    ([_schema("get_order_details", {"order_id": {"type": "integer"}}, ["order_id"]),
-      _schema("find_user_id_by_email", {"email": S}, ["email"]),
-      _schema("cancel_pending_order", {"order_id": S, "reason": S}, [])], False, "type 'integer' differs"),
-    ([_schema("get_order_details", {"order_id": S}, ["order_id"])], False, "1 tools; reuse between 3 and 5"),
-    ([_schema("get_order_details", {"order_id": S}, ["order_id"])] * 3, False, "appears twice"),
-    ([{"name": "not_openai"}] * 3, False, "not an OpenAI function schema"),
-])
-def test_tool_check(schemas, ok, fragment):
-    check = tool_check(schemas, target("store"), 3, 5)
-    assert check.passed is ok and fragment in check.reason
+def _describe(schemas):
+    schemas[3]["function"]["description"] = "Look an order up."
+    return schemas
+
+
+SURFACE_CASES = [
+    # target, schemas, opening, passes, reason fragment
+    ("store", _schemas("store"), _opening("store"), True, ""),
+    ("tau2-retail", _schemas("tau2-retail"), _opening("tau2-retail"), True, ""),
+    ("store", _schemas("store"), _opening("store", target("store").system_prompt + "\n\n" + "x" * 598), True, ""),
+    ("store", _schemas("store", lambda s: s[:-1]), _opening("store"), False, "missing the target's tool(s) "
+                                                                              "modify_user_address"),
+    ("tau2-retail", _schemas("tau2-retail", lambda s: s[1:]), _opening("tau2-retail"), False,
+     "missing the target's tool(s) calculate"),
+    ("store", _schemas("store", _describe), _opening("store"), False, "the schema of get_order_details differs"),
+    ("store", _schemas("store", lambda s: [*s, {"type": "function", "function": {"name": "refund_all"}}]),
+     _opening("store"), False, "refund_all are not tools of store"),
+    ("store", _schemas("store", lambda s: s[::-1]), _opening("store"), False, "not in the target's order"),
+    ("store", _schemas("store"), _opening("store", "You are a helpful agent."), False,
+     "does not start with store's system prompt verbatim"),
+    ("tau2-retail", _schemas("tau2-retail"), _opening("tau2-retail", "# Retail policy\n" + target("tau2-retail").system_prompt),
+     False, "does not start with tau2-retail's system prompt verbatim"),
+    ("store", _schemas("store"), _opening("store", target("store").system_prompt + "x" * 601), False,
+     "has 601 characters (at most 600)"),
+    ("tau2-retail", _schemas("tau2-retail"), _opening("tau2-retail", greeting=None), False,
+     "must open with tau2-retail's greeting 'Hi! How can I help you today?'"),
+    ("store", _schemas("store"), _opening("store", greeting="Hello! What can I do for you?"), False,
+     "store opens with the user's message"),
+]
+
+
+@pytest.mark.parametrize(("target_name", "schemas", "messages", "ok", "fragment"), SURFACE_CASES)
+def test_surface_check(target_name, schemas, messages, ok, fragment):
+    check = surface_check(schemas, messages, target(target_name), 600)
+    assert check.passed is ok, check.reason
+    assert fragment in check.reason
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"band": (0.6, 0.2)}, "band"),
-    ({"min_tools": 6, "max_tools": 5}, "min_tools"),
+    ({"max_addendum_chars": -1}, "max_addendum_chars"),
 ])
 def test_validation_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -17,6 +17,10 @@ follows tau2's half-duplex orchestration:
     reward(): `Tau2Evaluator` -- replay-based DB check, communicate/action checks, product
         over the task's reward basis; 0 unless the user (or agent) stopped the episode.
 
+`surface()` describes the target for capability environments without a reset (no user
+simulator needed): system prompt, greeting, tools, and the record toolkit
+(`record_toolkit.py`) with this domain's catalog.
+
 Mapping onto the SDK's `Termination`: ###STOP### -> done; ###TRANSFER### and
 ###OUT-OF-SCOPE### -> user_stop (tau2 scores all three normally); max_steps -> max_turns;
 too_many_errors -> agent_error. The tau2 reason is kept in `tau2_termination` and in the
@@ -49,6 +53,7 @@ from trace_common.domains.tau2.prompts import (
     user_stop_token,
     user_system_prompt,
 )
+from trace_common.domains.tau2.record_toolkit import RetailRecords
 from trace_common.domains.tau2.retail_db import RetailDB
 from trace_common.domains.tau2.retail_tools import RetailTools
 from trace_common.domains.tau2.tasks import Task
@@ -68,6 +73,7 @@ from trace_common.env import (
     Termination,
     ToolAction,
 )
+from trace_common.env.surface import TargetSurface
 from trace_common.errors import FailedPrecondition, InvalidArgument, Unimplemented
 
 DEFAULT_MAX_STEPS = 200
@@ -140,6 +146,15 @@ class Tau2Environment(Environment):
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return json.loads(json.dumps(self._schemas))  # callers may mutate their copy
+
+    def surface(self) -> TargetSurface:
+        """What a capability environment keeps of this target (trace_common/env/surface.py): the
+        system prompt and greeting every reset shows, the 16 tools, and the record toolkit with
+        this domain's catalog and people. Needs no user simulator (nothing is reset)."""
+        return TargetSurface(name=self.name, version=self.version, system_prompt=self._policy_prompt,
+                             greeting=AGENT_GREETING, tool_schemas=self.tool_schemas(),
+                             toolkit="trace_common.domains.tau2.record_toolkit:TOOLKIT",
+                             toolkit_params=RetailRecords.params_for(self))
 
     def step(self, action: Action) -> StepResult:
         if self._task is None:
