@@ -41,6 +41,8 @@ def main(service: str) -> None:
     server = TraceServer(settings, definition)
 
     def ready() -> None:
-        print(f"{service} ready: grpc={server.target} metrics={server.metrics_server.url}", flush=True)
+        http = f" http={definition.http_url}" if definition.http_url else ""
+        print(f"{service} ready: grpc={server.target}{http} metrics={server.metrics_server.url} "
+              f"auth={'on' if server.auth else 'off'}", flush=True)
 
     asyncio.run(run_forever([server], on_ready=ready))

@@ -7,6 +7,7 @@ the value.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,8 +37,9 @@ class ServiceSettings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 picks a free one; -1 is not allowed.")
     auth_token: SecretStr | None = Field(
-        None, description="Bearer token required on every call except health/reflection. "
-        "In Kubernetes it comes from a Secret. Unset disables auth (embedded default only).")
+        None, description="Bearer token required on every gRPC call except health/reflection, and on the "
+        "inference service's OpenAI-compatible HTTP API. In Kubernetes it comes from a Secret. Visible ASCII, "
+        "no whitespace; a blank value is refused at start-up. Unset disables auth (the service logs a warning).")
     tls_cert_file: Path | None = Field(None, description="PEM certificate chain; enables TLS with tls_key_file.")
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file.")
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1 << 30,
@@ -58,6 +60,13 @@ class ServiceSettings(BaseSettings):
         v = v.upper()
         if v not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError(f"unknown log level {v!r}; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return v
+
+    @field_validator("auth_token")
+    @classmethod
+    def _token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            check_token(v.get_secret_value(), token_env(cls.service_name) if cls.service_name else "auth_token")
         return v
 
     @field_validator("artifact_root")
@@ -88,6 +97,41 @@ class ServiceSettings(BaseSettings):
         return S3Settings(endpoint=self.s3_endpoint, access_key=self.s3_access_key or "",
                           secret_key=self.s3_secret_key or SecretStr(""), region=self.s3_region,
                           secure=self.s3_secure)
+
+
+def token_env(service: str) -> str:
+    """The environment variable holding `service`'s auth token, e.g. TRACE_ROLLOUT_AUTH_TOKEN."""
+    return f"TRACE_{service.upper()}_AUTH_TOKEN"
+
+
+def check_token(token: str, where: str) -> str:
+    """`token` when it can be a bearer token; ValueError naming `where` (the variable or flag) otherwise.
+
+    An empty value must not silently turn auth off, and a token of spaces must not be matched by
+    `Bearer    `: a token is 1..4096 visible ASCII characters (what gRPC metadata and HTTP
+    headers carry unchanged), so no whitespace anywhere, leading and trailing included.
+    """
+    fix = (f"set {where} to a real token (e.g. `openssl rand -hex 24`), or unset it to run without auth "
+           "(loopback only)")
+    if not token.strip():
+        raise ValueError(f"{where} is set but blank; {fix}")
+    if token != token.strip():
+        raise ValueError(f"{where} has leading or trailing whitespace (a stray newline from a file?); strip it")
+    if len(token) > 4096 or any(not 0x21 <= ord(c) <= 0x7E for c in token):
+        raise ValueError(f"{where} must be 1..4096 visible ASCII characters without spaces (gRPC metadata and HTTP "
+                         f"headers carry nothing else unchanged); {fix}")
+    return token
+
+
+def service_token(service: str, fallback: str | None = None) -> str | None:
+    """The token a client sends to `service`: ${TRACE_<SERVICE>_AUTH_TOKEN} when set, else `fallback`
+    (e.g. --token / $TRACE_AUTH_TOKEN). The same variable the service reads, so a client started
+    in the environment of `tracectl up` (or of a standalone service) sends what the service expects.
+    A blank value raises ValueError, as it does for the service."""
+    value = os.environ.get(token_env(service))
+    if value is None:
+        return fallback
+    return check_token(value, token_env(service))
 
 
 def settings_class(service: str) -> type[ServiceSettings]:

@@ -15,7 +15,9 @@ from .settings import InferenceSettings
 def create_service(settings: InferenceSettings | None = None) -> ServiceDefinition:
     settings = settings or InferenceSettings()
     domain = Inference(settings)
-    http = OpenAIServer(domain, settings.http_host, settings.http_port)  # the HTTP front, around the domain
+    token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
+    # the HTTP front, around the domain, requiring the same token as gRPC
+    http = OpenAIServer(domain, settings.http_host, settings.http_port, token=token)
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),

@@ -5,7 +5,16 @@ service's `OpenAIPolicy`, tau2-style harnesses, the `openai` SDK -- call a compo
                                 max_tokens | max_completion_tokens, seed, stream, logprobs;
                                 extensions: top_k, return_routing_trace
     GET  /v1/models             the loaded compositions
-    GET  /health                {"status": "ok"}
+    GET  /health                {"status": "ok"} (+ "compositions" when the caller may see them)
+
+Auth: when the service has a token (TRACE_INFERENCE_AUTH_TOKEN, the same one gRPC requires), every
+path except /health needs `Authorization: Bearer <token>` -- the header OpenAI clients send
+with `api_key=<token>` -- checked by the gRPC interceptor's own rule
+(`trace_common.grpc.auth.BearerToken`, constant-time). Without it the answer is 401 with
+OpenAI's shape `{"error": {"message", "type": "invalid_request_error", "code": "invalid_api_key"}}`
+and `WWW-Authenticate: Bearer`; unknown paths answer 401 too, so routes cannot be probed.
+/health stays open, like grpc.health.v1, for load balancers and probes that carry no secret; it
+lists the loaded composition names only to an authenticated caller (or when auth is off).
 
 Replies follow the chat.completion schema: `choices[0].message` with `content` and structured
 `tool_calls` (parsed from the model's Hermes `<tool_call>` text by the shared parser; then
@@ -32,6 +41,7 @@ from aiohttp import web
 
 from trace_common.env.messages import Message
 from trace_common.errors import TraceError
+from trace_common.grpc.auth import BearerToken
 
 from .service import ChatRequest, Completion, Inference, StreamDelta, TokenRouteInfo, parse_tool_schemas
 
@@ -145,12 +155,26 @@ def completion_body(c: Completion, model: str, want_logprobs: bool, tokenizer: A
     return body
 
 
-class OpenAIServer:
-    """The aiohttp server around the domain (built by app.py, started by the service's on_start hook)."""
+#: Paths answered without a token (probes); everything else needs one when auth is on.
+OPEN_PATHS = frozenset({"/health"})
 
-    def __init__(self, domain: Inference, host: str, port: int):
+
+def unauthorized(reason: str) -> web.Response:
+    resp = error_response(401, reason, "invalid_request_error", "invalid_api_key")
+    resp.headers["WWW-Authenticate"] = 'Bearer realm="trace-inference"'
+    return resp
+
+
+class OpenAIServer:
+    """The aiohttp server around the domain (built by app.py, started by the service's on_start hook).
+
+    `token`: the bearer token every request but /health must carry; None = no auth (the
+    embedded default on loopback; the service logs that it runs without auth)."""
+
+    def __init__(self, domain: Inference, host: str, port: int, token: str | None = None):
         self.domain, self.host, self.port = domain, host, port
-        self.app = web.Application(client_max_size=MAX_BODY_BYTES)
+        self._token = BearerToken(token) if token is not None else None
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._auth])
         self.app.add_routes([web.post("/v1/chat/completions", self.chat_completions),
                              web.get("/v1/models", self.models), web.get("/health", self.health)])
         self._runner: web.AppRunner | None = None
@@ -158,6 +182,29 @@ class OpenAIServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def auth(self) -> bool:
+        return self._token is not None
+
+    def _refusal(self, request: web.Request) -> str | None:
+        """Why `request` may not proceed (None: it may); always None without a token."""
+        if self._token is None:
+            return None
+        why = self._token.refusal(request.headers.get("Authorization"))
+        if why is None:
+            return None
+        return ("missing 'Authorization: Bearer <token>' header; pass the inference service's auth token "
+                "as the API key" if request.headers.get("Authorization") is None else
+                "invalid API key; use the token the inference service was started with (TRACE_INFERENCE_AUTH_TOKEN)")
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            why = self._refusal(request)
+            if why is not None:
+                return unauthorized(why)
+        return await handler(request)
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
@@ -167,7 +214,8 @@ class OpenAIServer:
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port when port=0
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        log.info("inference OpenAI-compatible API on %s", self.url)
+        log.info("inference OpenAI-compatible API on %s (%s)", self.url,
+                 "bearer token required" if self.auth else "no auth")
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -175,7 +223,10 @@ class OpenAIServer:
             self._runner = None
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "compositions": self.domain.registry.names()})
+        body: dict[str, Any] = {"status": "ok"}
+        if self._refusal(request) is None:  # composition names only for a caller that may use them
+            body["compositions"] = self.domain.registry.names()
+        return web.json_response(body)
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -23,8 +24,8 @@ from typing import Any
 
 from trace_common import errors as E
 
-from .jobspec import WorkerSpec, decode_line
-from .settings import TrainerSettings
+from .jobspec import ENVIRONMENT_TOKEN_ENV, WorkerSpec, decode_line
+from .settings import TrainerSettings, environment_token
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +45,78 @@ def error_from_event(event: dict[str, Any]) -> E.TraceError:
     return cls(str(event.get("message", "training failed")))
 
 
+SCRATCH_PREFIX = "trace-trainer-"
+#: In each scratch dir: "<pid> <start time>" of the service process that made it.
+OWNER_FILE = "owner.pid"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or unknown."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_alive(record: str) -> bool:
+    pid_text, _, start = record.strip().partition(" ")
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a process of another user has that pid: not ours to judge, keep the dir
+    now = _start_time(pid)
+    return not (start and now and now != start)  # same pid, other start time: the pid was reused
+
+
+def clean_stale_scratch(root: str | Path | None = None) -> list[Path]:
+    """Remove `trace-trainer-*` scratch dirs under `root` (default: the system temp dir) whose owner
+    is gone: a service process that was SIGKILLed never ran its cleanup. Only dirs of this user
+    that record their owner (OWNER_FILE) are judged; a live owner's dir, a dir without a record
+    and anything that is not a plain directory are left alone. Returns what was removed."""
+    removed = []
+    for d in sorted(Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*")):
+        try:
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
+                continue
+            record = (d / OWNER_FILE).read_text()
+            if _owner_alive(record):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(d)
+    if removed:
+        log.info("removed %d stale training scratch dir(s) of dead service processes: %s", len(removed),
+                 ", ".join(str(d) for d in removed))
+    return removed
+
+
 class LocalExecutor:
-    """`python -m services.trainer.worker --spec-file <file>` as a child process."""
+    """`python -m services.trainer.worker --spec-file <file>` as a child process.
+
+    Its scratch dir (`trace-trainer-*` under the system temp dir, unless settings.work_dir) records
+    its owner; at construction, scratch dirs left by dead service processes are removed
+    (`clean_stale_scratch`)."""
 
     def __init__(self, settings: TrainerSettings):
         self.settings = settings
         self._tmp: tempfile.TemporaryDirectory | None = None
         #: Running worker processes by job id (observability; tests use the pids).
         self.processes: dict[str, asyncio.subprocess.Process] = {}
+        if not settings.work_dir:
+            clean_stale_scratch()
 
     def _work_dir(self) -> Path:
         if self.settings.work_dir:
             return Path(self.settings.work_dir)
         if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="trace-trainer-")
+            self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
+            pid = os.getpid()
+            (Path(self._tmp.name) / OWNER_FILE).write_text(f"{pid} {_start_time(pid) or ''}".strip() + "\n")
         return Path(self._tmp.name)
 
     def child_env(self) -> dict[str, str]:
@@ -66,6 +125,9 @@ class LocalExecutor:
         secret = self.settings.s3_secret_key
         if secret is not None:
             env["TRACE_TRAINER_S3_SECRET_KEY"] = secret.get_secret_value()
+        token = environment_token(self.settings)
+        if token:
+            env[ENVIRONMENT_TOKEN_ENV] = token  # the worker plays environments served by the environment service
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env["PYTHONUNBUFFERED"] = "1"

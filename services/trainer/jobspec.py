@@ -56,12 +56,18 @@ class WorkerSpec(BaseModel):
                                                     "built in (played over gRPC, see envs.py).")
 
 
-def env_factory(ref: dict[str, Any], environment_target: str):
+#: The variable a training worker reads the environment service's token from (set by the executors).
+ENVIRONMENT_TOKEN_ENV = "TRACE_TRAINER_ENVIRONMENT_TOKEN"
+
+
+def env_factory(ref: dict[str, Any], environment_target: str, token: str | None = None):
     """A zero-argument factory of the environment `ref` names (EnvironmentRefModel fields): a
     built-in / imported environment is made in this process; any other name is served by the
     EnvironmentService at `environment_target` (generated code never runs in the trainer).
     Raises NotFound naming both places when neither has it.
-    Callers that validate a request call the factory once (the service does, before a job exists)."""
+    Callers that validate a request call the factory once (the service does, before a job exists).
+    `token` is the environment service's bearer token; a worker leaves it None and reads it from
+    ENVIRONMENT_TOKEN_ENV, which the executors set."""
     import os
 
     from trace_common.env import make
@@ -78,7 +84,9 @@ def env_factory(ref: dict[str, Any], environment_target: str):
                        "environment service is configured to serve it: set TRACE_TRAINER_ENVIRONMENT_ADDRESS")
     from trace_common.env.remote import remote_factory
 
-    factory = remote_factory(environment_target, name, version or "", token=os.environ.get("TRACE_TRAINER_AUTH_TOKEN"))
+    if token is None:  # a worker process: the executor put the token in its environment
+        token = os.environ.get(ENVIRONMENT_TOKEN_ENV) or os.environ.get("TRACE_TRAINER_AUTH_TOKEN")
+    factory = remote_factory(environment_target, name, version or "", token=token or None)
     if params:
         from trace_common.errors import InvalidArgument
 

@@ -35,7 +35,7 @@ from trace_common import errors as E
 from trace_common.artifacts import ArtifactStore
 
 from .executors import EventFn, error_from_event
-from .jobspec import SPEC_ENV, WorkerSpec
+from .jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec
 from .settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,10 @@ def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) ->
         env.append(client.V1EnvVar(name="TRACE_TRAINER_S3_SECRET_KEY", value_from=client.V1EnvVarSource(
             secret_key_ref=client.V1SecretKeySelector(name=settings.job_s3_secret_name,
                                                       key=settings.job_s3_secret_key))))
+    if settings.job_auth_from:  # the environment service's token, for environments it serves
+        secret, key = settings.job_auth_from.split(":", 1)
+        env.append(client.V1EnvVar(name=ENVIRONMENT_TOKEN_ENV, value_from=client.V1EnvVarSource(
+            secret_key_ref=client.V1SecretKeySelector(name=secret, key=key))))
     env += [client.V1EnvVar(name=k, value=v) for k, v in sorted(settings.job_extra_env.items())]
     limits = {"memory": settings.job_memory}
     requests = {"cpu": settings.job_cpu, "memory": settings.job_memory}

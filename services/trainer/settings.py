@@ -6,7 +6,7 @@ Dict/list settings (node selector, tolerations, extra env) are JSON in their var
 
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
@@ -28,6 +28,10 @@ class TrainerSettings(ServiceSettings):
         "", description="host:port of the EnvironmentService (TRACE_TRAINER_ENVIRONMENT_ADDRESS, set by the chart): environments that are not built in (generated or "
                         "library environments of a run) are played through it, never run in the trainer. The "
                         "embedded stack sets it; in a cluster, the environment service's address.")
+    environment_token: SecretStr | None = Field(
+        None, description="Bearer token the trainer and its workers send to the environment service "
+        "(TRACE_TRAINER_ENVIRONMENT_TOKEN); unset = the trainer's own auth_token (one shared Secret, as the "
+        "chart deploys). The embedded stack sets it to the environment service's token.")
     env_modules: list[str] = Field(default_factory=list, description="Python modules imported by the service "
                                    "and every worker before environments are resolved, so that environments they "
                                    "register (trace_common.env.register) can be trained on (JSON list).")
@@ -49,6 +53,9 @@ class TrainerSettings(ServiceSettings):
     job_service_account: str = Field("", description="serviceAccountName of Job pods; empty = default.")
     job_s3_secret_name: str = Field("", description="Secret holding the S3 secret key for Job pods.")
     job_s3_secret_key: str = Field("secret-key", description="Key of the S3 secret key inside that Secret.")
+    job_auth_from: str = Field("", pattern=r"^$|^[a-z0-9][-a-z0-9.]*:[-._a-zA-Z0-9]+$", description=(
+        "NAME:KEY of the Secret holding the environment service's token for Job pods (they read it as "
+        "TRACE_TRAINER_ENVIRONMENT_TOKEN); the chart points it at its auth Secret. Empty: Job pods send none."))
     job_extra_env: dict[str, str] = Field(default_factory=dict, description="Extra environment of Job pods (JSON).")
     job_poll_seconds: float = Field(5.0, gt=0, le=600, description="How often a Kubernetes Job's status and "
                                     "progress are read.")
@@ -71,3 +78,9 @@ class TrainerSettings(ServiceSettings):
                                  f"{sorted(allowed)} (e.g. {{\"key\": \"nvidia.com/gpu\", \"operator\": \"Exists\", "
                                  "\"effect\": \"NoSchedule\"})")
         return v
+
+
+def environment_token(settings: TrainerSettings) -> str | None:
+    """The token for the environment service: `environment_token`, else the trainer's own."""
+    token = settings.environment_token or settings.auth_token
+    return token.get_secret_value() if token is not None else None

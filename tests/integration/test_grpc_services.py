@@ -1,5 +1,5 @@
-"""The five services as real gRPC servers: health, reflection, auth, limits, jobs over the wire,
-graceful stop, and the tracectl commands that use them."""
+"""The five services as real gRPC servers: health (Check and Watch), reflection, auth, limits,
+jobs over the wire, graceful stop, and the tracectl commands that use them."""
 
 import asyncio
 import os
@@ -33,6 +33,59 @@ def test_health_and_reflection(embedded_stack, service):
         resp = next(iter(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))))
         names = {s.name for s in resp.list_services_response.service}
         assert {SERVICES[service][3], "grpc.health.v1.Health"} <= names
+
+
+@pytest.mark.parametrize("stack", ["embedded_stack", "authed_stack"])
+@pytest.mark.parametrize("service", SERVICE_NAMES)
+def test_health_watch_streams_serving(request, stack, service):
+    """grpc.health.v1 Watch (a coroutine that writes for itself, unlike the servicers' async
+    generators) through all three interceptors, without a token also where auth is on."""
+    s = request.getfixturevalue(stack)
+    with open_channel(Endpoint(s.targets[service])) as ch:
+        h = health_pb2_grpc.HealthStub(ch)
+        for name in ("", SERVICES[service][3]):
+            call = h.Watch(health_pb2.HealthCheckRequest(service=name), timeout=10)
+            try:
+                first = next(call)
+            finally:
+                call.cancel()
+            assert first.status == health_pb2.HealthCheckResponse.SERVING, name
+        # the server is fine after two cancelled watches
+        assert h.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_watch_of_an_unknown_service_streams_service_unknown(embedded_stack):
+    with open_channel(Endpoint(embedded_stack.targets["trainer"])) as ch:
+        call = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(service="no.such.Service"),
+                                                   timeout=10)
+        try:
+            assert next(call).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        finally:
+            call.cancel()
+
+
+def _rpc_count(stack, service: str, method: str, code: str) -> float:
+    text = httpx.get(stack.metrics_urls[service], timeout=5).text
+    prefix = f'trace_{service}_rpc_requests_total{{code="{code}",method="{method}"}}'
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(prefix))
+
+
+def test_stream_request_handlers_pass_every_interceptor(authed_stack):
+    """Reflection (stream-stream) without a token where auth is on: answered, counted; undecodable
+    bytes in its request stream are INVALID_ARGUMENT like on any unary method."""
+    before = _rpc_count(authed_stack, "environment", "ServerReflectionInfo", "OK")
+    with open_channel(Endpoint(authed_stack.targets["environment"])) as ch:
+        refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+        resp = list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                              timeout=10))
+        assert "trace.v1.EnvironmentService" in {x.name for x in resp[0].list_services_response.service}
+        raw = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+        with pytest.raises(grpc.RpcError) as info:
+            list(raw(iter([b"\x0a\x7f"]), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ServerReflectionInfo: the request bytes do not decode" in info.value.details()
+    assert _rpc_count(authed_stack, "environment", "ServerReflectionInfo", "OK") == before + 1
+    assert _rpc_count(authed_stack, "environment", "ServerReflectionInfo", "INVALID_ARGUMENT") >= 1
 
 
 @pytest.mark.parametrize("service", SERVICE_NAMES)

@@ -20,7 +20,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from trace_common.config import ServiceSettings
+from trace_common.config import ServiceSettings, token_env
 from trace_common.grpc.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
 from trace_common.metrics import MetricsServer, ServiceMetrics
 
@@ -62,11 +62,15 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 class TraceServer:
-    """One service's gRPC server + health + reflection + metrics endpoint."""
+    """One service's gRPC server + health + reflection + metrics endpoint.
 
-    def __init__(self, settings: ServiceSettings, definition: ServiceDefinition):
+    A server without an auth token logs a warning when it starts (`warn_without_auth=False`
+    leaves that to the caller: the embedded stack says it once for all five)."""
+
+    def __init__(self, settings: ServiceSettings, definition: ServiceDefinition, *, warn_without_auth: bool = True):
         self.settings = settings
         self.definition = definition
+        self.warn_without_auth = warn_without_auth
         self.port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self.health: health.aio.HealthServicer | None = None
@@ -77,7 +81,7 @@ class TraceServer:
         settings, definition = self.settings, self.definition
         self.health = health.aio.HealthServicer()
         interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor(definition.metrics)]
-        if settings.auth_token is not None and settings.auth_token.get_secret_value():
+        if self.auth:  # ServiceSettings refuses a blank token, so a token here is a real one
             interceptors.append(AuthInterceptor(settings.auth_token.get_secret_value()))
         interceptors.append(ErrorMappingInterceptor())
         server = aio.server(interceptors=interceptors, options=server_options(settings.max_message_bytes))
@@ -86,6 +90,11 @@ class TraceServer:
         reflection.enable_server_reflection(
             [*definition.full_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
         return server
+
+    @property
+    def auth(self) -> bool:
+        """Whether calls need the bearer token (gRPC, and the HTTP front where there is one)."""
+        return self.settings.auth_token is not None
 
     @property
     def target(self) -> str:
@@ -115,6 +124,10 @@ class TraceServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("%s serving gRPC on %s, metrics on %s", self.definition.name, self.target,
                  self.metrics_server.url)
+        if not self.auth and self.warn_without_auth:
+            where = f" and {self.definition.http_url}" if self.definition.http_url else ""
+            log.warning("%s runs WITHOUT AUTH: no token set (%s), so anyone who can reach %s%s may call every "
+                        "method", self.definition.name, token_env(self.definition.name), self.target, where)
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: NOT_SERVING first, then refuse new calls, then wait for in-flight ones."""

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 from kubernetes import client
 
-from services.trainer.jobspec import SPEC_ENV, WorkerSpec, events_key_for
+from services.trainer.jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec, events_key_for
 from services.trainer.kubernetes_job import KubernetesExecutor, build_job, job_name, manifest_dict
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
@@ -24,6 +24,7 @@ from trace_common.jobs import JobState
 GPU_POOL = dict(job_image="registry.example/trace-trainer:1.2.3", job_gpus=4, job_node_selector={"trace.dev/pool": "gpu"},
                 job_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 job_backoff_limit=3, job_s3_secret_name="trace-s3", job_service_account="trace-trainer",
+                job_auth_from="trace-auth:token",
                 job_extra_env={"NCCL_DEBUG": "WARN"}, job_active_deadline_seconds=7200)
 
 
@@ -64,6 +65,10 @@ def test_manifest_is_valid_kubernetes_1_32(settings):
         assert pod["nodeSelector"] == {"trace.dev/pool": "gpu"}
         assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
         assert env["NCCL_DEBUG"]["value"] == "WARN"
+        # the environment service's token comes from the auth Secret, never as a value
+        assert env[ENVIRONMENT_TOKEN_ENV]["valueFrom"]["secretKeyRef"] == {"name": "trace-auth", "key": "token"}
+    else:
+        assert ENVIRONMENT_TOKEN_ENV not in env
     assert "secret" not in env[SPEC_ENV]["value"].lower()
 
 
