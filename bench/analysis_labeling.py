@@ -37,6 +37,7 @@ from services.analysis.prompts import default_prompts_dir, load_template  # noqa
 from services.analysis.schemas import Candidate  # noqa: E402
 from tests.unit.analysis.fixtures import small_planted_set  # noqa: E402
 from tests.unit.analysis.standin_llm import ScriptedAnalyst, StandinServer  # noqa: E402
+from trace_common.llm import LlmConfig  # noqa: E402
 
 CANDIDATES = [Candidate(n, f"the agent shows {n.replace('_', ' ')}") for n in
               ("precondition_verification", "multi_step_task_completion", "tool_call_precision", "date_arithmetic")]
@@ -58,8 +59,8 @@ def trajectories(n: int):
 
 
 def analyst(base_url: str, parallelism: int) -> Analyst:
-    return Analyst(AnalystConfig(base_url=base_url, model="standin", max_concurrency=parallelism, max_retries=0,
-                                 timeout_seconds=30, temperature=0.0))
+    return Analyst(AnalystConfig(llm=LlmConfig(base_url=base_url, model="standin", max_retries=0, timeout_seconds=30),
+                                 max_concurrency=parallelism, temperature=0.0))
 
 
 async def trace_labeling(base_url: str, n: int, parallelism: int) -> float:

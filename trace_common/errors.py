@@ -49,6 +49,19 @@ class InvalidArgument(TraceError):
         self.field = field
 
 
+class PermissionDenied(TraceError):
+    """The caller asked for something the operator did not allow (an outbound URL, a credential,
+    a model outside an endpoint profile); retrying the same request cannot succeed. The message
+    names the field and says what the request may name instead."""
+
+    code = "PERMISSION_DENIED"
+
+    def __init__(self, reason: str, *, field: str | None = None, fix: str | None = None):
+        text = f"{field}: {reason}" if field else reason
+        super().__init__(f"{text}. {fix}" if fix else text)
+        self.field = field
+
+
 class NotFound(TraceError):
     """A named thing (job, artifact, environment, composition) does not exist."""
 

@@ -3,41 +3,50 @@
 A thin layer over the official `openai` SDK -- which already implements timeouts, bounded
 retries with backoff on connection errors / 408 / 429 / 5xx, and the wire format -- adding
 what the services need: one result type, errors translated into TRACE's domain exceptions
-(so a job fails with a reason and the right status code), and the API key taken from an
-environment variable named in the request (never the key itself in a proto).
+(so a job fails with a reason and the right status code), and the API key read from a variable
+of this process's environment by the one api-key rule (`trace_common.endpoints.read_api_key`).
+In a service that variable is the operator's, from an endpoint profile
+(`Endpoints.llm(...)` -> `ResolvedEndpoint.api_key_env`); a request never names it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
-from trace_common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from trace_common.endpoints import ResolvedEndpoint, read_api_key
+from trace_common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 
 
 @dataclass(frozen=True)
 class LlmConfig:
-    """Where and how to call an OpenAI-compatible endpoint."""
+    """Where and how to call an OpenAI-compatible endpoint (one declaration: the analyst's and
+    the generator's configs are built on it)."""
 
+    #: OpenAI-compatible base URL, e.g. http://vllm:8000/v1.
     base_url: str
+    #: Served model name sent with every request.
     model: str
+    #: Variable of this process's environment holding the key ("" = none); in a service, the
+    #: endpoint profile's (operator's) variable, never a request's.
     api_key_env: str = ""
+    #: Per-request timeout in seconds.
     timeout_seconds: float = 60.0
+    #: Transport retries per request (connection errors, 408/429/5xx), done by the SDK.
     max_retries: int = 2
 
+    @classmethod
+    def of(cls, endpoint: ResolvedEndpoint, *, timeout_seconds: float, max_retries: int = 2) -> LlmConfig:
+        """The client config of an endpoint the service's profiles resolved."""
+        return cls(base_url=endpoint.base_url, model=endpoint.model, api_key_env=endpoint.api_key_env,
+                   timeout_seconds=timeout_seconds, max_retries=max_retries)
+
     def api_key(self) -> str:
-        if not self.api_key_env:
-            return "EMPTY"  # vLLM and local servers accept any key
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise FailedPrecondition(f"api_key_env={self.api_key_env!r} names an unset environment variable; "
-                                     "export it (in Kubernetes: from a Secret) or leave api_key_env empty")
-        return key
+        return read_api_key(self.api_key_env)
 
 
 @dataclass

@@ -1,13 +1,30 @@
 """The embedded default: all five services in one process on loopback ports, `file://` store.
 
-Used by `tracectl up` and by the test suite's `embedded_stack` fixture. The addresses are
-written to `<root>/embedded.json` so `tracectl status` (or any client) can find them.
+Used by `tracectl up`, `tracectl run` (when no service address is given) and by the test suite's
+`embedded_stack` fixture. The addresses are written to `<root>/embedded.json` so `tracectl status`
+(or any client) can find them.
+
+Auth, per service: the token in TRACE_<SERVICE>_AUTH_TOKEN when that variable is set (what the
+standalone service reads too), else the stack's `token` (`tracectl up --token` / $TRACE_AUTH_TOKEN),
+else none. A blank variable is refused, as the standalone service refuses it. `embedded.json`
+records per service whether auth is on and where its token comes from (the variable's name,
+never the token); a client in the same environment gets the same token from
+`trace_common.config.service_token`. When any service runs without auth the stack logs one
+warning saying which, and that they listen on loopback only (or, louder, that they do not).
+
+Outbound endpoints: tracectl is the operator of the services it embeds. Each calling service
+(analysis, environment, rollout) starts with its TRACE_<SERVICE>_ENDPOINTS profiles, and
+`allow_endpoint` adds one in-process (no request can): `tracectl run` adds the run config's
+endpoints this way (`overrides[EMBEDDED_ENDPOINTS]`, see tracectl/run/endpoints.py), and tests
+allow their local fake servers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import logging
 import os
 import threading
 from concurrent.futures import Future
@@ -15,19 +32,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.launch import build
-from trace_common.config import SERVICE_NAMES
+from trace_common.config import SERVICE_NAMES, check_token, service_token, token_env
+from trace_common.endpoints import EndpointProfile
 from trace_common.grpc.client import Endpoint, open_channel, stub
 from trace_common.grpc.server import TraceServer
+
+log = logging.getLogger(__name__)
+
+#: The services that call outbound endpoints (each has an `endpoints` allow-list on its domain).
+CALLERS = ("analysis", "environment", "rollout")
+#: Key of `EmbeddedStack.overrides` holding endpoints to allow at start: service -> {profile -> fields}.
+EMBEDDED_ENDPOINTS = "embedded_endpoints"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
 class EmbeddedStack:
     root: Path
     host: str = "127.0.0.1"
+    #: The token of every service whose TRACE_<SERVICE>_AUTH_TOKEN is unset; None = no auth there.
     token: str | None = None
+    #: Where `token` came from, as embedded.json names it ("--token", "TRACE_AUTH_TOKEN", ...).
+    token_source: str = "token argument"
     #: Extra settings for every service (e.g. max_message_bytes), over the env vars.
     overrides: dict = field(default_factory=dict)
     servers: dict[str, TraceServer] = field(default_factory=dict)
+    #: service -> (token or None, its source or None), fixed by `start`.
+    auth: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
     @property
     def state_file(self) -> Path:
@@ -46,27 +85,84 @@ class EmbeddedStack:
         """HTTP fronts served beside gRPC (the inference service's OpenAI-compatible API)."""
         return {name: s.definition.http_url for name, s in self.servers.items() if s.definition.http_url}
 
+    def resolve_auth(self) -> dict[str, tuple[str | None, str | None]]:
+        """service -> (token, source): TRACE_<SERVICE>_AUTH_TOKEN, else the stack token, else (None, None).
+        ValueError (naming the variable) for a blank or malformed token."""
+        if self.token is not None:
+            check_token(self.token, self.token_source)
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for name in SERVICE_NAMES:
+            if os.environ.get(token_env(name)) is not None:
+                out[name] = (service_token(name), token_env(name))
+            elif self.token is not None:
+                out[name] = (self.token, self.token_source)
+            else:
+                out[name] = (None, None)
+        return out
+
+    def token_of(self, service: str) -> str | None:
+        return self.auth.get(service, (None, None))[0]
+
+    def allow_endpoint(self, name: str, base_url: str, api_key_env: str = "", models: tuple[str, ...] = (),
+                       services: tuple[str, ...] = CALLERS) -> None:
+        """Let `services` call `base_url` as profile `name` (the operator's act, in-process). A URL one of
+        them already allows with the same key and models is left as it is; with another key, ValueError."""
+        profile = EndpointProfile(base_url=base_url, api_key_env=api_key_env, models=models)
+        for service in services:
+            endpoints = self.servers[service].definition.domain.endpoints
+            same = [n for n, p in endpoints.profiles.items() if p.base_url == profile.base_url]
+            if same and endpoints.profiles[same[0]] == profile:
+                continue
+            endpoints.add(name, profile)
+
+    def forbid_endpoint(self, name: str, services: tuple[str, ...] = CALLERS) -> None:
+        for service in services:
+            self.servers[service].definition.domain.endpoints.remove(name)
+
+    def _warn_without_auth(self) -> None:
+        open_ = [name for name in SERVICE_NAMES if self.token_of(name) is None]
+        if not open_:
+            return
+        what = "all five services" if len(open_) == len(SERVICE_NAMES) else ", ".join(open_)
+        how = "set TRACE_<SERVICE>_AUTH_TOKEN (or `tracectl up --token`) to require a token"
+        hosts = sorted({self.servers[name].settings.host for name in open_ if name in self.servers} or {self.host})
+        if all(is_loopback(h) for h in hosts):
+            log.warning("embedded stack: %s run without auth, on loopback (%s) only: any process on this machine "
+                        "may call them; %s", what, ", ".join(hosts), how)
+        else:
+            log.warning("embedded stack: %s run WITHOUT AUTH on %s, reachable from other machines: anyone who can "
+                        "connect may call every method; %s", what, ", ".join(hosts), how)
+
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        self.auth = self.resolve_auth()
+        allowed = self.overrides.get(EMBEDDED_ENDPOINTS) or {}
         common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
-                         artifact_root=self.root.resolve().as_uri(), auth_token=self.token),
-                  **self.overrides}  # e.g. an s3:// artifact_root with its S3 settings
+                         artifact_root=self.root.resolve().as_uri()),
+                  **{k: v for k, v in self.overrides.items() if k != EMBEDDED_ENDPOINTS}}  # e.g. an s3:// root
         try:
             for name in SERVICE_NAMES:
                 extra = {}
                 if name == "trainer":  # environments of a run are played through the environment service
                     extra["environment_address"] = self.servers["environment"].target
-                settings, definition = build(name, **common, **extra)
-                server = TraceServer(settings, definition)
+                    extra["environment_token"] = self.token_of("environment")  # its token, not the trainer's
+                settings, definition = build(name, **common, **extra, auth_token=self.token_of(name))
+                server = TraceServer(settings, definition, warn_without_auth=False)  # said once, below
                 await server.start()
                 self.servers[name] = server
+            for service, profiles in allowed.items():
+                for profile, fields in profiles.items():
+                    self.allow_endpoint(profile, **fields, services=(service,))
         except BaseException:
             await self.stop()
             raise
+        self._warn_without_auth()
+        auth = {name: {"enabled": token is not None, "token_from": source}
+                for name, (token, source) in self.auth.items()}  # where the token is, never the token
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")  # two processes on one root never share it
         tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
                                    "targets": self.targets, "metrics": self.metrics_urls, "http": self.http_urls,
-                                   "auth": bool(self.token)}, indent=2))
+                                   "auth": auth}, indent=2))
         os.replace(tmp, self.state_file)
 
     async def stop(self, grace: float = 2.0) -> None:
@@ -81,11 +177,25 @@ class EmbeddedStack:
             pass
 
 
+def allow_from_command(args, service: str, name: str, base_url: str, api_key_env: str = "") -> None:
+    """A command that names an endpoint by URL (`--llm-url`, `--endpoint`) is the operator of the
+    service it embeds: allow the URL there (as profile `name`, key from `api_key_env` in this
+    process's environment). A deployed service (`--target`) keeps its operator's profiles: the
+    request carries only the URL, which that service maps to one of them or refuses."""
+    if not base_url:
+        return
+    overrides = dict(getattr(args, "overrides", None) or {})
+    allowed = {k: dict(v) for k, v in (overrides.get(EMBEDDED_ENDPOINTS) or {}).items()}
+    allowed.setdefault(service, {})[name] = {"base_url": base_url, "api_key_env": api_key_env}
+    args.overrides = {**overrides, EMBEDDED_ENDPOINTS: allowed}
+
+
 def read_state(root: Path) -> dict | None:
     try:
-        return json.loads((root / "embedded.json").read_text())
+        state = json.loads((root / "embedded.json").read_text())
     except (OSError, ValueError):
         return None
+    return state if isinstance(state, dict) and isinstance(state.get("targets"), dict) else None  # damaged: none
 
 
 class BackgroundStack:
@@ -99,7 +209,6 @@ class BackgroundStack:
         self.thread = threading.Thread(target=self.loop.run_forever, name="embedded-stack", daemon=True)
         self.thread.start()
         self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {})
-        self.token = token
         self.channels: dict[str, object] = {}
         self._channels_lock = threading.Lock()
         try:
@@ -130,9 +239,30 @@ class BackgroundStack:
     def http_url(self, service: str) -> str | None:
         return self.stack.servers[service].definition.http_url
 
+    @property
+    def token(self) -> str | None:
+        """The stack-wide token (services with their own TRACE_<SERVICE>_AUTH_TOKEN use that)."""
+        return self.stack.token
+
+    def token_of(self, service: str) -> str | None:
+        """The token `service` requires (None: it runs without auth)."""
+        return self.stack.token_of(service)
+
+    def allow_endpoint(self, name: str, base_url: str, api_key_env: str = "", models: tuple[str, ...] = (),
+                       services: tuple[str, ...] = CALLERS) -> None:
+        """EmbeddedStack.allow_endpoint, on the servers' loop."""
+        async def allow() -> None:
+            self.stack.allow_endpoint(name, base_url, api_key_env, models, services)
+        self.call(allow())
+
+    def forbid_endpoint(self, name: str, services: tuple[str, ...] = CALLERS) -> None:
+        async def forbid() -> None:
+            self.stack.forbid_endpoint(name, services)
+        self.call(forbid())
+
     def stub(self, service: str, token: str | None | bool = True):
-        """A stub with the stack's token (token=True), none (None) or the given one."""
-        tok = self.token if token is True else token
+        """A stub with the token `service` requires (token=True), none (None) or the given one."""
+        tok = self.token_of(service) if token is True else token
         key = f"{service}:{tok}"
         with self._channels_lock:  # one channel per key, also when threads ask at once
             if key not in self.channels:

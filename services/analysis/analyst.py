@@ -34,24 +34,26 @@ _ECHO_CHARS = 4000
 
 @dataclass(frozen=True)
 class AnalystConfig:
-    base_url: str
-    model: str
-    api_key_env: str = ""
-    timeout_seconds: float = 120.0
-    max_retries: int = 2
+    """The analyst: its endpoint (`llm`, the shared client's config: URL, model, key variable,
+    timeout, retries) and how it asks (the rest)."""
+
+    llm: LlmConfig
+    #: Requests in flight per job (discovery and all labeling runs together).
     max_concurrency: int = 8
+    #: Replies asked for per request when a reply is not valid JSON or fails its schema.
     max_attempts: int = 3
+    #: Sampling temperature of every request.
     temperature: float = 0.6
+    #: Completion token cap per request.
     max_tokens: int = 2048
+    #: OpenAI response_format requested (see AnalysisSettings.llm_response_format).
     response_format: ResponseFormat = "none"
 
 
 class Analyst:
     def __init__(self, config: AnalystConfig, client: ChatClient | None = None):
         self.config = config
-        self.client = client or ChatClient(LlmConfig(
-            base_url=config.base_url, model=config.model, api_key_env=config.api_key_env,
-            timeout_seconds=config.timeout_seconds, max_retries=config.max_retries))
+        self.client = client or ChatClient(config.llm)
         self._sem = asyncio.Semaphore(config.max_concurrency)
         self.requests = 0
 

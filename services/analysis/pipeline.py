@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trace_common.artifacts import ArtifactInfo
+from trace_common.endpoints import ResolvedEndpoint
 from trace_common.errors import FailedPrecondition
 from trace_common.jobs import JobContext, Output
+from trace_common.llm import LlmConfig
 
 from . import diagnostics_mode, plots
 from .analyst import Analyst, AnalystConfig
@@ -62,12 +64,13 @@ class JobConfig:
                    budget=spec.trajectory_char_budget or settings.trajectory_char_budget)
 
 
-def analyst_config(spec: AnalysisSpecModel, settings: AnalysisSettings) -> AnalystConfig:
+def analyst_config(spec: AnalysisSpecModel, settings: AnalysisSettings, endpoint: ResolvedEndpoint) -> AnalystConfig:
+    """The analyst of an LLM-mode spec; `endpoint` is `spec.llm` as the service's endpoint profiles
+    resolved it (Analyses.create_job does that, before a job exists)."""
     assert spec.llm is not None  # the spec validator requires it in LLM mode
     return AnalystConfig(
-        base_url=spec.llm.base_url, model=spec.llm.model, api_key_env=spec.llm.api_key_env,
-        timeout_seconds=spec.llm.timeout_seconds or settings.llm_timeout_seconds,
-        max_retries=settings.llm_max_retries,
+        llm=LlmConfig.of(endpoint, timeout_seconds=spec.llm.timeout_seconds or settings.llm_timeout_seconds,
+                         max_retries=settings.llm_max_retries),
         max_concurrency=spec.llm.max_concurrency or settings.llm_max_concurrency,
         max_attempts=settings.llm_max_attempts, temperature=settings.llm_temperature,
         max_tokens=settings.llm_max_tokens, response_format=settings.llm_response_format)
@@ -92,7 +95,8 @@ def labels_jsonl(trajectories, runs: list[LabelRun]) -> bytes:
 
 
 async def run_analysis(ctx: JobContext, spec: AnalysisSpecModel, settings: AnalysisSettings,
-                       analyst: Analyst | None = None) -> AnalysisResult:
+                       analyst: Analyst | AnalystConfig | None = None) -> AnalysisResult:
+    """The job body. LLM mode needs `analyst`: an Analyst, or the config to make one (closed at the end)."""
     cfg = JobConfig.resolve(spec, settings)
     th = cfg.thresholds
     s3 = settings.s3_settings()
@@ -124,9 +128,12 @@ async def run_analysis(ctx: JobContext, spec: AnalysisSpecModel, settings: Analy
     else:
         prompts_dir = Path(settings.prompts_dir or default_prompts_dir())
         discover_tpl, label_tpl = load_template(prompts_dir, "discover"), load_template(prompts_dir, "label")
-        own = analyst is None
-        analyst = analyst or Analyst(analyst_config(spec, settings))
-        analyst_info = {"base_url": analyst.config.base_url, "model": analyst.config.model,
+        if analyst is None:
+            raise FailedPrecondition("LLM mode needs the analyst's endpoint (services/analysis/service.py resolves "
+                                     "spec.llm against TRACE_ANALYSIS_ENDPOINTS)")
+        own = isinstance(analyst, AnalystConfig)
+        analyst = Analyst(analyst) if isinstance(analyst, AnalystConfig) else analyst
+        analyst_info = {"base_url": analyst.config.llm.base_url, "model": analyst.config.llm.model,
                         "temperature": analyst.config.temperature,
                         "max_concurrency": analyst.config.max_concurrency, "prompts_dir": str(prompts_dir)}
         try:

@@ -2,14 +2,18 @@
 
 A job runs `pipeline.run_analysis`; its record's `result` is the `AnalysisResult` (the servicer
 turns it into GetAnalysisJob's `results` and `mode`), and its outputs are the report files.
+`spec.llm` (when given, in either mode) is checked against the operator's endpoint profiles
+(`endpoints`, from TRACE_ANALYSIS_ENDPOINTS) at creation: a credential, URL or model the operator
+did not allow is PERMISSION_DENIED before a job exists, and nothing is sent.
 """
 
 from __future__ import annotations
 
+from trace_common.endpoints import Endpoints
 from trace_common.jobs import JobContext, JobManager, JobRecord
 
 from .metrics import M
-from .pipeline import run_analysis
+from .pipeline import analyst_config, run_analysis
 from .result import AnalysisResult
 from .settings import AnalysisSettings
 from .specs import AnalysisSpecModel
@@ -21,13 +25,18 @@ class Analyses:
     def __init__(self, settings: AnalysisSettings):
         self.settings = settings
         self.jobs = JobManager("analysis", M, max_concurrent=settings.max_concurrent_jobs)
+        #: The operator's endpoint profiles (the embedded stack's operator may add more in-process).
+        self.endpoints = Endpoints(settings.endpoints, "TRACE_ANALYSIS_ENDPOINTS")
 
     def create_job(self, spec: AnalysisSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
         self.jobs.validate_request(run_id, labels, request_id)
+        endpoint = self.endpoints.llm(spec.llm, "spec.llm") if spec.llm is not None else None
+        analyst = (analyst_config(spec, self.settings, endpoint)
+                   if endpoint is not None and spec.mode == "ANALYST_MODE_LLM" else None)
 
         async def body(ctx: JobContext) -> AnalysisResult:
-            return await run_analysis(ctx, spec, self.settings)
+            return await run_analysis(ctx, spec, self.settings, analyst)
 
         return self.jobs.submit(JOB_KIND, body, run_id=run_id, labels=labels, request_id=request_id)
 

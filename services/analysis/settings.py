@@ -1,7 +1,9 @@
 """Settings of the analysis service (`TRACE_ANALYSIS_*`).
 
 Per-job values in the AnalysisSpec (num_runs, thresholds, the LLM endpoint's timeout and
-concurrency) win over these; zero in the spec means "use the setting".
+concurrency) win over these; zero in the spec means "use the setting". Which LLM endpoints a job
+may call, and with which key, is only a setting: `endpoints` (TRACE_ANALYSIS_ENDPOINTS, see
+trace_common/endpoints.py); a spec names one of its profiles.
 """
 
 from pathlib import Path
@@ -11,12 +13,14 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
 
 
 class AnalysisSettings(ServiceSettings):
     service_name: ClassVar[str] = "analysis"
     model_config = SettingsConfigDict(env_prefix="TRACE_ANALYSIS_", extra="ignore", validate_default=True)
 
+    endpoints: EndpointMap = Field(default_factory=dict, description=ENDPOINTS_DESCRIPTION)
     llm_max_concurrency: int = Field(8, ge=1, le=1024, description="Analyst LLM requests in flight per job "
                                      "(discovery and all labeling runs together).")
     llm_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Per-request timeout of the analyst "

@@ -41,7 +41,7 @@ class AnalysisSpecModel(Strict):
     @model_validator(mode="after")
     def _llm(self) -> AnalysisSpecModel:
         if self.mode == "ANALYST_MODE_LLM" and self.llm is None:
-            raise ValueError("mode ANALYST_MODE_LLM needs llm (base_url, model); or use ANALYST_MODE_DIAGNOSTICS")
+            raise ValueError("mode ANALYST_MODE_LLM needs llm (profile, model); or use ANALYST_MODE_DIAGNOSTICS")
         runs = self.num_runs or 10
         if (self.min_passing_runs or 8) > runs:
             raise ValueError(f"min_passing_runs ({self.min_passing_runs or 8}) exceeds num_runs ({runs}); "

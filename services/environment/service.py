@@ -17,6 +17,11 @@ candidate is judged, hand it back after the job). Backend SCRIPTED with model
 `skill-mixture[@p]` uses `policies.ScriptedSkillFactory(p)`; so does a spec that names no
 calibration policy (default p: `calibration_skill_p`) -- a named fallback, never silent:
 the job's progress says so and every report records `scripted_stand_in: true`.
+
+Outbound endpoints are the operator's (`endpoints`, from TRACE_ENVIRONMENT_ENDPOINTS; see
+trace_common/endpoints.py): `spec.llm` and an OPENAI_HTTP `spec.calibration_policy` name one of
+its profiles, and target parameters that would choose a URL or key are refused. Every refusal is
+PERMISSION_DENIED at creation, before a job exists and before anything is sent.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trace_common.artifacts import ArtifactStore, open_store
+from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import InvalidArgument, Unimplemented
 from trace_common.jobs import JobManager, JobRecord, Output
 from trace_common.llm import ChatClient, LlmConfig
@@ -37,9 +43,10 @@ from trace_common.specs import PolicyRefModel
 from . import library
 from . import metrics as m
 from .baseline_policies import ScriptedSkillFactory
-from .candidates import MODE_LIBRARY, GenerationResult, generate_library, generate_llm, load_prompt
+from .candidates import MODE_LIBRARY, MODE_LLM, GenerationResult, generate_library, generate_llm, load_prompt
 from .metrics import M
 from .records import EnvironmentRecord, EnvironmentRegistry
+from .sandbox.parent import sandbox_for
 from .serving import EpisodeTable, StepOutcome
 from .settings import EnvironmentSettings
 from .specs import GenerationSpecModel
@@ -76,6 +83,8 @@ class Environments:
                                      idle_workers=settings.idle_workers_per_env)
         self.prompt = load_prompt(settings.prompt_path or None)
         self.calibration_factories = calibration_factories
+        #: The operator's endpoint profiles (the embedded stack's operator may add more in-process).
+        self.endpoints = Endpoints(settings.endpoints, "TRACE_ENVIRONMENT_ENDPOINTS")
         self._job_envs: dict[str, list[EnvironmentRecord]] = {}
 
     # -- generation jobs ---------------------------------------------------------------------
@@ -93,6 +102,7 @@ class Environments:
                                       got=policy.model)
             p = float(match["p"]) if match["p"] else self.settings.calibration_skill_p
             return lambda: ScriptedSkillFactory(p)
+        policy = self.endpoints.policy(policy, "spec.calibration_policy")  # OPENAI_HTTP: the operator's endpoint
         if self.calibration_factories is None:
             raise Unimplemented(f"calibration with policy backend {policy.backend} is not wired into the environment "
                                 "service yet: pass calibration_factories to Environments (services/environment/"
@@ -105,6 +115,8 @@ class Environments:
         the caller already made it (the servicer does, off the event loop)."""
         self.jobs.validate_request(run_id, labels, request_id)
         ref = spec.target
+        refuse_outbound_params(ref.params, "spec.target.params")
+        endpoint = self.endpoints.llm(spec.llm, "spec.llm") if spec.llm is not None else None
         target = resolve_target(ref.name, ref.version, ref.uri, dict(ref.params))
         library_mode = spec.mode == MODE_LIBRARY
         client = None
@@ -112,10 +124,9 @@ class Environments:
             for cap in spec.capabilities:  # fail now, not inside the job
                 target.library_params(library.roles(library.require_family(cap.name)))
         else:
-            assert spec.llm is not None
-            client = ChatClient(LlmConfig(base_url=spec.llm.base_url, model=spec.llm.model,
-                                          api_key_env=spec.llm.api_key_env,
-                                          timeout_seconds=spec.llm.timeout_seconds or self.settings.llm_timeout_s))
+            assert spec.llm is not None and endpoint is not None
+            client = ChatClient(LlmConfig.of(endpoint, timeout_seconds=spec.llm.timeout_seconds
+                                             or self.settings.llm_timeout_s))
         maker = maker or self.calibration_maker(spec.calibration_policy)
         prepare, release = getattr(maker, "prepare", None), getattr(maker, "release", None)
         who = _describe_maker(maker)
@@ -157,7 +168,9 @@ class Environments:
                     loop.call_soon_threadsafe(show, cap.name, done)
 
                 async def check(source: str) -> ValidationReport:
-                    return await asyncio.to_thread(validate, source, target, vconfig, self.sandbox, maker(),
+                    return await asyncio.to_thread(validate, source, target, vconfig,
+                                                   sandbox_for(self.sandbox, MODE_LIBRARY if library_mode else MODE_LLM),
+                                                   maker(),
                                                    label=cap.name, cancel=cancel, on_calibration_progress=step)
                 if library_mode:
                     result = await generate_library(cap.name, target, check)

@@ -1,27 +1,48 @@
 """Settings of the environment service (`TRACE_ENVIRONMENT_*`).
 
-Three groups: episode serving, the sandbox worker's limits and isolation layers
-(`TRACE_ENVIRONMENT_SANDBOX_*`, see services/environment/sandbox/isolation.py), and validation
+Three groups: episode serving, the sandbox -- where workers run (a process or a Kubernetes
+pod), their limits and isolation layers (`TRACE_ENVIRONMENT_SANDBOX_*`, see
+services/environment/sandbox/isolation.py and pods.py), and validation
 thresholds (`TRACE_ENVIRONMENT_VALIDATION_*`, see services/environment/validation.py).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
 
 from .calibration_policy import CalibrationSampling
-from .sandbox.parent import SandboxConfig
+from .sandbox.parent import PodConfig, SandboxConfig
 from .validation import ValidationConfig
+
+#: SandboxConfig fields that configure benchmarks and tests, never a deployed service.
+NOT_SETTINGS = frozenset({"plain", "python", "kubernetes_api"})
+
+
+def sandbox_env_names() -> dict[str, tuple[str, ...]]:
+    """Every sandbox variable -> the path of the field it sets: TRACE_ENVIRONMENT_SANDBOX_<FIELD> ->
+    ("sandbox", field), TRACE_ENVIRONMENT_SANDBOX_NAMESPACE and _SANDBOX_POD_<FIELD> -> ("sandbox",
+    "pod", field). The NOT_SETTINGS fields and `pod` itself (set through its own fields) are absent."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in SandboxConfig.model_fields:
+        if name not in NOT_SETTINGS and name != "pod":
+            out[f"TRACE_ENVIRONMENT_SANDBOX_{name.upper()}"] = ("sandbox", name)
+    for name in PodConfig.model_fields:
+        flat = "NAMESPACE" if name == "namespace" else f"POD_{name.upper()}"
+        out[f"TRACE_ENVIRONMENT_SANDBOX_{flat}"] = ("sandbox", "pod", name)
+    return out
 
 
 class EnvironmentSettings(ServiceSettings):
     service_name: ClassVar[str] = "environment"
-    model_config = SettingsConfigDict(env_prefix="TRACE_ENVIRONMENT_", extra="ignore", validate_default=True)
+    # "_" splits once: TRACE_ENVIRONMENT_SANDBOX_CPU_SECONDS -> sandbox.cpu_seconds (flat fields never split)
+    model_config = SettingsConfigDict(env_prefix="TRACE_ENVIRONMENT_", extra="ignore", validate_default=True,
+                                      env_nested_delimiter="_", env_nested_max_split=1)
 
     # -- episodes -------------------------------------------------------------------------------
     max_open_episodes: int = Field(256, ge=1, le=100_000, description="Episodes open at once (sandboxes).")
@@ -30,22 +51,13 @@ class EnvironmentSettings(ServiceSettings):
     idle_workers_per_env: int = Field(2, ge=0, le=256,
                                       description="Loaded sandbox workers kept per environment version for reuse.")
 
-    # -- sandbox --------------------------------------------------------------------------------
-    sandbox_cpu_seconds: int = Field(300, ge=1, le=86_400, description="Total CPU seconds of one worker.")
-    sandbox_memory_mb: int = Field(1024, ge=128, le=1 << 20, description="Address-space limit of one worker (MiB).")
-    sandbox_file_size_mb: int = Field(16, ge=1, le=1 << 20, description="Largest file a worker may write (MiB).")
-    sandbox_open_files: int = Field(64, ge=16, le=65_536, description="Open-file limit of one worker.")
-    sandbox_call_timeout_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock deadline of one worker call.")
-    sandbox_startup_timeout_s: float = Field(30.0, gt=0, le=600, description="Deadline of a worker's startup.")
-    sandbox_max_output_kb: int = Field(1024, ge=4, le=1 << 20, description="Largest worker response (KiB).")
-    sandbox_network_namespace: bool = Field(True, description="Give each worker an empty network namespace.")
-    sandbox_mount_namespace: bool = Field(True, description="Read-only filesystem except the worker's scratch.")
-    sandbox_drop_privileges: bool = Field(True, description="Run workers as uid nobody when the service is root.")
-    sandbox_seccomp: bool = Field(True, description="Install the seccomp filter in workers.")
-    sandbox_audit_hook: bool = Field(True, description="Install the reporting audit hook in workers.")
-    sandbox_require_network_isolation: bool = Field(
-        True, description="Refuse to run workers when neither a network namespace nor seccomp is available.")
-    sandbox_scratch_root: str = Field("", description="Directory for worker scratch dirs (default: system tmp).")
+    # -- sandbox: declared once, in sandbox/parent.py (SandboxConfig, PodConfig) ---------------
+    sandbox: SandboxConfig = Field(
+        default_factory=SandboxConfig, description="Where generated code runs and its limits and isolation layers. "
+        "Each field is the variable TRACE_ENVIRONMENT_SANDBOX_<FIELD> (pod fields: _SANDBOX_NAMESPACE and "
+        "_SANDBOX_POD_<FIELD>), and the keyword sandbox_<field>; bounds and docs are SandboxConfig's.")
+    # -- outbound endpoints -----------------------------------------------------------------------
+    endpoints: EndpointMap = Field(default_factory=dict, description=ENDPOINTS_DESCRIPTION)
 
     # -- validation -----------------------------------------------------------------------------
     validation_seeds: int = Field(8, ge=2, le=500, description="Seeds for the determinism and oracle checks.")
@@ -56,8 +68,8 @@ class EnvironmentSettings(ServiceSettings):
     validation_groups: int = Field(16, ge=1, le=1000, description="Calibration groups (seeds).")
     validation_group_size: int = Field(8, ge=2, le=256, description="Calibration samples per group.")
     validation_min_informative: float = Field(0.5, ge=0, le=1, description="Lowest informative-group fraction.")
-    validation_min_tools: int = Field(3, ge=1, le=64, description="Fewest target tools a candidate may reuse.")
-    validation_max_tools: int = Field(5, ge=1, le=64, description="Most target tools a candidate may reuse.")
+    validation_max_addendum_chars: int = Field(600, ge=0, le=20_000, description="Longest capability addendum a "
+                                               "candidate's system prompt may add after the target's (surface check).")
     validation_calibration_concurrency: int = Field(
         32, ge=1, le=4096, description="Calibration episodes in flight at once (a model backend batches them).")
     validation_episode_deadline_s: float = Field(
@@ -82,22 +94,41 @@ class EnvironmentSettings(ServiceSettings):
     llm_temperature: float = Field(0.2, ge=0, le=2, description="Sampling temperature of the generation agent.")
     prompt_path: str = Field("", description="Generation prompt file (default: prompts/environment/generate.md).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_sandbox(cls, data: Any) -> Any:
+        """`sandbox_<field>=...` keywords (the variables' spelling) go into `sandbox`. The fields of
+        NOT_SETTINGS are refused from the environment and from plain dicts (a SandboxConfig object,
+        as benchmarks and tests build it, may carry them)."""
+        if not isinstance(data, dict):
+            return data
+        flat = {k.removeprefix("sandbox_"): v for k, v in data.items() if k.startswith("sandbox_")}
+        nested = data.get("sandbox")
+        if isinstance(nested, SandboxConfig):
+            if not flat:
+                return data
+            base = {**nested.model_dump(), "kubernetes_api": nested.kubernetes_api}
+        else:
+            base = dict(nested or {})
+            refused = sorted((base.keys() | flat.keys()) & NOT_SETTINGS)
+            if refused:
+                raise ValueError(f"TRACE_ENVIRONMENT_SANDBOX_{refused[0].upper()} is not a service setting "
+                                 f"(SandboxConfig.{refused[0]} is for benchmarks and tests); remove it")
+        rest = {k: v for k, v in data.items() if not k.startswith("sandbox_")}
+        return {**rest, "sandbox": {**base, **flat}}
+
     @model_validator(mode="after")
-    def _tools(self) -> EnvironmentSettings:
-        if self.validation_min_tools > self.validation_max_tools:
-            raise ValueError("TRACE_ENVIRONMENT_VALIDATION_MIN_TOOLS must not exceed ..._MAX_TOOLS")
+    def _backend(self) -> EnvironmentSettings:
+        sandbox = self.sandbox
+        if sandbox.backend == "kubernetes" and not (sandbox.pod.template or sandbox.pod.image):
+            raise ValueError("TRACE_ENVIRONMENT_SANDBOX_BACKEND=kubernetes needs the sandbox image: set "
+                             "TRACE_ENVIRONMENT_SANDBOX_POD_TEMPLATE (the chart's sandbox-pod.json) or "
+                             "TRACE_ENVIRONMENT_SANDBOX_POD_IMAGE (e.g. registry/trace/sandbox:0.1.0)")
         return self
 
     def sandbox_config(self) -> SandboxConfig:
-        return SandboxConfig(
-            cpu_seconds=self.sandbox_cpu_seconds, memory_mb=self.sandbox_memory_mb,
-            file_size_mb=self.sandbox_file_size_mb, open_files=self.sandbox_open_files,
-            call_timeout_s=self.sandbox_call_timeout_s, startup_timeout_s=self.sandbox_startup_timeout_s,
-            max_output_kb=self.sandbox_max_output_kb, network_namespace=self.sandbox_network_namespace,
-            mount_namespace=self.sandbox_mount_namespace, drop_privileges=self.sandbox_drop_privileges,
-            seccomp=self.sandbox_seccomp, audit_hook=self.sandbox_audit_hook,
-            require_network_isolation=self.sandbox_require_network_isolation,
-            scratch_root=self.sandbox_scratch_root)
+        """The sandbox setting (kept for callers; the same object as `self.sandbox`)."""
+        return self.sandbox
 
     def validation_config(self, band: tuple[float, float] = (0.2, 0.6), seed: int = 0,
                           min_informative: float | None = None) -> ValidationConfig:
@@ -107,7 +138,7 @@ class EnvironmentSettings(ServiceSettings):
             trivial_max_success=self.validation_trivial_max_success, band=band, groups=self.validation_groups,
             group_size=self.validation_group_size,
             min_informative=self.validation_min_informative if min_informative is None else min_informative,
-            min_tools=self.validation_min_tools, max_tools=self.validation_max_tools, seed=seed,
+            max_addendum_chars=self.validation_max_addendum_chars, seed=seed,
             calibration_concurrency=self.validation_calibration_concurrency,
             episode_deadline_s=self.validation_episode_deadline_s)
 

@@ -47,7 +47,7 @@ class GenerationSpecModel(Strict):
     @model_validator(mode="after")
     def _check(self) -> GenerationSpecModel:
         if self.mode == "GENERATION_MODE_LLM" and self.llm is None:
-            raise ValueError("mode GENERATION_MODE_LLM needs llm (base_url, model); or use GENERATION_MODE_LIBRARY")
+            raise ValueError("mode GENERATION_MODE_LLM needs llm (profile, model); or use GENERATION_MODE_LIBRARY")
         lo, hi = self.calibration_reward_min or 0.2, self.calibration_reward_max or 0.6
         if lo >= hi:
             raise ValueError(f"calibration band [{lo}, {hi}] is empty; set calibration_reward_min < "

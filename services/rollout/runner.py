@@ -7,6 +7,12 @@ Semantics:
     play episodes with at most `concurrency` in flight; trajectories sorted by (t, k)
     publish trajectories.jsonl then summary.json (atomic, sha256) under the output prefix
 
+Outbound endpoints (trace_common/endpoints.py): `plan` decides the HTTP policy's endpoint and the
+user simulator's from the service's endpoint profiles and refuses environment parameters that would
+choose a URL or key, so a bad request fails before a job exists and nothing is sent. The user
+simulator's key reaches the environment factory as `user_api_key` and is never recorded: the
+trajectories' `env.params` are `PlannedRollout.recorded_params`.
+
 Outcomes: every episode ends in a trajectory (policy failures are failed episodes with
 their reason). The job fails -- and publishes nothing -- when every episode ended in a
 policy error (the backend is unusable) or on cancel; otherwise the file holds every
@@ -23,6 +29,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from trace_common.artifacts import ArtifactStore
+from trace_common.endpoints import Endpoints, ResolvedEndpoint, read_api_key, refuse_outbound_params
 from trace_common.env import (
     Environment,
     EnvSpec,
@@ -67,27 +74,42 @@ class RolloutSummary:
                    wall_seconds=wall)
 
 
+#: Environment parameters that carry a credential: given to the factory, never written to a trajectory.
+SECRET_PARAMS = frozenset({"user_api_key"})
+
+
 @dataclass
 class PlannedRollout:
-    """A validated spec resolved against the registry, ready to run."""
+    """A validated spec resolved against the registry and the endpoint profiles, ready to run
+    (`spec.policy` is the checked ref)."""
 
     spec: RolloutSpecModel
     env_spec: EnvSpec
     seeds: list[int]
     samples: int
+    #: The environment factory's parameters (a user simulator's key included).
+    params: dict = field(default_factory=dict)
+
+    @property
+    def recorded_params(self) -> dict:
+        """What trajectories record as `env.params`: `params` without credentials."""
+        return {k: v for k, v in self.params.items() if k not in SECRET_PARAMS}
 
     @property
     def episodes(self) -> int:
         return len(self.seeds) * self.samples
 
 
-def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec) -> dict:
+def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec, user: ResolvedEndpoint | None = None) -> dict:
+    """The factory's parameters; `user` is spec.user_simulator as the endpoint profiles resolved it."""
     params = dict(spec.environment.params)
     if spec.environment.uri:  # environments backed by a data directory (tau2) take it as `data`
         params.setdefault("data", spec.environment.uri.removeprefix("file://"))
-    if spec.user_simulator is not None:  # environments with an LLM user (tau2)
-        params.setdefault("user_base_url", spec.user_simulator.base_url)
-        params.setdefault("user_model", spec.user_simulator.model)
+    if user is not None and spec.user_simulator is not None:  # environments with an LLM user (tau2)
+        params["user_base_url"] = user.base_url
+        params["user_model"] = user.model
+        if user.api_key_env:
+            params["user_api_key"] = read_api_key(user.api_key_env, f"endpoint profile {user.profile!r} api_key_env")
         if spec.user_simulator.timeout_seconds:
             params.setdefault("user_timeout", str(spec.user_simulator.timeout_seconds))
     unknown = set(params) - set(env_spec.params)
@@ -97,10 +119,16 @@ def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec) -> dict:
     return params
 
 
-def plan(spec: RolloutSpecModel) -> PlannedRollout:
-    """Resolve environment and tasks now, so a bad request fails before a job exists."""
+def plan(spec: RolloutSpecModel, endpoints: Endpoints | None = None) -> PlannedRollout:
+    """Resolve endpoints, environment and tasks now, so a bad request fails before a job exists.
+    `endpoints`: the service's profiles (None: none, so no HTTP policy or LLM user is allowed)."""
+    endpoints = endpoints or Endpoints(setting="TRACE_ROLLOUT_ENDPOINTS")
+    refuse_outbound_params(spec.environment.params, "spec.environment.params")
+    user = endpoints.llm(spec.user_simulator, "spec.user_simulator") if spec.user_simulator is not None else None
+    spec = spec.model_copy(update={"policy": endpoints.policy(spec.policy, "spec.policy")})
     env_spec = get_spec(spec.environment.name, spec.environment.version or None)
-    env = env_spec.factory(**_env_params(spec, env_spec))
+    params = _env_params(spec, env_spec, user)
+    env = env_spec.factory(**params)
     if spec.tasks.task_ids:
         try:
             seeds = [int(t) for t in spec.tasks.task_ids]
@@ -124,7 +152,7 @@ def plan(spec: RolloutSpecModel) -> PlannedRollout:
         raise InvalidArgument(field="spec.tasks", expected="at least one task", got=0)
     if spec.policy.backend == "POLICY_BACKEND_SCRIPTED":
         check_scripted(spec.policy.model, env_spec.name)
-    return PlannedRollout(spec, env_spec, seeds, spec.samples_per_task or 1)
+    return PlannedRollout(spec, env_spec, seeds, spec.samples_per_task or 1, params)
 
 
 def with_system_prompt(policy, prompt: str):
@@ -152,7 +180,7 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
     env_name = p.env_spec.name
     ctx.progress(stage="loading policy", message=f"{spec.policy.backend} {spec.policy.model}")
     factory: PolicyFactory = await make_factory(spec.policy, spec.sampling, env_name, s3)
-    params = _env_params(spec, p.env_spec)
+    params, recorded = p.params, p.recorded_params
     sem = asyncio.Semaphore(spec.concurrency or default_concurrency)
     done = 0
     ctx.progress(completed=0, total=p.episodes, stage="playing", message=f"{p.episodes} episodes of {env_name}")
@@ -172,7 +200,7 @@ async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_pref
             m.EPISODES_ACTIVE.inc()
             try:
                 traj = await run_episode_async(env, policy, task_seed, spec.max_turns or None,
-                                               policy=factory.info, env_params=params, sample_index=k)
+                                               policy=factory.info, env_params=recorded, sample_index=k)
             finally:
                 m.EPISODES_ACTIVE.dec()
         outcome = "error" if traj.termination in (Termination.POLICY_ERROR, Termination.AGENT_ERROR) else (

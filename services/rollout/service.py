@@ -1,8 +1,12 @@
-"""The rollout service's domain object: job table, job creation, environment listing (no gRPC)."""
+"""The rollout service's domain object: job table, job creation, environment listing (no gRPC).
+
+`endpoints` holds the operator's endpoint profiles (TRACE_ROLLOUT_ENDPOINTS): an OPENAI_HTTP
+policy and a user simulator name one of them (runner.plan checks, before a job exists)."""
 
 from __future__ import annotations
 
 from trace_common.artifacts import ArtifactStore, open_store
+from trace_common.endpoints import Endpoints
 from trace_common.env import list_environments
 from trace_common.jobs import JobManager, JobRecord
 
@@ -17,11 +21,13 @@ class Rollouts:
         self.settings = settings
         self.jobs = JobManager("rollout", M, max_concurrent=settings.max_concurrent_jobs)
         self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
+        #: The operator's endpoint profiles (the embedded stack's operator may add more in-process).
+        self.endpoints = Endpoints(settings.endpoints, "TRACE_ROLLOUT_ENDPOINTS")
 
     def create_job(self, spec: RolloutSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str) -> JobRecord:
         self.jobs.validate_request(run_id, labels, request_id)
-        planned = runner.plan(spec)  # bad environment / tasks fail here, before a job exists
+        planned = runner.plan(spec, self.endpoints)  # bad endpoints / environment / tasks fail here, before a job
         prefix = spec.output_uri
 
         async def body(ctx):

@@ -3,6 +3,7 @@
 import pytest
 
 from services.analysis.diagnostics_mode import label_trajectory
+from tests.support.endpoints import allowed
 from tests.unit.analysis.fixtures import EQUAL_GAP, PLANTED_RETAINED, RARE, planted_set, small_planted_set
 from tests.unit.analysis.standin_llm import ScriptedAnalyst, StandinServer
 from trace_common.artifacts import open_store
@@ -61,11 +62,12 @@ def test_llm_analysis_over_grpc(embedded_stack):
     try:
         stub = embedded_stack.stub("analysis")
         uri = put_rollout(embedded_stack, "grpc-llm", ts)
-        created = stub.CreateAnalysisJob(A.CreateAnalysisJobRequest(
-            spec=A.AnalysisSpec(rollout_uris=[uri], mode=A.ANALYST_MODE_LLM, num_runs=3, min_passing_runs=3,
-                                llm=t.LlmEndpoint(base_url=server.base_url, model="standin")),
-            run_id="grpc-llm", request_id=new_request_id()))
-        final = watch_to_end(stub, created.job.job_id)[-1]
+        with allowed(embedded_stack, server.base_url, name="standin", services=("analysis",)):
+            created = stub.CreateAnalysisJob(A.CreateAnalysisJobRequest(
+                spec=A.AnalysisSpec(rollout_uris=[uri], mode=A.ANALYST_MODE_LLM, num_runs=3, min_passing_runs=3,
+                                    llm=t.LlmEndpoint(profile="standin", model="standin")),
+                run_id="grpc-llm", request_id=new_request_id()))
+            final = watch_to_end(stub, created.job.job_id)[-1]
         assert final.state == t.JOB_STATE_SUCCEEDED, final.error.message
         assert final.progress.total == 3 * len(ts) * len(names) == final.progress.completed
         got = stub.GetAnalysisJob(A.GetAnalysisJobRequest(job_id=created.job.job_id))

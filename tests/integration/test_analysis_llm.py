@@ -20,6 +20,7 @@ from services.analysis.metrics import LLM_REQUESTS
 from services.analysis.service import Analyses
 from services.analysis.settings import AnalysisSettings
 from services.analysis.specs import AnalysisSpecModel
+from tests.support.endpoints import Listener
 from tests.unit.analysis.fixtures import EQUAL_GAP, PLANTED_RETAINED, RARE, make_trajectory, small_planted_set
 from tests.unit.analysis.standin_llm import (
     BLOCK_RE,
@@ -31,6 +32,7 @@ from tests.unit.analysis.standin_llm import (
 )
 from trace_common.artifacts import open_store
 from trace_common.env import dumps_jsonl
+from trace_common.errors import PermissionDenied
 from trace_common.jobs import JobState
 
 pytestmark = pytest.mark.integration
@@ -46,17 +48,22 @@ def truth(trajectories):
 
 
 def run_llm_job(root: Path, trajectories, analyst: ScriptedAnalyst | None = None, *, base_url: str | None = None,
-                timeout: float = 10.0, concurrency: int = 4, settings: dict | None = None, latency: float = 0.0):
+                timeout: float = 10.0, concurrency: int = 4, settings: dict | None = None, latency: float = 0.0,
+                llm: dict | None = None, key_env: str = ""):
+    """One LLM-mode job against a stand-in the operator allows as profile "standin" (its URL is
+    `base_url`, default the stand-in's, key variable `key_env`); `llm` replaces how the spec names it."""
     analyst = analyst or ScriptedAnalyst(truth(trajectories), CANDIDATES)
     server = StandinServer(analyst, latency=latency)
     try:
         uri = open_store(root.as_uri()).put_bytes("runs/r1/rollouts/part-0.jsonl", dumps_jsonl(trajectories)).uri
+        url = base_url or server.base_url
         spec = AnalysisSpecModel(rollout_uris=[uri], mode="ANALYST_MODE_LLM", num_runs=N_RUNS, min_passing_runs=3,
-                                 seed=11, llm={"base_url": base_url or server.base_url, "model": "standin",
+                                 seed=11, llm={**(llm or {"base_url": url}), "model": "standin",
                                                "timeout_seconds": timeout, "max_concurrency": concurrency})
 
         async def go():
             domain = Analyses(AnalysisSettings(artifact_root=root.as_uri(), llm_max_retries=0,
+                                               endpoints={"standin": {"base_url": url, "api_key_env": key_env}},
                                                **(settings or {})))
             rec = domain.create_job(spec, "r1", {}, "")
             return await domain.jobs.wait(rec.job_id, timeout=120)
@@ -203,10 +210,11 @@ def test_cancel_during_labeling_reports_nothing(tmp_path):
     try:
         uri = open_store(tmp_path.as_uri()).put_bytes("runs/r1/rollouts/part-0.jsonl", dumps_jsonl(ts)).uri
         spec = AnalysisSpecModel(rollout_uris=[uri], mode="ANALYST_MODE_LLM",
-                                 llm={"base_url": server.base_url, "model": "standin", "max_concurrency": 2})
+                                 llm={"profile": "standin", "model": "standin", "max_concurrency": 2})
 
         async def go():
-            domain = Analyses(AnalysisSettings(artifact_root=tmp_path.as_uri()))
+            domain = Analyses(AnalysisSettings(artifact_root=tmp_path.as_uri(),
+                                               endpoints={"standin": {"base_url": server.base_url}}))
             rec = domain.create_job(spec, "r1", {}, "")
             async for snap in domain.jobs.watch(rec.job_id):
                 if snap.stage == "labeling" and snap.completed > 0:
@@ -218,3 +226,36 @@ def test_cancel_during_labeling_reports_nothing(tmp_path):
     assert rec.state == JobState.CANCELLED and rec.result is None and rec.outputs == ()
     assert 0 < rec.completed < rec.total
     assert not report_dir(tmp_path, rec).exists()
+
+
+# -- endpoints are the operator's (trace_common/endpoints.py) ------------------------------------------
+
+def test_a_named_profile_is_called_with_that_profiles_key_and_nothing_of_the_service(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACE_TEST_ANALYST_KEY", "sk-analyst-profile")
+    monkeypatch.setenv("TRACE_ANALYSIS_AUTH_TOKEN", "service-auth-" + "t" * 16)
+    monkeypatch.setenv("TRACE_ANALYSIS_S3_SECRET_KEY", "service-s3-secret-" + "s" * 8)
+    ts = small_planted_set()
+    rec, server = run_llm_job(tmp_path, ts, llm={"profile": "standin"}, key_env="TRACE_TEST_ANALYST_KEY")
+    assert rec.state == JobState.SUCCEEDED, rec.error_message
+    assert server.authorizations == {"Bearer sk-analyst-profile"} and server.requests
+    sent = json.dumps(server.requests)
+    assert "service-auth-" not in sent and "service-s3-secret-" not in sent
+
+
+REFUSED = [
+    ({"base_url": "{listener}"}, "spec.llm.base_url: '{listener}' is not an endpoint the operator allows"),
+    ({"profile": "standin", "api_key_env": "TRACE_ANALYSIS_S3_SECRET_KEY"}, "spec.llm.api_key_env"),
+    ({"base_url": "{listener}", "api_key_env": "TRACE_ANALYSIS_AUTH_TOKEN"}, "spec.llm.api_key_env"),
+    ({"profile": "ghost"}, "spec.llm.profile: 'ghost' is not an endpoint profile"),
+]
+
+
+@pytest.mark.parametrize(("llm", "fragment"), REFUSED)
+def test_a_spec_naming_what_the_operator_did_not_allow_is_refused_and_nothing_is_sent(tmp_path, llm, fragment):
+    with Listener() as listener:
+        llm = {k: v.format(listener=listener.base_url) for k, v in llm.items()}
+        with pytest.raises(PermissionDenied) as err:
+            run_llm_job(tmp_path, small_planted_set(), llm=llm)
+        assert fragment.format(listener=listener.base_url) in str(err.value)
+        assert "standin (http://127.0.0.1:" in str(err.value) or "api_key_env" in fragment
+        assert listener.connections == 0

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.support.endpoints import allowed
 from tests.unit.trainer.helpers import save_store_model
 from trace_common.artifacts import open_uri
 from trace_common.grpc.client import Endpoint, messages, open_channel
@@ -134,7 +135,9 @@ def test_a_policy_that_cannot_play_fails_the_job_and_the_service_stays_healthy(e
     bad = tmp_path / "broken-model"
     bad.mkdir()
     (bad / "config.json").write_text("{not json")
-    resp, _ = _run(embedded_stack, _spec(make_policy(bad)), run_id="caltest-bad")
+    # the operator allows the unserved URL (else it is PERMISSION_DENIED at creation: test_endpoint_profiles.py)
+    with allowed(embedded_stack, "http://127.0.0.1:1/v1", services=("environment",)):
+        resp, _ = _run(embedded_stack, _spec(make_policy(bad)), run_id="caltest-bad")
     assert resp.job.state == t.JOB_STATE_FAILED
     assert resp.job.error.code == code and fragment in resp.job.error.message, resp.job.error
     assert not resp.environments  # nothing was judged, nothing registered

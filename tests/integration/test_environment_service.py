@@ -1,5 +1,7 @@
 """The environment service over gRPC (embedded stack): library and llm generation jobs, the
-registry, episodes served from sandbox workers, containment while serving, `tracectl envs`."""
+registry, episodes served from sandbox workers, containment while serving, `tracectl envs`.
+The fake generators are allowed as endpoint profiles of the embedded service while a test runs
+(tests/support/endpoints.py), as an operator's TRACE_ENVIRONMENT_ENDPOINTS would."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.environment.metrics import M
+from tests.support.endpoints import Listener, allowed
 from tests.support.fake_openai import FakeOpenAI, completion
-from tests.unit.environment.helpers import bundled, make_env, patched, tau2_retail_dir
+from tests.unit.environment.helpers import RESET_ANCHOR, bundled, make_env, patched, target, tau2_retail_dir
 from trace_common.artifacts import open_uri
 from trace_common.env import Message, run_episode
 from trace_common.env.remote import RemoteEnvironment
@@ -73,8 +76,7 @@ def test_list_and_get_environments(embedded_stack, library_job):
     only = stub.ListEnvironments(E.ListEnvironmentsRequest(capability="tool_call_precision")).environments
     assert {r.capability for r in only} == {"tool_call_precision"}
     got = stub.GetEnvironment(E.GetEnvironmentRequest(name="precondition_verification"))
-    assert [json.loads(s.json)["function"]["name"] for s in got.tools] == [
-        "find_user_id_by_email", "get_order_details", "cancel_pending_order"]
+    assert [json.loads(s.json) for s in got.tools] == target("store").tool_schemas  # all of the target's tools
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -85,7 +87,8 @@ def test_episodes_served_by_seed_reach_the_oracle_reward(embedded_stack, library
         traj = run_episode(env, _scripted(local.script(seed, skilled=True)), seed)
         assert traj.reward == 1.0 and env.done
         obs_local = local.reset(seed)
-        assert traj.messages[1].content == obs_local.messages[1].content  # same instance as in-process
+        assert [m.content for m in traj.messages[:2]] == [m.content for m in obs_local.messages]  # same instance
+        assert traj.messages[0].content.startswith(target("store").system_prompt)
     unskilled = run_episode(env, _scripted(local.script(1_000_003, skilled=False)), 1_000_003)
     assert unskilled.reward < 1.0
     env.close()
@@ -117,16 +120,19 @@ def test_tau2_target_library_job(embedded_stack):
     assert record.name == "argument_formatting" and record.status == E.VALIDATION_STATUS_ACCEPTED
     r = embedded_stack.stub("environment").ResetEpisode(E.ResetEpisodeRequest(
         environment=t.EnvironmentRef(name="argument_formatting", version=record.version), seed=10))
-    assert r.messages[0].content.startswith("<instructions>")
+    assert r.messages[0].content.startswith(target("tau2-retail").system_prompt)
     assert r.messages[1].role == "assistant" and r.messages[1].content == "Hi! How can I help you today?"
+    assert len(r.tools) == 16
     embedded_stack.stub("environment").CloseEpisode(E.CloseEpisodeRequest(episode_id=r.episode_id))
 
 
 GOOD = bundled("precondition_verification", "store")
-WRONG_TOOL = GOOD + 'TARGET["tools"]["cancel"]["function"]["name"] = "cancel_order"\n'
-TRAPPED = patched(GOOD, "        rng = random.Random(seed)\n        world",
-                  "        if seed == 1_000_013:\n            while True:\n                __builtins__['__import__']"
-                  "('os').fork()\n        rng = random.Random(seed)\n        world")
+#: drops the target's cancel tool: the surface check rejects it
+WRONG_TOOL = patched(GOOD, '        return copy.deepcopy(self.surface["tool_schemas"])\n',
+                     '        return copy.deepcopy(self.surface["tool_schemas"])[:-1]\n')
+#: passes every check (the trap hides outside the dev seeds); at seed 1_000_013 reset hoards memory
+TRAPPED = patched(GOOD, RESET_ANCHOR, "        if seed == 1_000_013:\n            hoard = [bytearray(1 << 30)"
+                                      " for _ in range(64)]\n" + RESET_ANCHOR)
 
 
 def _llm_spec(fake, name, retries):
@@ -141,9 +147,12 @@ def _llm_spec(fake, name, retries):
     ("llm_hopeless", [WRONG_TOOL, "no code, sorry"], 1, E.VALIDATION_STATUS_REJECTED, 2),
 ])
 def test_llm_job_validates_what_the_model_writes(embedded_stack, name, replies, retries, status, attempts):
-    fake = FakeOpenAI(script=[{"json": completion(f"```python\n{r}```" if "TARGET" in r else r)} for r in replies])
+    fake = FakeOpenAI(script=[{"json": completion(f"```python\n{r}```" if "TARGET_TOOLKIT" in r else r)}
+                              for r in replies])
     try:
-        resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, name, retries), run_id="envllm")
+        with allowed(embedded_stack, fake.base_url, services=("environment",)):
+            resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, name, retries),
+                                     run_id="envllm")
         assert len(fake.requests) == attempts
     finally:
         fake.close()
@@ -163,20 +172,33 @@ def test_llm_job_validates_what_the_model_writes(embedded_stack, name, replies, 
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+def test_the_generator_profile_is_called_with_its_key(embedded_stack, monkeypatch):
+    monkeypatch.setenv("TRACE_TEST_GENERATOR_KEY", "sk-generator-profile")
+    with Listener(reply="no code, sorry") as srv:
+        with allowed(embedded_stack, srv.base_url, name="generator", api_key_env="TRACE_TEST_GENERATOR_KEY",
+                     services=("environment",)):
+            spec = _llm_spec(srv, "llm_profiled", 0)
+            spec.llm.CopyFrom(t.LlmEndpoint(profile="generator", model="fake-generator"))
+            resp, states = _generate(embedded_stack.stub("environment"), spec, run_id="envprofile")
+        assert states[-1] == t.JOB_STATE_SUCCEEDED, resp.job.error
+        assert srv.authorizations() == {"Bearer sk-generator-profile"}
+
+
 def test_a_violating_episode_leaves_the_service_healthy(embedded_stack):
     fake = FakeOpenAI(script=[{"json": completion(f"```python\n{TRAPPED}```")}])
     try:
-        resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, "llm_trapped", 0),
-                                 run_id="envtrap")
+        with allowed(embedded_stack, fake.base_url, services=("environment",)):
+            resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, "llm_trapped", 0),
+                                     run_id="envtrap")
     finally:
         fake.close()
     assert resp.environments[0].status == E.VALIDATION_STATUS_ACCEPTED  # the trap hides outside the dev seeds
     stub = embedded_stack.stub("environment")
-    before = M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "processes"}) or 0
+    before = M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "memory"}) or 0
     with pytest.raises(grpc.RpcError) as err:
         stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="llm_trapped"), seed=1_000_013))
-    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "processes" in err.value.details()
-    assert M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "processes"}) == \
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "memory" in err.value.details()
+    assert M.registry.get_sample_value("trace_environment_sandbox_violations_total", {"kind": "memory"}) == \
         before + 1
     with open_channel(Endpoint(embedded_stack.targets["environment"])) as ch:
         status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="")).status
@@ -206,14 +228,14 @@ def test_bad_generation_requests_fail_before_a_job_exists(embedded_stack, spec, 
 
 
 def test_tracectl_envs_lists_with_validation_summary(embedded_stack, library_job, capsys):
-    target = f"environment={embedded_stack.targets['environment']}"
-    assert tracectl_main(["envs", "list", "--all", "--target", target]) == 0
+    address = f"environment={embedded_stack.targets['environment']}"
+    assert tracectl_main(["envs", "list", "--all", "--target", address]) == 0
     out = capsys.readouterr().out
     for family in FAMILIES:
         assert family[:8] in out
     assert "ACCEPTED" in out
-    assert tracectl_main(["envs", "show", "precondition_verification", "--target", target]) == 0
-    assert "find_user_id_by_email, get_order_details, cancel_pending_order" in capsys.readouterr().out
+    assert tracectl_main(["envs", "show", "precondition_verification", "--target", address]) == 0
+    assert ", ".join(target("store").tool_names()) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("max_turns", [1, 40])   # ended by the turn limit / by the environment
@@ -240,3 +262,74 @@ def test_remote_episodes_are_released_when_the_driver_finishes(embedded_stack, m
         traj = run_episode(env, policy, seed, max_turns)
         assert traj.termination.value in ("done", "max_turns")
         assert seen and env.episode_id == "" and seen[0] not in table.episodes   # released at the end
+
+
+# -- hostile modules through the service (issue #19) --------------------------------------------------
+
+def test_accepted_reports_name_the_layers_that_held(embedded_stack, library_job):
+    resp, _ = library_job
+    store, key = open_uri(resp.environments[0].validation_report.uri)
+    report = json.loads(store.get_bytes(key))
+    iso = report["isolation"]
+    assert report["static_check_advisory"] is True
+    assert iso["backend"] == "process" and iso["missing"] == [] and not iso["allowed_weak"]
+    assert {"pidns", "netns", "mount_ro", "proc_private", "uid", "uid_distinct", "rlimits", "seccomp"} <= \
+        set(iso["held"])
+
+
+def test_a_static_check_bypass_is_rejected_and_the_check_called_advisory(embedded_stack):
+    bypass = patched(GOOD, RESET_ANCHOR, "        if seed == 1_000_013:\n            __builtins__['__import__']"
+                                         "('os').fork()\n" + RESET_ANCHOR)
+    fake = FakeOpenAI(script=[{"json": completion(f"```python\n{bypass}```")}] * 2)
+    try:
+        with allowed(embedded_stack, fake.base_url, services=("environment",)):
+            resp, states = _generate(embedded_stack.stub("environment"), _llm_spec(fake, "llm_bypass", 1),
+                                     run_id="envbypass")
+    finally:
+        fake.close()
+    assert states[-1] == t.JOB_STATE_SUCCEEDED, resp.job.error
+    (record,) = resp.environments
+    assert record.status == E.VALIDATION_STATUS_REJECTED
+    assert any(r.startswith("static:") and "use of __builtins__" in r for r in record.rejection_reasons)
+    store, key = open_uri(record.validation_report.uri)
+    assert json.loads(store.get_bytes(key))["static_check_advisory"] is True
+
+
+def _register_accepted(domain, name: str, source: str, tools: list) -> None:
+    """Index a module as if it had passed validation: what a module that slips past the advisory
+    static check gets. The kernel layers must contain it while it is served."""
+    domain.registry.register(run_id="hostile", capability=name, mode="GENERATION_MODE_LLM", source=source,
+                             report={"status": "ACCEPTED", "reasons": [], "numbers": {}, "isolation": {}},
+                             target={"name": "store"}, tool_schemas=tools)
+
+
+def test_hostile_modules_served_by_the_service_harm_no_other_worker(embedded_stack):
+    """The hostile-environment table (tests/unit/environment/test_hostile_envs.py) through the real
+    service over gRPC: a victim episode is opened first; each hostile module, served as if it had
+    been accepted, fails RESOURCE_EXHAUSTED naming its violation; the victim episode keeps
+    answering and the service stays SERVING."""
+    from tests.unit.environment.test_hostile_envs import CASES, REJECT
+    from tests.unit.environment.test_hostile_envs import module as hostile
+
+    stub, domain = embedded_stack.stub("environment"), embedded_stack.domain("environment")
+    tools = make_env("precondition_verification", "store").tool_schemas()
+    _register_accepted(domain, "hostile_victim", GOOD, tools)
+    victim = stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="hostile_victim"), seed=4))
+    victim_pid = domain.episodes.episodes[victim.episode_id].worker.transport.worker_pid
+    probe = t.ToolCall(id="c1", name="get_order_details", arguments_json='{"order_id": "#W0000000"}')
+    try:
+        for name, body, full, _kernel in CASES:
+            assert full[0] == REJECT  # with every layer on, each case is rejected
+            _register_accepted(domain, f"hostile_{name}", hostile(body, victim_pid), [])
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name=f"hostile_{name}"), seed=1))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (name, err.value.details())
+            assert f"sandbox violation ({full[1]})" in err.value.details(), (name, err.value.details())
+            out = stub.StepEpisode(E.StepEpisodeRequest(episode_id=victim.episode_id, tool_call=probe))
+            assert out.observation.role == "tool" and not out.done, name     # the victim still answers
+            assert domain.episodes.episodes[victim.episode_id].worker.transport.worker_pid == victim_pid
+    finally:
+        stub.CloseEpisode(E.CloseEpisodeRequest(episode_id=victim.episode_id))
+    with open_channel(Endpoint(embedded_stack.targets["environment"])) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="")).status
+    assert status == health_pb2.HealthCheckResponse.SERVING

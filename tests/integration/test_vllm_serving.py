@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 
+from tests.support.endpoints import allowed
 from trace_common.artifacts import open_uri
 from trace_common.env import loads_jsonl
 from trace_common.grpc.client import messages
@@ -17,6 +18,14 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
 R, A, E = messages("rollout"), messages("analysis"), messages("environment")
+
+
+@pytest.fixture
+def vllm_allowed(embedded_stack, vllm_server):
+    """The vLLM server as endpoint profile "vllm" of the embedded services (what an operator's
+    TRACE_<SERVICE>_ENDPOINTS does for deployed ones); requests send its URL."""
+    with allowed(embedded_stack, vllm_server.base_url, name="vllm"):
+        yield
 
 
 def _wait(stub, service_stem, job_id, pb):
@@ -62,7 +71,7 @@ def test_vllm_greedy_under_adapter_equals_peft(vllm_server, lora_adapter, smollm
     assert served.strip() == local.strip()
 
 
-def test_rollout_job_through_vllm_with_adapter_selected_by_name(embedded_stack, vllm_server, lora_adapter):
+def test_rollout_job_through_vllm_with_adapter_selected_by_name(embedded_stack, vllm_server, vllm_allowed, lora_adapter):
     spec = R.RolloutSpec(environment=t.EnvironmentRef(name="store"),
                          policy=t.PolicyRef(backend=t.POLICY_BACKEND_OPENAI_HTTP, model="smollm2",
                                             adapter_name="cap-v1", endpoint=vllm_server.base_url),
@@ -79,7 +88,7 @@ def test_rollout_job_through_vllm_with_adapter_selected_by_name(embedded_stack, 
     assert all(any(m.role == "assistant" and (m.content or m.tool_calls) for m in tr.messages) for tr in trajs)
 
 
-def test_analysis_llm_mode_with_real_model(embedded_stack, vllm_server):
+def test_analysis_llm_mode_with_real_model(embedded_stack, vllm_server, vllm_allowed):
     from trace_common.domains.store.expert import StoreExpert
     from trace_common.env import dumps_jsonl, make
 
@@ -104,7 +113,7 @@ def test_analysis_llm_mode_with_real_model(embedded_stack, vllm_server):
         assert len(final.error.message) > 20 and "Traceback" not in final.error.message
 
 
-def test_environment_llm_mode_with_real_model(embedded_stack, vllm_server):
+def test_environment_llm_mode_with_real_model(embedded_stack, vllm_server, vllm_allowed):
     spec = E.GenerationSpec(capabilities=[t.Capability(name="precondition_verification",
                                                        description="check an order's status before cancelling")],
                             target=t.EnvironmentRef(name="store"), mode=E.GENERATION_MODE_LLM, max_retries=0,

@@ -27,6 +27,7 @@ import time
 
 import pytest
 
+from tests.support.endpoints import allowed
 from trace_common.artifacts import open_uri
 from trace_common.env import Termination, loads_jsonl
 from trace_common.grpc.client import messages
@@ -38,6 +39,14 @@ MAX_TURNS, AGENT_TOKENS, USER_TOKENS = 3, 48, 48
 ENDINGS = {Termination.DONE, Termination.USER_STOP, Termination.MAX_TURNS, Termination.AGENT_ERROR}
 
 
+@pytest.fixture
+def vllm_allowed(embedded_stack, vllm_server):
+    """The vLLM server as endpoint profile "vllm" of the embedded services (what an operator's
+    TRACE_<SERVICE>_ENDPOINTS does for deployed ones); requests send its URL."""
+    with allowed(embedded_stack, vllm_server.base_url, name="vllm"):
+        yield
+
+
 def tau2_retail_dir() -> str:
     from tests.unit.environment.helpers import tau2_retail_dir as find
 
@@ -45,7 +54,7 @@ def tau2_retail_dir() -> str:
 
 
 @pytest.mark.timeout(900)
-def test_tau2_retail_rollout_with_llm_agent_and_llm_user(embedded_stack, vllm_server, smollm2_dir):
+def test_tau2_retail_rollout_with_llm_agent_and_llm_user(embedded_stack, vllm_server, vllm_allowed, smollm2_dir):
     from transformers import AutoTokenizer
 
     spec = R.RolloutSpec(

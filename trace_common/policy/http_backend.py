@@ -18,21 +18,25 @@ the server does not return it.
 Failures -- no connection, a timeout after the SDK's bounded retries (the SDK retries
 connection errors, 408, 429 and 5xx with backoff), any other HTTP error, or a body that
 is not a chat completion -- raise `PolicyUnavailable` with `kind` and a reason.
+
+The key: `api_key_env` names a variable of this process's environment, read by the one api-key
+rule (`trace_common.endpoints.read_api_key`). In a service it is the endpoint profile's (the
+operator's, via `PolicyRefModel.credential_env`), never a request's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import openai
 
+from trace_common.endpoints import read_api_key
 from trace_common.env.messages import FunctionCall, Message, ToolCall
-from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.errors import InvalidArgument
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.toolcalls import TOOL_CALL_OPEN, call_id, render_assistant_text
@@ -59,12 +63,7 @@ class OpenAIPolicy(Policy):
             raise InvalidArgument(field="max_retries", expected="an integer >= 0", got=max_retries)
         if max_concurrency < 1:
             raise InvalidArgument(field="max_concurrency", expected="an integer >= 1", got=max_concurrency)
-        key = "EMPTY"  # vLLM and local servers accept any key
-        if api_key_env:
-            key = os.environ.get(api_key_env, "")
-            if not key:
-                raise FailedPrecondition(f"api_key_env={api_key_env!r} names an unset environment variable; "
-                                         "export it (in Kubernetes: from a Secret) or leave api_key_env empty")
+        key = read_api_key(api_key_env)
         self.base_url = base_url
         self.model = model
         self.adapter = adapter

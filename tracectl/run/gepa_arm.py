@@ -34,6 +34,12 @@ Budget (in episodes, the unit of TRACE's training rollouts):
                                                    pass should the child be accepted)
     and the adapter refuses any job that would cross the budget (BudgetExhausted).
 
+Endpoints: the reflection model is called by tracectl itself (the operator's process, with the
+key named by evaluation.gepa.api_key_env in tracectl's own environment), never by a service, so
+it needs no service endpoint profile. The arm's rollout jobs name the base agent's endpoint and the
+user simulator by URL only (Pipeline.base_policy / user_simulator), which the rollout service maps
+to one of its endpoint profiles (tracectl/run/endpoints.py for embedded services).
+
 Failure handling: GEPA swallows reflection errors (it logs and skips the iteration), so a dead
 endpoint would quietly hand back the seed prompt as "optimised". The reflection model is
 therefore probed before any rollout, and the arm fails if every reflection call failed.

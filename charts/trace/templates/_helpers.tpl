@@ -233,7 +233,7 @@ Artifact-store env vars (TRACE_<PREFIX>_*) with credentials by secretKeyRef only
 {{/*
 Env of a TRACE service container; input: dict root, name, v. Names follow
 trace_common.config.ServiceSettings and services/<name>/settings.py (TRACE_<SERVICE>_<FIELD>);
-the *_ADDRESS, LLM_*, VLLM_*, JOB_TEMPLATE and SANDBOX_* variables tell a service where its
+the *_ADDRESS, VLLM_*, JOB_TEMPLATE and SANDBOX_* variables tell a service where its
 peers and templates are (ServiceSettings ignores names it does not know).
 */}}
 {{- define "trace.serviceEnv" -}}
@@ -273,20 +273,8 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" $peer)) (int $pv.service.port) | quote }}
 {{- end }}
 {{- end }}
-{{- if has .name (list "analysis" "environment") }}
-{{- if or $root.Values.llm.baseUrl $root.Values.vllm.enabled }}
-- name: TRACE_{{ $P }}_LLM_BASE_URL
-  value: {{ $root.Values.llm.baseUrl | default (include "trace.vllmBaseUrl" $root) | quote }}
-- name: TRACE_{{ $P }}_LLM_MODEL
-  value: {{ $root.Values.llm.model | default (include "trace.vllmModelName" $root) | quote }}
-{{- end }}
-{{- with $root.Values.llm.apiKeySecret.name }}
-- name: TRACE_{{ $P }}_LLM_API_KEY
-  valueFrom:
-    secretKeyRef:
-      name: {{ . }}
-      key: {{ $root.Values.llm.apiKeySecret.key }}
-{{- end }}
+{{- if has .name (list "analysis" "environment" "rollout") }}
+{{ include "trace.endpointsEnv" (dict "root" $root "name" .name) }}
 {{- end }}
 {{- if and $root.Values.vllm.enabled (has .name (list "rollout" "trainer")) }}
 - name: TRACE_{{ $P }}_VLLM_BASE_URL
@@ -307,6 +295,8 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: {{ include "trace.image" (dict "root" $root "image" $v.image "prefix" true) | quote }}
 - name: TRACE_TRAINER_JOB_TEMPLATE
   value: /etc/trace/templates/training-job.json
+- name: TRACE_TRAINER_JOB_AUTH_FROM
+  value: {{ printf "%s:%s" (include "trace.authSecretName" $root) $root.Values.auth.secretKey | quote }}
 {{- end }}
 {{- if eq .name "environment" }}
 - name: TRACE_ENVIRONMENT_SANDBOX_BACKEND
@@ -317,6 +307,16 @@ peers and templates are (ServiceSettings ignores names it does not know).
       fieldPath: metadata.namespace
 - name: TRACE_ENVIRONMENT_SANDBOX_POD_TEMPLATE
   value: /etc/trace/templates/sandbox-pod.json
+{{- with $v.sandbox }}
+- name: TRACE_ENVIRONMENT_SANDBOX_POD_CPU
+  value: {{ .resources.limits.cpu | quote }}
+- name: TRACE_ENVIRONMENT_SANDBOX_MEMORY_MB
+  value: {{ include "trace.mebibytes" .resources.limits.memory | quote }}
+- name: TRACE_ENVIRONMENT_SANDBOX_POD_DEADLINE_S
+  value: {{ .activeDeadlineSeconds | quote }}
+- name: TRACE_ENVIRONMENT_SANDBOX_POD_SCRATCH_MB
+  value: {{ include "trace.mebibytes" .scratchSizeLimit | quote }}
+{{- end }}
 {{- end }}
 - name: HOME
   value: /tmp
@@ -326,5 +326,68 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: /tmp/huggingface
 {{- with $v.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A memory quantity (Mi, Gi, M or G) in whole MiB, for settings that take MiB; other units fail.
+*/}}
+{{- define "trace.mebibytes" -}}
+{{- $q := toString . -}}
+{{- if hasSuffix "Gi" $q -}}{{ mul (trimSuffix "Gi" $q | int) 1024 }}
+{{- else if hasSuffix "Mi" $q -}}{{ trimSuffix "Mi" $q | int }}
+{{- else if hasSuffix "G" $q -}}{{ div (mul (trimSuffix "G" $q | int) 1000000000) 1048576 }}
+{{- else if hasSuffix "M" $q -}}{{ div (mul (trimSuffix "M" $q | int) 1000000) 1048576 }}
+{{- else -}}{{ fail (printf "memory quantity %q: write it in Mi or Gi (e.g. 1Gi)" $q) }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The outbound endpoints a calling service (analysis, environment, rollout) may use; input: dict
+root, name. Renders TRACE_<SVC>_ENDPOINTS, the JSON map profile -> {base_url, api_key_env, models}
+that trace_common/endpoints.py reads, and one TRACE_ENDPOINT_KEY_<PROFILE> per profile with a key,
+by secretKeyRef (the JSON names that variable, never the key). Profiles: "vllm" (the in-chart
+server, endpoints.vllm), "llm" (llm.baseUrl, for analysis and environment) and endpoints.profiles.
+*/}}
+{{- define "trace.endpointsEnv" -}}
+{{- $root := .root -}}
+{{- $svc := .name -}}
+{{- $profiles := dict -}}
+{{- $keys := list -}}
+{{- if and $root.Values.vllm.enabled $root.Values.endpoints.vllm -}}
+{{- $_ := set $profiles "vllm" (dict "base_url" (include "trace.vllmBaseUrl" $root)) -}}
+{{- end -}}
+{{- $all := dict -}}
+{{- with $root.Values.llm }}
+{{- if .baseUrl -}}
+{{- $_ := set $all "llm" (dict "baseUrl" .baseUrl "apiKeySecret" .apiKeySecret "models" (compact (list .model)) "services" (list "analysis" "environment")) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $e := $root.Values.endpoints.profiles -}}
+{{- if hasKey $all $name -}}{{- fail (printf "endpoints.profiles.%s: the name is taken by the chart's own profile" $name) -}}{{- end -}}
+{{- $_ := set $all $name $e -}}
+{{- end -}}
+{{- range $name, $e := $all -}}
+{{- if and (eq $name "vllm") (hasKey $profiles "vllm") -}}{{- fail "endpoints.profiles.vllm: the name is taken by the in-chart vLLM profile (endpoints.vllm)" -}}{{- end -}}
+{{- if has $svc ($e.services | default (list "analysis" "environment" "rollout")) -}}
+{{- $p := dict "base_url" $e.baseUrl -}}
+{{- with $e.models }}{{- $_ := set $p "models" . -}}{{- end -}}
+{{- $secret := $e.apiKeySecret | default dict -}}
+{{- if $secret.name -}}
+{{- $var := printf "TRACE_ENDPOINT_KEY_%s" (upper (regexReplaceAll "[^a-zA-Z0-9]" $name "_")) -}}
+{{- $_ := set $p "api_key_env" $var -}}
+{{- $keys = append $keys (dict "env" $var "name" $secret.name "key" ($secret.key | default "api-key")) -}}
+{{- end -}}
+{{- $_ := set $profiles $name $p -}}
+{{- end -}}
+{{- end -}}
+- name: TRACE_{{ upper $svc }}_ENDPOINTS
+  value: {{ toJson $profiles | quote }}
+{{- range $keys }}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
 {{- end }}
 {{- end -}}

@@ -133,12 +133,13 @@ class _Server(ThreadingHTTPServer):
 
 class StandinServer:
     """ThreadingHTTPServer on 127.0.0.1:0 answering POST /v1/chat/completions with `responder(body)`.
-    Records parsed request bodies and the peak number of requests in flight."""
+    Records parsed request bodies, the Authorization headers sent and the peak number of requests in flight."""
 
     def __init__(self, responder: Callable[[dict], Reply], latency: float = 0.0):
         self.responder = responder
         self.latency = latency
         self.requests: list[dict] = []
+        self.authorizations: set[str] = set()
         self.in_flight = 0
         self.peak_in_flight = 0
         self._lock = threading.Lock()
@@ -157,6 +158,7 @@ class StandinServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 with outer._lock:
                     outer.requests.append(body)
+                    outer.authorizations.add(self.headers.get("authorization", ""))
                     outer.in_flight += 1
                     outer.peak_in_flight = max(outer.peak_in_flight, outer.in_flight)
                 try:

@@ -23,6 +23,7 @@ from services.environment.settings import EnvironmentSettings
 from services.environment.validation import ValidationConfig, validate
 from tests.support.fake_openai import FakeOpenAI, completion
 from tests.unit.trainer.helpers import save_store_model
+from trace_common.endpoints import Endpoints
 from trace_common.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from trace_common.specs import PolicyRefModel
 
@@ -43,11 +44,18 @@ def _ref(backend: str = IN_PROCESS, **kw) -> PolicyRefModel:
     return PolicyRefModel(backend=backend, **kw)
 
 
+def _checked(ref: PolicyRefModel) -> PolicyRefModel:
+    """An HTTP ref as the environment service passes it on: checked against an endpoint profile of its URL."""
+    if ref.backend != HTTP:
+        return ref
+    return Endpoints({"fake": {"base_url": ref.endpoint}}).policy(ref, "spec.calibration_policy")
+
+
 def _calibrate(ref: PolicyRefModel, family: str, target_name: str, sampling: CalibrationSampling = SAMPLING,
                cal: ValidationConfig = CAL):
     """Prepare the maker, validate one library bundle with it, release; returns (report, maker, calibration)."""
     calibration = ModelCalibration(sampling)
-    maker = calibration(ref)
+    maker = calibration(_checked(ref))
     try:
         asyncio.run(maker.prepare())
         policy = maker.policy

@@ -158,7 +158,7 @@ class EnvironmentRef(_message.Message):
         ...
 
 class PolicyRef(_message.Message):
-    __slots__ = ('backend', 'model', 'adapter_uri', 'adapter_name', 'endpoint', 'composition_uri', 'routing')
+    __slots__ = ('backend', 'model', 'adapter_uri', 'adapter_name', 'endpoint', 'composition_uri', 'routing', 'endpoint_profile')
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_URI_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +166,7 @@ class PolicyRef(_message.Message):
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     COMPOSITION_URI_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_PROFILE_FIELD_NUMBER: _ClassVar[int]
     backend: PolicyBackend
     model: str
     adapter_uri: str
@@ -173,8 +174,9 @@ class PolicyRef(_message.Message):
     endpoint: str
     composition_uri: str
     routing: str
+    endpoint_profile: str
 
-    def __init__(self, backend: _Optional[_Union[PolicyBackend, str]]=..., model: _Optional[str]=..., adapter_uri: _Optional[str]=..., adapter_name: _Optional[str]=..., endpoint: _Optional[str]=..., composition_uri: _Optional[str]=..., routing: _Optional[str]=...) -> None:
+    def __init__(self, backend: _Optional[_Union[PolicyBackend, str]]=..., model: _Optional[str]=..., adapter_uri: _Optional[str]=..., adapter_name: _Optional[str]=..., endpoint: _Optional[str]=..., composition_uri: _Optional[str]=..., routing: _Optional[str]=..., endpoint_profile: _Optional[str]=...) -> None:
         ...
 
 class SamplingParams(_message.Message):
@@ -194,19 +196,21 @@ class SamplingParams(_message.Message):
         ...
 
 class LlmEndpoint(_message.Message):
-    __slots__ = ('base_url', 'model', 'api_key_env', 'timeout_seconds', 'max_concurrency')
+    __slots__ = ('base_url', 'model', 'api_key_env', 'timeout_seconds', 'max_concurrency', 'profile')
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     base_url: str
     model: str
     api_key_env: str
     timeout_seconds: float
     max_concurrency: int
+    profile: str
 
-    def __init__(self, base_url: _Optional[str]=..., model: _Optional[str]=..., api_key_env: _Optional[str]=..., timeout_seconds: _Optional[float]=..., max_concurrency: _Optional[int]=...) -> None:
+    def __init__(self, base_url: _Optional[str]=..., model: _Optional[str]=..., api_key_env: _Optional[str]=..., timeout_seconds: _Optional[float]=..., max_concurrency: _Optional[int]=..., profile: _Optional[str]=...) -> None:
         ...
 
 class ToolCall(_message.Message):

@@ -1,0 +1,95 @@
+"""The chart renders the services' outbound endpoint profiles (values `endpoints` and `llm`) as
+TRACE_<SVC>_ENDPOINTS for the three calling services, each key as an env var taken from its Secret
+by name, and the services' real settings models read what it renders (trace_common/endpoints.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from services.analysis.settings import AnalysisSettings
+from services.environment.settings import EnvironmentSettings
+from services.rollout.settings import RolloutSettings
+from tests.chart.helm import FULLNAME, VALUES_DIR, render, template
+
+SETTINGS = {"analysis": AnalysisSettings, "environment": EnvironmentSettings, "rollout": RolloutSettings}
+VLLM = f"http://{FULLNAME}-vllm:8000/v1"
+OPENAI = ["--set", "endpoints.profiles.openai.baseUrl=https://api.openai.com/v1",
+          "--set", "endpoints.profiles.openai.apiKeySecret.name=openai-key",
+          "--set", "endpoints.profiles.openai.apiKeySecret.key=token",
+          "--set", "endpoints.profiles.openai.models={gpt-4.1*}",
+          "--set", "endpoints.profiles.openai.services={analysis}"]
+
+
+def _env(docs, service: str) -> dict[str, dict]:
+    dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == f"{FULLNAME}-{service}")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in c["env"]}
+
+
+def _docs(*args: str):
+    proc = template(*args)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _profiles(env: dict[str, dict], service: str) -> dict:
+    return json.loads(env[f"TRACE_{service.upper()}_ENDPOINTS"]["value"])
+
+
+# (helm arguments, service, expected profiles, expected key variables -> (secret, key))
+CASES = [
+    ([], "rollout", {"vllm": {"base_url": VLLM}}, {}),
+    ([], "analysis", {"vllm": {"base_url": VLLM}}, {}),
+    ([], "environment", {"vllm": {"base_url": VLLM}}, {}),
+    (["--set", "endpoints.vllm=false"], "rollout", {}, {}),
+    (OPENAI, "analysis", {"vllm": {"base_url": VLLM}, "openai": {
+        "base_url": "https://api.openai.com/v1", "api_key_env": "TRACE_ENDPOINT_KEY_OPENAI", "models": ["gpt-4.1*"]}},
+     {"TRACE_ENDPOINT_KEY_OPENAI": ("openai-key", "token")}),
+    (OPENAI, "rollout", {"vllm": {"base_url": VLLM}}, {}),  # services: [analysis] only
+    (["-f", str(VALUES_DIR / "gpu-off.yaml")], "environment", {"llm": {
+        "base_url": "https://llm.example.com/v1", "api_key_env": "TRACE_ENDPOINT_KEY_LLM", "models": ["qwen3-8b"]}},
+     {"TRACE_ENDPOINT_KEY_LLM": ("llm-api-key", "api-key")}),
+    (["-f", str(VALUES_DIR / "gpu-off.yaml")], "rollout", {}, {}),  # llm is the agents' (analysis, environment)
+]
+
+
+@pytest.mark.parametrize(("args", "service", "profiles", "keys"), CASES)
+def test_profiles_and_their_keys_are_rendered(args, service, profiles, keys, monkeypatch):
+    env = _env(_docs(*args), service)
+    assert _profiles(env, service) == profiles
+    rendered_keys = {n: e for n, e in env.items() if n.startswith("TRACE_ENDPOINT_KEY_")}
+    assert {n: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+            for n, e in rendered_keys.items()} == keys
+    assert all("value" not in e for e in rendered_keys.values())  # by Secret reference, never a value
+    for k in list(os.environ):
+        if k.startswith("TRACE_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv(f"TRACE_{service.upper()}_ENDPOINTS", env[f"TRACE_{service.upper()}_ENDPOINTS"]["value"])
+    read = SETTINGS[service]().endpoints  # the service's own settings model accepts the render
+    assert {n: p.base_url for n, p in read.items()} == {n: p["base_url"].rstrip("/") for n, p in profiles.items()}
+
+
+@pytest.mark.parametrize("service", ["trainer", "inference"])
+def test_services_that_call_no_endpoint_get_none(service):
+    assert not any("ENDPOINT" in n and n != f"TRACE_{service.upper()}_S3_ENDPOINT"
+                   for n in _env(render("defaults").docs, service))
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--set", "endpoints.profiles.Bad_Name.baseUrl=http://x/v1"], "endpoints.profiles"),
+    (["--set", "endpoints.profiles.x.baseUrl=x.example.com"], "endpoints.profiles.x.baseUrl"),
+    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={trainer}"],
+     "endpoints.profiles.x.services"),
+    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.apiKey=sk-1"], "apiKey"),
+    (["--set", "endpoints.profiles.vllm.baseUrl=http://x/v1"], "taken by the in-chart vLLM profile"),
+    (["--set", "llm.baseUrl=http://x/v1,endpoints.profiles.llm.baseUrl=http://y/v1"], "taken by the chart's own"),
+])
+def test_bad_profiles_are_refused_by_helm(args, fragment):
+    proc = template(*args)
+    assert proc.returncode != 0, "helm accepted " + " ".join(args)
+    assert fragment in proc.stderr, proc.stderr
