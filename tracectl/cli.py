@@ -6,6 +6,10 @@
   tracectl tau2 replay-gold    tau2-bench gold replay (where available)
 
 Every subcommand lives in `tracectl/commands/<name>.py` with a `register(subparsers)` function.
+Exit statuses are one table for every command (tracectl/exits.py): 0 done, 1 the work failed,
+2 bad input (nothing started), 3 stored data damaged, 4 `envs generate` rejected a candidate,
+130 interrupted. A domain error or a gRPC status that reaches `main` is printed as one line
+("tracectl COMMAND: reason") with its status from that table, never as a traceback.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import sys
 
 import grpc
 
+from trace_common.errors import TraceError
 from trace_common.malloc import limit_arenas_or_exit
-from tracectl import commands
+from tracectl import commands, exits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,10 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = 130
+        code = exits.INTERRUPTED
+    except TraceError as err:  # bad input here, or damaged stored data: one line, its exit status
+        print(f"tracectl {args.command}: {err}", file=sys.stderr)
+        code = exits.for_error(err)
     except grpc.RpcError as err:  # the service said no: show its reason, not a traceback
         print(f"tracectl {args.command}: {err.code().name}: {err.details()}", file=sys.stderr)
-        code = 1
+        code = exits.for_status(err.code().name)
     return int(code or 0)
 
 

@@ -3,7 +3,8 @@
 `--target SERVICE=HOST:PORT` (repeatable) or `TRACE_<SERVICE>_TARGET` selects a deployed
 service; a service with no address is served by an embedded stack started in this process
 (artifacts under `--root`, default ./.trace). Every stub call carries the client deadlines
-of `trace_common.grpc.client`.
+of `trace_common.grpc.client`. A deployed service is sent TRACE_<SERVICE>_AUTH_TOKEN when that is
+set (the variable the service itself reads), else `--token` / $TRACE_AUTH_TOKEN.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import threading
 from contextlib import ExitStack
 from pathlib import Path
 
-from trace_common.config import SERVICE_NAMES
+from trace_common.config import SERVICE_NAMES, service_token
+from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import Endpoint, open_channel, stub
+from trace_common.suggest import closest
 from tracectl.embedded import BackgroundStack
 
 
@@ -32,7 +35,10 @@ def parse_targets(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, addr = item.partition("=")
         if not sep or name not in SERVICE_NAMES or not addr:
-            raise SystemExit(f"--target {item!r}: expected SERVICE=HOST:PORT, SERVICE one of {', '.join(SERVICE_NAMES)}")
+            near = closest(name, SERVICE_NAMES) if sep and addr else None
+            raise InvalidArgument(field="--target", expected=f"SERVICE=HOST:PORT, SERVICE one of {', '.join(SERVICE_NAMES)}",
+                                  got=item, fix=f"Did you mean {near}={addr}?" if near else
+                                  "e.g. --target trainer=localhost:50054")
         targets[name] = addr
     return targets
 
@@ -62,7 +68,8 @@ class Connection:
         """A stub for `service`; safe to call from several threads at once."""
         with self._lock:
             if service in self._targets:
-                ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], self._token)))
+                token = service_token(service, self._token)  # TRACE_<SERVICE>_AUTH_TOKEN, else --token
+                ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], token)))
                 return stub(service, ch)
             if self.embedded is None:
                 self.embedded = BackgroundStack(self._root, overrides=self._overrides)

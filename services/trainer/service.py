@@ -6,8 +6,10 @@ frozen adapters: warm start + GRPO, gates/).
 A job is cheap to reject and expensive to run, so everything checkable without loading a
 model is checked in `create_job` before a job exists: the kind, the capability name, one
 environment that is registered (and accepts its parameters and the training split), the
-GRPO config (messages say how to fix), the policy reference, the executor's settings and
-the resume URI. Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
+GRPO config (messages say how to fix), that a config asking for guided rollouts gets hints from
+that environment (`check_guidance`), the policy reference, the executor's settings and the
+resume URI. `validate_config` parses a config alone, for clients that check theirs before any
+work starts (configs.py). Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
 """
 
 from __future__ import annotations
@@ -21,18 +23,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.trainer.grpo import checkpoint as ckpt
-from services.trainer.grpo.config import GRPOConfig, parse_config
+from services.trainer.grpo.config import GRPOConfig
+from services.trainer.grpo.guidance import check_guidance
 from services.trainer.grpo.models import check_model_ref
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
+from trace_common.endpoints import refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output
 
 from . import metrics as m
+from .configs import validate_training_config
 from .executors import LocalExecutor
 from .gates.job import gates_prefix, validate_gates
 from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
 from .metrics import M
-from .settings import TrainerSettings
+from .settings import TrainerSettings, environment_token
 from .specs import TrainingSpecModel
 
 CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -66,7 +71,8 @@ class Training:
     # -- validation --------------------------------------------------------------------------------
     def validate(self, spec: TrainingSpecModel) -> GRPOConfig:
         if spec.kind == "TRAINING_KIND_GATES":
-            config = validate_gates(spec, self.store, self.settings.environment_address)
+            config = validate_gates(spec, self.store, self.settings.environment_address,
+                                    environment_token(self.settings))
             check_model_ref(spec.policy.model)
             self._check_executor(spec)
             return config
@@ -77,13 +83,16 @@ class Training:
         if len(spec.environments) != 1:
             raise InvalidArgument(field="spec.environments", expected="exactly one environment for "
                                   "TRAINING_KIND_ADAPTER (the capability's environment)", got=len(spec.environments))
-        config = parse_config(spec.config)
+        config = validate_training_config(spec.kind, spec.config, "spec.config")
         ref = spec.environments[0]
         # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
-        env = env_factory(ref.model_dump(), self.settings.environment_address)()
+        refuse_outbound_params(ref.params, "spec.environments[0].params")  # no URL or key chosen by a request
+        env = env_factory(ref.model_dump(), self.settings.environment_address, environment_token(self.settings))()
         if config.train_split not in env.splits():
             raise InvalidArgument(field="spec.config.train_split", expected=f"one of {sorted(env.splits())}",
                                   got=config.train_split, fix=f"environment {ref.name!r} defines these splits")
+        # asked for guided rollouts: the environment must supply hints (refused now, not once the model loaded)
+        check_guidance(config, env)
         if spec.policy.backend != "POLICY_BACKEND_IN_PROCESS":
             raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS (the trainer loads "
                                   "the base model itself)", got=spec.policy.backend,
@@ -92,6 +101,10 @@ class Training:
         check_model_ref(spec.policy.model)
         self._check_executor(spec)
         return config
+
+    def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "") -> GRPOConfig:
+        """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py)."""
+        return validate_training_config(kind, values, field_path)
 
     def _check_executor(self, spec: TrainingSpecModel) -> None:
         if spec.executor == "EXECUTOR_KUBERNETES" and not self.settings.job_image:
@@ -172,6 +185,10 @@ class Training:
         return self._kube
 
     def _on_event(self, ctx: JobContext, capability: str, event: dict[str, Any]) -> None:
+        """One worker event -> the job's progress, metrics and the Prometheus series. An iteration
+        event with `"replayed": true` re-sends an iteration a resumed job had already finished (its
+        totals): it updates the job and the gauges, but the counters (iterations, tokens) and the
+        step-duration histogram count each iteration once, when it ran."""
         kind = event.get("event")
         if kind == "iteration":
             it = int(event["iteration"])
@@ -185,12 +202,14 @@ class Training:
             ctx.progress(completed=it, stage="training",
                          message=f"reward {values.get('reward_mean', 0):.3f}, informative groups "
                                  f"{values.get('informative_group_fraction', 0):.2f}")
-            m.ITERATIONS.labels(capability).inc()
             for gauge, key in ((m.REWARD_MEAN, "reward_mean"), (m.PASS_RATE, "pass_rate"),
                                (m.INFORMATIVE_GROUP_FRACTION, "informative_group_fraction"), (m.LOSS, "loss"),
                                (m.KL, "kl")):
                 if key in values:
                     gauge.labels(capability).set(values[key])
+            if event.get("replayed"):  # counted when it first ran: counters and histograms skip it
+                return
+            m.ITERATIONS.labels(capability).inc()
             if "step_seconds" in values:
                 m.STEP_DURATION.labels(capability).observe(values["step_seconds"])
             if values.get("trained_tokens"):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.struct_pb2 import Struct
+
 from trace_common.grpc import jobs_rpc
 from trace_common.grpc.protoconv import parse
 from trace_common.proto.trace.v1 import trainer_service_pb2 as pb
@@ -47,6 +50,14 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     async def CancelTrainingJob(self, request, context):
         return jobs_rpc.cancel(self.d.jobs, request, pb.CancelTrainingJobResponse)
+
+    async def ValidateTrainingConfig(self, request, context):
+        values = MessageToDict(request.config.values) if request.config.HasField("values") else {}
+        kind = pb.TrainingKind.Name(request.kind) if request.kind in pb.TrainingKind.values() else str(request.kind)
+        config = self.d.validate_config(kind, values, request.field_path)
+        normalized = Struct()
+        normalized.update(config.model_dump(mode="json"))
+        return pb.ValidateTrainingConfigResponse(config=types_pb2.Config(values=normalized))
 
     async def ListCheckpoints(self, request, context):
         return pb.ListCheckpointsResponse(checkpoints=[

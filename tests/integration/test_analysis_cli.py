@@ -68,12 +68,20 @@ def test_analyze_in_llm_mode(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "code", "message"), [
     (["{tmp}/absent.jsonl"], 2, "no such file"),
     (["{tmp}/r.jsonl", "--mode", "llm"], 2, "needs --llm-url and --llm-model"),
-    (["{tmp}/r.jsonl", "--runs", "3"], 1, "INVALID_ARGUMENT: spec: min_passing_runs (8) exceeds num_runs (3)"),
+    # a spec the service refuses is bad usage too, its fields named by the flags that set them
+    (["{tmp}/r.jsonl", "--runs", "3"], 2, "INVALID_ARGUMENT: spec: --min-passing-runs (8) exceeds --runs (3); "
+                                          "lower --min-passing-runs or raise --runs"),
+    (["{tmp}/r.jsonl", "--delta", "5"], 2, "INVALID_ARGUMENT: --delta: Input should be less than or equal to 1"),
+    (["{tmp}/r.jsonl", "--rho", "-0.5"], 2, "INVALID_ARGUMENT: --rho: Input should be greater than or equal to 0"),
+    (["{tmp}/r.jsonl", "--budget", "50"], 2, "--budget: --budget=50 is too small"),
+    (["{tmp}/not-trajectories.jsonl"], 2, "line 1 is not a Trajectory record (task_id: Field required"),
     (["{tmp}/passed.jsonl"], 1, "FAILED_PRECONDITION no failed trajectories"),
 ])
 def test_analyze_errors(tmp_path, capsys, argv, code, message):
     write_jsonl(planted_set()[:10], tmp_path / "r.jsonl")
     write_jsonl([make_trajectory(str(i), success=True, capability="a_b") for i in range(3)],
                 tmp_path / "passed.jsonl")
+    (tmp_path / "not-trajectories.jsonl").write_text('{"name": "x"}\n')
     got, out, err = analyze(capsys, *[a.format(tmp=tmp_path) for a in argv], "--root", tmp_path / "store")
-    assert got == code and message in err
+    assert got == code and message in err, err
+    assert "Traceback" not in out + err

@@ -1,14 +1,17 @@
 """Bad input against every RPC of every service, over real gRPC on loopback.
 
 Each case: the documented status code, a message naming the problem, the server still
-healthy afterwards, and nothing written to the artifact store.
+healthy afterwards, and nothing written to the artifact store. Below the per-RPC table: request
+bytes that decode as no message (INVALID_ARGUMENT with one fixed message naming the method, on
+every method, health included) and 70 KB values in id / name fields (the status detail stays
+bounded instead of echoing the value until it passes gRPC's metadata limit).
 """
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from trace_common.grpc.client import SERVICES, messages
+from trace_common.grpc.client import SERVICES, Endpoint, messages, open_channel
 from trace_common.proto.trace.v1 import types_pb2 as t
 
 pytestmark = pytest.mark.integration
@@ -115,6 +118,8 @@ CASES = [
     ("trainer", "CreateTrainingJob", T.CreateTrainingJobRequest(spec=T.TrainingSpec(
         kind=T.TRAINING_KIND_ADAPTER, capability="c", environments=[GOOD_ENV], policy=GOOD_POLICY,
         config=t.Config(values=_struct(num_generations=1)))), "INVALID_ARGUMENT", "num_generations"),
+    ("trainer", "ValidateTrainingConfig", T.ValidateTrainingConfigRequest(kind=T.TRAINING_KIND_ADAPTER, config=t.Config(
+        values=_struct(num_generatoins=4))), "INVALID_ARGUMENT", "did you mean 'num_generations'?"),
     ("trainer", "GetTrainingJob", T.GetTrainingJobRequest(job_id="nope"), "NOT_FOUND", "nope"),
     ("trainer", "CancelTrainingJob", T.CancelTrainingJobRequest(), "INVALID_ARGUMENT", "job_id"),
     ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id="nope"), "NOT_FOUND", "nope"),
@@ -187,3 +192,129 @@ def test_every_rpc_has_a_bad_input_case():
             if (service, m.name) not in covered | no_input:
                 missing.append(f"{service}.{m.name}")
     assert not missing, f"RPCs without a bad-input case: {missing}"
+
+
+# -- bytes that are no message, and fields far too long: answered in one place (the error interceptor) --
+
+#: Request bytes that no message type decodes (checked against every request type of the five services).
+UNDECODABLE = {
+    "truncated-varint": b"\x08",
+    "length-past-end": b"\x0a\x7f",
+    "wire-type-7": b"\x0f\x00",
+    "overlong-varint": b"\x08" + b"\xff" * 10 + b"\x01",
+    "unmatched-end-group": b"\x0c",
+}
+
+#: (service, full gRPC service name, method, request type, server streaming) of every RPC.
+METHODS = [(service, full, m.name, m.input_type.full_name, m.server_streaming)
+           for service, (pb2, _g, _s, full) in SERVICES.items()
+           for m in pb2.DESCRIPTOR.services_by_name[full.rsplit(".", 1)[1]].methods]
+METHODS += [("rollout", "grpc.health.v1.Health", "Check", "grpc.health.v1.HealthCheckRequest", False),
+            ("inference", "grpc.health.v1.Health", "Watch", "grpc.health.v1.HealthCheckRequest", True)]
+
+
+def _raw_call(channel, path: str, streaming: bool, payload: bytes):
+    """A call with `payload` as the request bytes, as they are (no serializer on the client side)."""
+    if streaming:
+        return list(channel.unary_stream(path)(payload, timeout=10))
+    return channel.unary_unary(path)(payload, timeout=10)
+
+
+@pytest.mark.parametrize("kind", sorted(UNDECODABLE))
+def test_undecodable_cases_decode_as_no_request_type(kind):
+    """The table's premise: each payload fails to parse as every request type called below."""
+    from google.protobuf import symbol_database
+    from google.protobuf.message import DecodeError
+
+    db = symbol_database.Default()
+    for type_name in sorted({m[3] for m in METHODS}):
+        with pytest.raises(DecodeError):
+            db.GetSymbol(type_name).FromString(UNDECODABLE[kind])
+
+
+@pytest.mark.parametrize(("service", "full", "method", "type_name", "streaming"), METHODS,
+                         ids=[f"{m[1].rsplit('.', 1)[-1]}.{m[2]}" for m in METHODS])
+def test_undecodable_bytes_are_invalid_argument(embedded_stack, service, full, method, type_name, streaming):
+    before = _files(embedded_stack.root)
+    with open_channel(Endpoint(embedded_stack.targets[service])) as ch:
+        for kind, payload in UNDECODABLE.items():
+            with pytest.raises(grpc.RpcError) as info:
+                _raw_call(ch, f"/{full}/{method}", streaming, payload)
+            err = info.value
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (kind, err.code(), err.details())
+            assert err.details() == (f"{full}/{method}: the request bytes do not decode as a {type_name} message; "
+                                     "send that message serialized with protobuf"), kind
+        resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=SERVICES[service][3]))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    assert _files(embedded_stack.root) == before
+
+
+def test_undecodable_bytes_without_a_token_are_unauthenticated(authed_stack):
+    """Auth answers before the request is looked at: no token, no hint about the message."""
+    with open_channel(Endpoint(authed_stack.targets["trainer"])) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            _raw_call(ch, "/trace.v1.TrainerService/GetTrainingJob", False, UNDECODABLE["length-past-end"])
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_undecodable_bytes_are_counted_as_invalid_argument(embedded_stack):
+    import httpx
+
+    def count() -> float:
+        text = httpx.get(embedded_stack.metrics_urls["analysis"], timeout=5).text
+        prefix = 'trace_analysis_rpc_requests_total{code="INVALID_ARGUMENT",method="GetAnalysisJob"}'
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(prefix))
+
+    before = count()
+    with open_channel(Endpoint(embedded_stack.targets["analysis"])) as ch, pytest.raises(grpc.RpcError):
+        _raw_call(ch, "/trace.v1.AnalysisService/GetAnalysisJob", False, UNDECODABLE["wire-type-7"])
+    assert count() == before + 1
+
+
+LONG_RUN = "x" * 70_000           # 70 KB in one unbroken value (an id)
+LONG_WORDS = "ab " * 23_334       # 70 KB of short words
+LONG_UTF8 = "é" * 35_000          # 70 KB of two-byte UTF-8
+
+
+def _oversized_cases(v: str):
+    """(service, method, request, code) with `v` in an id / name field; the code is the one the
+    same request with a short unknown value gets."""
+    user = [t.ChatMessage(role="user", content="hi")]
+    return [
+        ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(job_id=v), "NOT_FOUND"),
+        ("rollout", "CancelRolloutJob", R.CancelRolloutJobRequest(job_id=v), "NOT_FOUND"),
+        ("rollout", "WatchRolloutJob", R.WatchRolloutJobRequest(job_id=v), "NOT_FOUND"),
+        ("rollout", "ListRolloutJobs", R.ListRolloutJobsRequest(page_token=v), "INVALID_ARGUMENT"),
+        ("rollout", "CreateRolloutJob", R.CreateRolloutJobRequest(spec=R.RolloutSpec(
+            environment=t.EnvironmentRef(name=v), policy=GOOD_POLICY)), "INVALID_ARGUMENT"),
+        ("analysis", "GetAnalysisJob", A.GetAnalysisJobRequest(job_id=v), "NOT_FOUND"),
+        ("analysis", "CreateAnalysisJob", A.CreateAnalysisJobRequest(spec=A.AnalysisSpec(
+            rollout_uris=[v], mode=A.ANALYST_MODE_DIAGNOSTICS)), "INVALID_ARGUMENT"),
+        ("environment", "GetEnvironment", E.GetEnvironmentRequest(name=v), "NOT_FOUND"),
+        ("environment", "StepEpisode", E.StepEpisodeRequest(episode_id=v), "NOT_FOUND"),
+        ("environment", "GetGenerationJob", E.GetGenerationJobRequest(job_id=v), "NOT_FOUND"),
+        ("trainer", "GetTrainingJob", T.GetTrainingJobRequest(job_id=v), "NOT_FOUND"),
+        ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id=v), "NOT_FOUND"),
+        ("inference", "UnloadComposition", INF.UnloadCompositionRequest(name=v), "NOT_FOUND"),
+        ("inference", "Generate", INF.GenerateRequest(model=v, messages=user), "NOT_FOUND"),
+        ("inference", "GenerateStream", INF.GenerateStreamRequest(model=v, messages=user), "NOT_FOUND"),
+    ]
+
+
+OVERSIZED = [(*case, filler) for filler, v in (("run", LONG_RUN), ("words", LONG_WORDS), ("utf8", LONG_UTF8))
+             for case in _oversized_cases(v)]
+
+
+@pytest.mark.parametrize(("service", "method", "request_msg", "code", "filler"), OVERSIZED,
+                         ids=[f"{c[0]}.{c[1]}-{c[4]}" for c in OVERSIZED])
+def test_oversized_field_gets_a_bounded_status(embedded_stack, service, method, request_msg, code, filler):
+    from trace_common.grpc.interceptors import MAX_DETAIL_CHARS, MAX_ECHO_CHARS
+
+    with pytest.raises(grpc.RpcError) as info:
+        _call(embedded_stack.stub(service), method, request_msg)
+    err = info.value
+    details = err.details() or ""
+    assert err.code().name == code, (err.code(), details[:300])
+    assert 0 < len(details) <= MAX_DETAIL_CHARS
+    assert max(len(w) for w in details.split()) <= MAX_ECHO_CHARS + 3, details[:300]
+    assert "Traceback" not in details

@@ -17,28 +17,53 @@ artifact store did not write (no `.sha256` record) is first imported into the em
 under `runs/<run_id>/rollouts/`; a remote service cannot read local files, so there it must
 be uploaded first.
 
-Exit status: 0 analysed, 1 the job failed (its code and reason are printed), 2 bad usage.
+A local rollout file is checked before anything is imported or started: UTF-8 text, one JSON
+object per line, not empty. A spec the service refuses (INVALID_ARGUMENT) is shown with the flags
+that set its fields (`spec.min_gap` is `--delta`: FLAGS).
+
+Exit status: 0 analysed, 1 the job failed (its code and reason are printed), 2 bad usage (a flag,
+an unreadable or malformed rollout file, or a spec the service refused), 3 a stored rollout is
+damaged (tracectl/exits.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
+import grpc
 from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
 from trace_common.artifacts import S3Settings, open_store, open_uri
 from trace_common.config import settings_class
-from trace_common.errors import FailedPrecondition, TraceError
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition, TraceError
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl import exits
 from tracectl.connect import Connection, add_connection_args, parse_targets
+from tracectl.embedded import allow_from_command
+from tracectl.inputs import check_jsonl
 from tracectl.progress import follow, state_name
 
 MODES = ("diagnostics", "llm")
+
+#: AnalysisSpec field -> the flag (or argument) of this command that sets it, for the service's messages.
+FLAGS = {"rollout_uris": "ROLLOUT", "num_runs": "--runs", "min_passing_runs": "--min-passing-runs",
+         "min_coverage": "--rho", "min_gap": "--delta", "max_candidates": "--max-candidates",
+         "trajectory_char_budget": "--budget", "llm.base_url": "--llm-url", "llm.model": "--llm-model",
+         "llm.timeout_seconds": "--llm-timeout", "llm.max_concurrency": "--llm-concurrency", "run_id": "--run-id"}
+_FLAG_RE = re.compile(r"(?<![\w.-])(?:spec\.)?(" + "|".join(re.escape(f) for f in sorted(FLAGS, key=len, reverse=True))
+                      + r")(?!\w)")
+
+
+def with_flags(message: str) -> str:
+    """A service message about the spec, with each field named by the flag the user typed:
+    "spec.min_gap: Input should be <= 1" -> "--delta: Input should be <= 1"."""
+    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)], message)
 
 
 class UsageError(Exception):
@@ -47,14 +72,21 @@ class UsageError(Exception):
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="find the capabilities behind an agent's failures (contrastive analysis)",
-                       description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, 3, c0="analysed", c1="the analysis job failed (its code and "
+                                           "reason are printed)",
+                                           c2="bad usage, nothing started: a flag, an unreadable or malformed "
+                                              "rollout file (binary, not UTF-8, empty, a line that is not a JSON "
+                                              "object), or a spec the service refused (named by its flag)",
+                                           c3="a stored rollout or report file is damaged (sha256 mismatch)"))
     p.add_argument("rollouts", nargs="+", metavar="ROLLOUT", help="trajectory JSONL: file:// or s3:// URI, or path")
     p.add_argument("--mode", choices=MODES, default=None,
                    help="analyst: llm (prompted LLM) or diagnostics (environment diagnostics); "
                         "default llm when --llm-url is given, else diagnostics")
     p.add_argument("--llm-url", default="", help="OpenAI-compatible base URL of the analyst LLM")
     p.add_argument("--llm-model", default="", help="served model name of the analyst LLM")
-    p.add_argument("--llm-api-key-env", default="", help="name of the env var (in the service) holding the API key")
+    p.add_argument("--llm-api-key-env", default="", help="env var (of this process) holding the API key, for the "
+                   "embedded service; a deployed one uses its endpoint profile's key (TRACE_ANALYSIS_ENDPOINTS)")
     p.add_argument("--llm-timeout", type=float, default=0.0, help="seconds per LLM request (0: service default)")
     p.add_argument("--llm-concurrency", type=int, default=0, help="LLM requests in flight (0: service default)")
     p.add_argument("--runs", type=int, default=0, help="N labeling runs (default 10)")
@@ -74,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _local_rollout(path: Path, root: Path, run_id: str, remote: bool) -> str:
     if not path.is_file():
         raise UsageError(f"rollout {path}: no such file; give a file:// or s3:// URI or an existing JSONL path")
+    check_rollout(path)
     if Path(f"{path}.sha256").is_file():  # written by the artifact store: readable by URI as it is
         return path.resolve().as_uri()
     if remote:
@@ -85,9 +118,21 @@ def _local_rollout(path: Path, root: Path, run_id: str, remote: bool) -> str:
     return info.uri
 
 
+def check_rollout(path: Path) -> None:
+    """InvalidArgument (one line) unless `path` holds trajectories: UTF-8 JSONL of Trajectory records."""
+    from trace_common.env import Trajectory
+
+    check_jsonl(path, "rollout", fix="give trajectories written by a rollout job (tracectl rollout)", model=Trajectory)
+
+
 def rollout_uris(items: list[str], root: Path, run_id: str, remote: bool) -> list[str]:
-    return [item if item.startswith(("file://", "s3://")) else _local_rollout(Path(item), root, run_id, remote)
-            for item in items]
+    uris = []
+    for item in items:
+        if item.startswith("file://") and Path(item.removeprefix("file://")).is_file():
+            check_rollout(Path(item.removeprefix("file://")))   # readable here too: checked before any job
+        uris.append(item if item.startswith(("file://", "s3://")) else _local_rollout(Path(item), root, run_id,
+                                                                                         remote))
+    return uris
 
 
 def build_spec(args: argparse.Namespace, uris: list[str]):
@@ -97,7 +142,7 @@ def build_spec(args: argparse.Namespace, uris: list[str]):
     if mode == "llm":
         if not (args.llm_url and args.llm_model):
             raise UsageError("--mode llm needs --llm-url and --llm-model (the analyst's OpenAI-compatible endpoint)")
-        llm = t.LlmEndpoint(base_url=args.llm_url, model=args.llm_model, api_key_env=args.llm_api_key_env,
+        llm = t.LlmEndpoint(base_url=args.llm_url, model=args.llm_model,
                             timeout_seconds=args.llm_timeout, max_concurrency=args.llm_concurrency)
     return A.AnalysisSpec(
         rollout_uris=uris, mode=A.ANALYST_MODE_LLM if mode == "llm" else A.ANALYST_MODE_DIAGNOSTICS, llm=llm,
@@ -157,21 +202,29 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     # Piped output (logs, CI) gets a table wide enough for every column; a terminal its own width.
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 120)
     try:
+        build_spec(args, [])   # flag mistakes first: nothing is imported for a command that cannot run
         uris = rollout_uris(args.rollouts, args.root, args.run_id, remote)
         spec = build_spec(args, uris)
     except (UsageError, TraceError) as err:
         print(f"tracectl analyze: {err}", file=sys.stderr)
-        return 2
+        return exits.for_error(err) if isinstance(err, TraceError) else exits.BAD_INPUT
+    allow_from_command(args, "analysis", "cli-analyst", args.llm_url, args.llm_api_key_env)
     with Connection(args) as conn:
         st = conn.stub("analysis")
-        job = st.CreateAnalysisJob(A.CreateAnalysisJobRequest(spec=spec, run_id=args.run_id,
-                                                              request_id=new_request_id())).job
+        try:
+            job = st.CreateAnalysisJob(A.CreateAnalysisJobRequest(spec=spec, run_id=args.run_id,
+                                                                  request_id=new_request_id())).job
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            print(f"tracectl analyze: INVALID_ARGUMENT: {with_flags(err.details() or '')}", file=sys.stderr)
+            return exits.BAD_INPUT
         follow(st.WatchAnalysisJob(A.WatchAnalysisJobRequest(job_id=job.job_id)), f"analysis {job.job_id}")
         resp = st.GetAnalysisJob(A.GetAnalysisJobRequest(job_id=job.job_id))
     if resp.job.state != t.JOB_STATE_SUCCEEDED:
         print(f"analysis {job.job_id} {state_name(resp.job)}: {resp.job.error.code} {resp.job.error.message}",
               file=sys.stderr)
-        return 1
+        return exits.CORRUPTED if resp.job.error.code == "DATA_LOSS" else exits.FAILED
     console.print(results_table(resp, args.runs or 10))
     retained = [r.capability.name for r in resp.results if r.retained]
     console.print(f"retained: [bold]{', '.join(retained) or 'none'}[/]")
@@ -183,6 +236,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         files = fetch_outputs(resp.job.outputs, dest)
     except TraceError as err:
         print(f"tracectl analyze: could not fetch the report: {err}", file=sys.stderr)
-        return 1
+        return exits.CORRUPTED if isinstance(err, ArtifactCorrupted) else exits.FAILED
     console.print(f"report: {dest / 'report.md'} ({len(files)} files in {dest})")
     return 0

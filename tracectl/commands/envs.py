@@ -17,7 +17,9 @@ from rich.table import Table
 
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl import exits
 from tracectl.connect import Connection, add_connection_args
+from tracectl.embedded import allow_from_command
 from tracectl.progress import follow, state_name
 
 MODES = {"library": 1, "llm": 2}
@@ -26,7 +28,13 @@ MODE_NAMES = {0: "?", 1: "library", 2: "llm"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("envs", help="list / show / generate capability environments (validation summary)")
+    p = sub.add_parser("envs", help="list / show / generate capability environments (validation summary)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, 4, c1="the generation job did not succeed, or the service "
+                                           "refused (e.g. show: no such environment)",
+                                           c2="bad input, nothing started: a flag, a tau2 --env directory whose "
+                                              "task files are unreadable or malformed, or a spec the service "
+                                              "refused"))
     p.add_argument("action", nargs="?", choices=("list", "show", "generate"), default="list")
     p.add_argument("name", nargs="?", default="", help="environment name (show)")
     p.add_argument("--version", default="", help="registry version for show (default: latest accepted)")
@@ -38,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=sorted(MODES), default="library", help="generate: library or llm")
     p.add_argument("--llm-base-url", default="", help="generate --mode llm: OpenAI-compatible base URL")
     p.add_argument("--llm-model", default="", help="generate --mode llm: model name")
-    p.add_argument("--llm-api-key-env", default="", help="generate --mode llm: env var holding the API key")
+    p.add_argument("--llm-api-key-env", default="", help="generate --mode llm: env var (of this process) holding "
+                   "the API key, for the embedded service; a deployed one uses its endpoint profile's key")
     p.add_argument("--max-retries", type=int, default=0, help="generate: feedback rounds (0: service default)")
     p.add_argument("--run-id", default="")
     p.add_argument("--seed", type=int, default=0)
@@ -115,8 +124,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not (args.llm_base_url and args.llm_model):
             print("tracectl envs generate: --mode llm needs --llm-base-url and --llm-model", file=sys.stderr)
             return 2
-        spec.llm.CopyFrom(t.LlmEndpoint(base_url=args.llm_base_url, model=args.llm_model,
-                                        api_key_env=args.llm_api_key_env))
+        spec.llm.CopyFrom(t.LlmEndpoint(base_url=args.llm_base_url, model=args.llm_model))
+        allow_from_command(args, "environment", "cli-generator", args.llm_base_url, args.llm_api_key_env)
     console = Console(soft_wrap=True)
     with Connection(args) as conn:
         st = conn.stub("environment")

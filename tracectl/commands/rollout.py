@@ -8,9 +8,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl import exits
 from tracectl.connect import Connection, add_connection_args
+from tracectl.embedded import allow_from_command
+from tracectl.inputs import read_json
 from tracectl.progress import follow, state_name
 
 BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEND_IN_PROCESS,
@@ -18,7 +22,12 @@ BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEN
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="play tasks with a policy; print pass rate with a 95%% interval")
+    p = sub.add_parser("rollout", help="play tasks with a policy; print pass rate with a 95%% interval",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, c1="the rollout job did not succeed, or the service refused",
+                                           c2="bad input, nothing started: a flag, a tau2 --env directory whose "
+                                              "tasks.json / split_tasks.json is unreadable or not JSON of the "
+                                              "right shape, or a spec the service refused"))
     p.add_argument("--env", default="store", help="environment name, or a tau2 data directory (default: store)")
     p.add_argument("--split", default="test", help="task split (default: test)")
     p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0 = all)")
@@ -38,11 +47,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def environment_ref(env: str) -> t.EnvironmentRef:
+    """`--env`: a registered environment name, or a tau2 data directory (its task files are checked
+    here, so a damaged one is refused in one line before any job starts)."""
     path = Path(env)
     if "/" in env or path.is_dir():
         if not (path / "tasks.json").is_file():
-            raise SystemExit(f"--env {env!r}: not a tau2 data directory (no tasks.json); give a registered "
-                             "environment name or a directory like ../shared/tau2/retail")
+            raise InvalidArgument(field="--env", expected="a registered environment name or a tau2 data directory "
+                                  "(holding tasks.json)", got=env, fix="e.g. --env store or --env ../shared/tau2/retail")
+        fix = "restore the file from tau2-bench"
+        read_json(path / "tasks.json", "--env", list, fix=fix)
+        if (path / "split_tasks.json").is_file():
+            read_json(path / "split_tasks.json", "--env", dict, fix=fix)
         return t.EnvironmentRef(name=f"tau2-{path.resolve().name}", uri=path.resolve().as_uri())
     return t.EnvironmentRef(name=env)
 
@@ -58,6 +73,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         samples_per_task=args.samples, concurrency=args.concurrency, max_turns=args.max_turns, seed=args.seed,
         sampling=t.SamplingParams(temperature=args.temperature))
     console = Console(soft_wrap=True)
+    allow_from_command(args, "rollout", "cli-policy", args.endpoint)
     with Connection(args) as conn:
         st = conn.stub("rollout")
         job = st.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id=args.run_id,

@@ -1,4 +1,12 @@
-"""`tracectl run --config FILE` (the whole loop) and `tracectl report RUN` (re-render the report)."""
+"""`tracectl run --config FILE` (the whole loop) and `tracectl report RUN` (re-render the report).
+
+Before any work, `run` checks the whole config: the file itself (a YAML mapping, UTF-8), every
+section's fields (a typo gets the closest valid name), and, through the trainer, the GRPO configs
+`training.grpo` and `gates.config` (Pipeline.check). `run --check` stops there. A run's
+manifest that fails its sha256 check or does not parse stops `run` and `report` with the way
+out (delete it, or use another --run-id); a damaged artifact that the manifest names is reported
+with the stage that wrote it (re-run it with --from). Exit statuses: tracectl/exits.py.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +14,19 @@ import argparse
 import sys
 from pathlib import Path
 
+import grpc
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from trace_common.artifacts import open_store
-from trace_common.errors import TraceError
+from trace_common.errors import ArtifactCorrupted, InvalidArgument, TraceError
+from trace_common.suggest import error_lines
+from tracectl import exits
 from tracectl.connect import Connection
+from tracectl.embedded import EMBEDDED_ENDPOINTS
 from tracectl.run.config import RunConfig, load_config
+from tracectl.run.endpoints import run_endpoints
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest
 from tracectl.run.pipeline import Pipeline
@@ -20,15 +35,32 @@ console = Console(stderr=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the whole TRACE loop from a config (resumes completed stages)")
+    p = sub.add_parser("run", help="run the whole TRACE loop from a config (resumes completed stages)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=exits.epilog(
+                           0, 1, 2, 3, c0="done (--check: the config is valid; nothing was run)",
+                           c1="a stage failed or a service refused (the manifest records the stage; a re-run "
+                              "resumes)",
+                           c2="bad config, nothing started: unreadable, not a YAML mapping, or a wrong field "
+                              "(named, with the closest valid name), GRPO configs included",
+                           c3="the run's manifest.json is damaged (delete it, or use another --run-id), or an "
+                              "artifact a stage wrote is (re-run that stage: --from STAGE); the message says "
+                              "which"))
     p.add_argument("--config", type=Path, required=True, help="run config YAML, e.g. examples/demo.yaml")
     p.add_argument("--from", dest="from_stage", choices=STAGES, help="re-run from this stage on")
     p.add_argument("--until", choices=STAGES, help="stop after this stage")
     p.add_argument("--run-id", help="override the config's run_id")
     p.add_argument("--token", default=None, help="bearer token for deployed services ($TRACE_AUTH_TOKEN)")
+    p.add_argument("--check", action="store_true", help="validate the config (GRPO configs through the trainer) "
+                   "and exit without running anything")
     p.set_defaults(func=cmd_run)
 
-    r = sub.add_parser("report", help="re-render a run's report from its manifest")
+    r = sub.add_parser("report", help="re-render a run's report from its manifest",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=exits.epilog(
+                           0, 1, 2, 3, c1="no such run under the store root (no manifest.json)",
+                           c2="bad --config, or the manifest's copy of the config does not validate",
+                           c3="the run's manifest.json is damaged (delete it and re-run `tracectl run`), or an "
+                              "artifact of the run is (re-run the stage that wrote it: --from STAGE); the "
+                              "message says which"))
     r.add_argument("run_id")
     r.add_argument("--config", type=Path, help="the run's config: its store (s3:// too) and report settings "
                    "(default: --root and the config copy in the manifest)")
@@ -53,12 +85,29 @@ def _store(cfg: RunConfig):
     return root, open_store(root, s3)
 
 
+def for_run_config(message: str) -> str:
+    """A service's message as a run-config user needs it: the tau2 data directory is `target.uri`
+    in a run config (`tracectl run` has no --data flag, unlike `tracectl tau2 replay-gold`)."""
+    return message.replace("point --data or $TRACE_TAU2_DATA at",
+                           "set target.uri in the run config (or $TRACE_TAU2_DATA where the rollout service runs) "
+                           "to")
+
+
+def with_rerun(message: str, manifest: Manifest, config: object) -> str:
+    """A damaged artifact's message, plus the stage to re-run when the manifest says which wrote it."""
+    stage = manifest.stage_naming(message)
+    if stage is None:
+        return message
+    return f"{message}. Stage {stage} wrote it: re-run it with `tracectl run --config {config} --from {stage}`"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import os
 
     overrides = {"run_id": args.run_id} if args.run_id else None
     try:
         cfg = load_config(args.config, overrides)
+        endpoints = run_endpoints(cfg)  # what the embedded services may call (tracectl is their operator)
     except TraceError as err:
         print(f"tracectl run: {err}", file=sys.stderr)
         return 2
@@ -74,14 +123,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "s3_access_key": os.environ.get(cfg.store.s3_access_key_env, ""),
                                "s3_secret_key": os.environ.get(cfg.store.s3_secret_key_env, ""),
                                "s3_secure": cfg.store.s3_secure}
-    console.print(f"[bold]TRACE run {cfg.run_id}[/] — artifacts in {root}/runs/{cfg.run_id}/")
+    conn_args.overrides = {**getattr(conn_args, "overrides", {}), EMBEDDED_ENDPOINTS: endpoints}
     with Connection(conn_args) as conn:
         pipe = Pipeline(cfg, JobRunner(conn), store, manifest)
+        try:  # before any work: nothing is created and no manifest is written when this fails
+            checked = pipe.check()
+        except InvalidArgument as err:
+            print(f"tracectl run: {args.config}: invalid run config: {err}", file=sys.stderr)
+            return exits.BAD_INPUT
+        if args.check:
+            print(f"{args.config}: valid run config (checked: every section, {', '.join(checked)}); nothing was run")
+            return exits.OK
+        console.print(f"[bold]TRACE run {cfg.run_id}[/] — artifacts in {escape(root)}/runs/{cfg.run_id}/")
         try:
             pipe.run(args.from_stage, args.until)
+        except ArtifactCorrupted as err:   # an earlier stage's output is damaged: say which stage wrote it
+            console.print(f"[red]run {cfg.run_id} stopped: {escape(with_rerun(str(err), manifest, args.config))}[/]")
+            return exits.CORRUPTED
         except (StageFailed, TraceError) as err:
-            console.print(f"[red]run {cfg.run_id} stopped: {err}[/]")
-            return 1
+            console.print(f"[red]run {cfg.run_id} stopped: {escape(for_run_config(str(err)))}[/]")
+            return exits.FAILED
+        except grpc.RpcError as err:  # a service refused a stage's request (recorded in the manifest)
+            console.print(f"[red]run {cfg.run_id} stopped: {err.code().name}: "
+                          f"{escape(for_run_config(err.details() or ''))}[/]")
+            return exits.FAILED
     rep = manifest.stages["report"]
     if rep.status == "completed":
         console.print(f"report: {rep.outputs.get('markdown')}\n        {rep.outputs.get('html')}")
@@ -96,15 +161,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     if cfg is not None:  # the run's own store (s3:// with its credentials, or a file root)
         root, store = _store(cfg)
     else:
-        root = ServiceSettings(artifact_root=args.root).artifact_root
+        try:
+            root = ServiceSettings(artifact_root=args.root).artifact_root
+        except ValidationError as err:
+            raise InvalidArgument(field="--root", expected="file:///dir, file://./dir or s3://bucket (give --config "
+                                  "for an s3:// store: it names the endpoint and credentials)", got=args.root) from err
         store = open_store(root)
     manifest = Manifest.load(store, args.run_id)
     if manifest is None:
         print(f"tracectl report: no run {args.run_id!r} under {root} (no runs/{args.run_id}/manifest.json)",
               file=sys.stderr)
         return 1
-    cfg = cfg or RunConfig.model_validate(manifest.config)
-    out = write_report(cfg, manifest, store)
+    if cfg is None:
+        try:
+            cfg = RunConfig.model_validate(manifest.config)
+        except ValidationError as err:
+            raise InvalidArgument(f"run {args.run_id!r}: the manifest's copy of its config does not validate "
+                                  f"({'; '.join(error_lines(err, RunConfig, limit=3))}); give the run's config "
+                                  "with --config") from None
+    try:
+        out = write_report(cfg, manifest, store)
+    except ArtifactCorrupted as err:
+        raise ArtifactCorrupted(with_rerun(str(err), manifest, args.config or "RUN.yaml")) from None
     for name, uri in out["outputs"].items():
         print(f"{name}: {uri}")
     return 0

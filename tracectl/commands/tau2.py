@@ -6,7 +6,7 @@ replay-gold executes every task's gold actions on a fresh database with TRACE's 
 implementation and writes `{task_id: {"outputs": [...], "final_db_sha256": ...}}` (see
 `trace_common.domains.tau2.replay`); progress is drawn on stderr (`tracectl.progress.Reporter`),
 a one-line JSON summary goes to stdout. Exit status 2 names a data problem (missing or
-malformed files).
+malformed files, a file that is not UTF-8 text) in one line; `--out` is written only on success.
 """
 
 from __future__ import annotations
@@ -17,13 +17,18 @@ import sys
 from contextlib import ExitStack
 
 from trace_common.errors import TraceError
+from tracectl import exits
+from tracectl.inputs import read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("tau2", help="tau2-bench utilities (gold replay)")
     tau2_sub = parser.add_subparsers(dest="tau2_command", metavar="SUBCOMMAND", required=True)
     replay = tau2_sub.add_parser("replay-gold", help="replay every task's gold actions on a fresh DB and "
-                                 "write tool outputs + final DB sha256 per task")
+                                 "write tool outputs + final DB sha256 per task",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=exits.epilog(0, 2, c2="a data problem, nothing written: a missing or "
+                                                     "malformed tau2 file, or one that is not UTF-8 text"))
     replay.add_argument("--data", default=None,
                         help="tau2 data root (holding retail/, user_simulator/) or a domain directory; "
                              "default $TRACE_TAU2_DATA, else ../shared/tau2 next to the repository")
@@ -31,6 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("--out", required=True, help="JSON file to write")
     replay.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     replay.set_defaults(func=replay_gold_command)
+
+
+def check_task_files(args: argparse.Namespace) -> None:
+    """tasks.json (a list) and split_tasks.json (a mapping, when present) of the domain `--data` names,
+    read as tracectl reads every input file (tracectl/inputs.py); InvalidArgument / NotFound otherwise."""
+    from trace_common.domains.tau2.data import resolve_domain_dir
+
+    directory = resolve_domain_dir(args.data, args.domain)
+    fix = "restore the file from tau2-bench"
+    read_json(directory / "tasks.json", "--data", list, fix=fix)
+    if (directory / "split_tasks.json").is_file():
+        read_json(directory / "split_tasks.json", "--data", dict, fix=fix)
 
 
 def replay_gold_command(args: argparse.Namespace) -> int:
@@ -52,11 +69,16 @@ def replay_gold_command(args: argparse.Namespace) -> int:
                 state["report"].update(state["done"], state["total"], "tasks replayed")
 
         try:
+            check_task_files(args)   # the files a user edits, checked first: one line each, like every command
             summary = write_replay_gold(args.data, args.out, domain=args.domain, on_start=on_start,
                                         progress=progress)
         except TraceError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return exits.BAD_INPUT
+        except UnicodeDecodeError as exc:  # a text file of the data (policy.md, user guidelines) is binary
+            print(f"error: a file under --data is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                  f"{exc.start}); restore the tau2-bench data directory", file=sys.stderr)
+            return exits.BAD_INPUT
         if "report" in state:
             state["report"].finish("done")
     print(json.dumps(summary))

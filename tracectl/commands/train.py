@@ -8,7 +8,10 @@ Hyper-parameters are GRPO config fields (TRL names, see services/trainer/grpo/co
 with `--set key=value` (values parsed as JSON when they are JSON, else as strings) and/or a
 JSON file (`--config`). The bar shows iterations done of max_steps with the last iteration's
 mean reward, pass rate and informative-group fraction; the job's adapter URI is printed at
-the end. Exit status: 0 when the job SUCCEEDED, 1 otherwise.
+the end. A `--config` file that is unreadable, not UTF-8, not JSON or not a JSON object, and a
+`--set` without '=', are refused before anything starts. Exit status: 0 when the job SUCCEEDED,
+1 otherwise, 2 bad input (a flag, the --config file, or a config the trainer refused, the
+field named with the closest valid name) -- tracectl/exits.py.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import grpc
 from google.protobuf.struct_pb2 import Struct
 from rich.console import Console
 
+from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl import exits
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
+from tracectl.inputs import read_json
 from tracectl.progress import Reporter, state_name
 
 EXECUTORS = {"local": 1, "kubernetes": 2}
@@ -33,7 +39,12 @@ TERMINAL = {t.JOB_STATE_SUCCEEDED, t.JOB_STATE_FAILED, t.JOB_STATE_CANCELLED}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a capability adapter with GRPO (progress bar)")
+    p = sub.add_parser("train", help="train a capability adapter with GRPO (progress bar)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, c0="the job SUCCEEDED (or --list/--cancel/--checkpoints/--detach "
+                                           "answered)", c1="the job did not succeed, or the trainer refused",
+                                           c2="bad input, nothing started: a flag, the --config file, or a config "
+                                              "field the trainer refused (named, with the closest valid name)"))
     p.add_argument("--capability", default="", help="capability name (snake_case), e.g. precondition_verification")
     p.add_argument("--env", default="store", help="environment name or tau2 data directory (default: store)")
     p.add_argument("--env-param", action="append", default=[], metavar="KEY=VALUE",
@@ -64,11 +75,12 @@ def _value(text: str):
 def config_struct(args: argparse.Namespace) -> Struct:
     values: dict = {}
     if args.config:
-        values.update(json.loads(args.config.read_text()))
+        values.update(read_json(args.config, "--config", dict, fix='give a JSON object of GRPO config fields, '
+                                'e.g. {"max_steps": 50, "learning_rate": 0.0002}'))
     for item in args.set:
         key, sep, val = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE, e.g. --set max_steps=50")
+            raise InvalidArgument(field="--set", expected="KEY=VALUE", got=item, fix="e.g. --set max_steps=50")
         values[key] = _value(val)
     s = Struct()
     s.update(values)
@@ -78,12 +90,14 @@ def config_struct(args: argparse.Namespace) -> Struct:
 def build_spec(args: argparse.Namespace):
     T = messages("trainer")
     if not args.capability:
-        raise SystemExit("--capability is required to start a training job")
+        raise InvalidArgument(field="--capability", expected="a capability name to start a training job",
+                              fix="e.g. --capability precondition_verification (or --watch/--list/--cancel)")
     env = environment_ref(args.env)
     for item in args.env_param:
         key, sep, val = item.partition("=")
         if not sep:
-            raise SystemExit(f"--env-param {item!r}: expected KEY=VALUE")
+            raise InvalidArgument(field="--env-param", expected="KEY=VALUE", got=item,
+                                  fix="e.g. --env-param task_types=precondition_check")
         env.params[key] = val
     return T.TrainingSpec(kind=T.TRAINING_KIND_ADAPTER, capability=args.capability, environments=[env],
                           policy=t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model=args.model,
@@ -119,6 +133,8 @@ def follow_training(stub, job_id: str, console: Console):
 def cmd_train(args: argparse.Namespace) -> int:
     T = messages("trainer")
     console = Console(stderr=True, soft_wrap=True)
+    creates = not (args.list or args.cancel or args.checkpoints or args.watch)
+    spec = build_spec(args) if creates else None   # bad input is refused before any service starts
     with Connection(args) as conn:
         st = conn.stub("trainer")
         if args.list:
@@ -138,7 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             job_id = args.watch
         else:
             job = st.CreateTrainingJob(T.CreateTrainingJobRequest(
-                spec=build_spec(args), run_id=args.run_id, labels={"capability": args.capability},
+                spec=spec, run_id=args.run_id, labels={"capability": args.capability},
                 request_id=new_request_id())).job
             job_id = job.job_id
             if args.detach:

@@ -21,10 +21,10 @@ import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from trace_common.artifacts import ArtifactStore
-from trace_common.errors import NotFound
+from trace_common.errors import ArtifactCorrupted, NotFound
 
 STAGES = ("rollout", "analysis", "environments", "adapters", "gates", "evaluation", "report")
 
@@ -60,19 +60,59 @@ class Manifest(BaseModel):
 
     @classmethod
     def load(cls, store: ArtifactStore, run_id: str) -> Manifest | None:
+        """The run's manifest, None when the run has none yet. A manifest whose bytes fail their
+        sha256 check, or that does not parse as a manifest, raises ArtifactCorrupted saying how to
+        get going again (`corrupted`): a run never resumes from a manifest it cannot trust."""
+        key = cls.key(run_id)
         try:
-            return cls.model_validate_json(store.get_bytes(cls.key(run_id)))
+            data = store.get_bytes(key)
         except NotFound:
             return None
+        except ArtifactCorrupted as err:
+            raise corrupted(store, run_id, "its bytes fail the sha256 check recorded when it was written") from err
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as err:
+            raise corrupted(store, run_id, f"it does not parse as a run manifest ({err.errors()[0]['msg']})") from None
 
     def save(self, store: ArtifactStore) -> None:
         store.put_bytes(self.key(self.run_id), self.model_dump_json(indent=2).encode())
+
+    def stage_naming(self, text: str) -> str | None:
+        """The first stage whose outputs or results name an artifact URI that occurs in `text` (an
+        error message about that artifact), so the message can say which stage to re-run."""
+        for stage in STAGES:
+            rec = self.stages[stage]
+            if any(uri in text for uri in _uris([rec.outputs, rec.result, rec.partial])):
+                return stage
+        return None
 
     def invalidate_from(self, stage: str) -> None:
         for s in STAGES[STAGES.index(stage):]:
             if self.stages[s].status == "completed":
                 self.stages[s].status = "stale"
             self.stages[s].partial = {}
+
+
+def _uris(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.startswith(("file://", "s3://")) else []
+    if isinstance(value, dict):
+        return [u for v in value.values() for u in _uris(v)]
+    if isinstance(value, list):
+        return [u for v in value for u in _uris(v)]
+    return []
+
+
+def corrupted(store: ArtifactStore, run_id: str, why: str) -> ArtifactCorrupted:
+    """The one-line error for a manifest that cannot be used, with the way out: delete it and re-run
+    (every stage runs again) or start a separate run."""
+    uri = store.uri_for(Manifest.key(run_id))
+    sidecar = " and its .sha256 file" if uri.startswith("file://") else ""
+    return ArtifactCorrupted(
+        f"run {run_id!r}: manifest {uri} is damaged: {why}. Delete it{sidecar} and re-run `tracectl run` "
+        f"to run every stage again (or pass --run-id NEW to start a separate run); `tracectl report` needs "
+        "an intact manifest")
 
 
 def config_hash(*parts: Any) -> str:

@@ -65,7 +65,7 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise NotFound(f"{path} does not exist; the tau2 data directory is incomplete") from exc
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # not JSON, or not UTF-8 text at all
         raise InvalidArgument(field=str(path), expected="a JSON file", reason=str(exc),
                               fix="Restore the file from tau2-bench.") from exc
 

@@ -208,3 +208,23 @@ class ListCheckpointsResponse(_message.Message):
 
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]]=...) -> None:
         ...
+
+class ValidateTrainingConfigRequest(_message.Message):
+    __slots__ = ('kind', 'config', 'field_path')
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    FIELD_PATH_FIELD_NUMBER: _ClassVar[int]
+    kind: TrainingKind
+    config: _types_pb2.Config
+    field_path: str
+
+    def __init__(self, kind: _Optional[_Union[TrainingKind, str]]=..., config: _Optional[_Union[_types_pb2.Config, _Mapping]]=..., field_path: _Optional[str]=...) -> None:
+        ...
+
+class ValidateTrainingConfigResponse(_message.Message):
+    __slots__ = ('config',)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _types_pb2.Config
+
+    def __init__(self, config: _Optional[_Union[_types_pb2.Config, _Mapping]]=...) -> None:
+        ...
