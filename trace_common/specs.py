@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -61,15 +61,25 @@ class EnvironmentRefModel(Strict):
 
 
 class PolicyRefModel(Strict):
+    """The policy a job plays. For OPENAI_HTTP the endpoint is the operator's: `endpoint_profile` names
+    one of the service's endpoint profiles, or `endpoint` equals a profile's base_url; anything else
+    is refused (trace_common/endpoints.py). Only a ref that check returned opens an HTTP policy."""
+
     backend: Literal["POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP", "POLICY_BACKEND_SCRIPTED"] = Field(
         description="Where completions come from.")
     model: str = Field(min_length=1, description="Base model dir/URI/built-in name or served model name.")
     adapter_uri: str = ""
     adapter_name: str = ""
-    endpoint: str = ""
+    endpoint: str = Field("", description="OPENAI_HTTP: accepted only when equal to the base_url of one of the "
+                          "service's endpoint profiles (that profile applies).")
     composition_uri: str = ""
-    routing: Literal["", "token", "per_request", "merged"] = Field(
-        "", description="How a composition is applied; empty means token-level routing.")
+    routing: Literal["", "token", "per_request", "merged", "soft_trajectory"] = Field(
+        "", description="How a composition is applied (trace_common.moe.composition_io.Routing); empty means "
+                        "token-level routing.")
+    endpoint_profile: str = Field("", description="OPENAI_HTTP: the service's endpoint profile to call.")
+    #: Set only by `checked_endpoint` (trace_common.endpoints.Endpoints.policy), never from a request.
+    _credential_env: str = PrivateAttr("")
+    _endpoint_checked: bool = PrivateAttr(False)
 
     @field_validator("adapter_uri", "composition_uri")
     @classmethod
@@ -83,6 +93,48 @@ class PolicyRefModel(Strict):
             raise ValueError(f"policy.endpoint {v!r} must be an http(s) base URL such as http://vllm:8000/v1")
         return v
 
+    def checked_endpoint(self, *, base_url: str, profile: str, credential_env: str) -> PolicyRefModel:
+        """A copy calling `base_url` of `profile` with the key in `credential_env` (the operator's variable)."""
+        ref = self.model_copy(update={"endpoint": base_url, "endpoint_profile": profile})
+        ref._credential_env, ref._endpoint_checked = credential_env, True
+        return ref
+
+    @property
+    def credential_env(self) -> str:
+        """The operator's variable holding the endpoint's key ("" = none); empty until checked."""
+        return self._credential_env
+
+    @property
+    def endpoint_checked(self) -> bool:
+        """Whether the endpoint was decided by the service's endpoint profiles."""
+        return self._endpoint_checked
+
+
+#: A composition's routing mode (`trace_common.moe.composition_io.Routing`) -> the value name of the
+#: proto enum `trace.v1.CompositionRouting` that carries it in `CompositionSpec.routing`.
+COMPOSITION_ROUTING: dict[str, str] = {
+    "token": "COMPOSITION_ROUTING_TOKEN",
+    "per_request": "COMPOSITION_ROUTING_PER_REQUEST",
+    "merged": "COMPOSITION_ROUTING_MERGED",
+    "soft_trajectory": "COMPOSITION_ROUTING_SOFT_TRAJECTORY",
+}
+#: The enum's zero value: a spec that does not choose gets token-level routing.
+COMPOSITION_ROUTING_DEFAULT = "COMPOSITION_ROUTING_UNSPECIFIED"
+
+
+def composition_routing_mode(value: str | int) -> str:
+    """The routing mode named by a `CompositionRouting` value name (UNSPECIFIED -> "token").
+
+    `value` is what `protoconv.to_dict` gives: the value name, or the bare number of a value this
+    build does not know (a newer client). ValueError, listing the known names, for anything else."""
+    if value == COMPOSITION_ROUTING_DEFAULT:
+        return "token"
+    for mode, name in COMPOSITION_ROUTING.items():
+        if value == name:
+            return mode
+    known = ", ".join([COMPOSITION_ROUTING_DEFAULT, *COMPOSITION_ROUTING.values()])
+    raise ValueError(f"routing {value!r} is not a CompositionRouting this service serves; use one of {known}")
+
 
 class SamplingModel(Strict):
     temperature: float = Field(0.0, ge=0.0, le=5.0)
@@ -93,15 +145,20 @@ class SamplingModel(Strict):
 
 
 class LlmEndpointModel(Strict):
-    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://vllm:8000/v1.")
-    model: str = Field(min_length=1)
-    api_key_env: str = ""
+    """An agent's LLM endpoint as a request names it. The service decides where it goes and with
+    which key (trace_common/endpoints.py): `profile` names one of its endpoint profiles, or
+    `base_url` equals a profile's base_url; `api_key_env` is refused (kept so the refusal can name it)."""
+
+    profile: str = Field("", description="The service's endpoint profile to call.")
+    base_url: str = Field("", description="Accepted only when equal to a profile's base_url (that profile applies).")
+    model: str = Field(min_length=1, description="Served model name.")
+    api_key_env: str = Field("", description="Refused when set: a request never names a credential.")
     timeout_seconds: float = Field(0.0, ge=0.0, le=3600.0)
     max_concurrency: int = Field(0, ge=0, le=1024)
 
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not re.match(r"^https?://[^\s/]+", v):
+        if v and not re.match(r"^https?://[^\s/]+", v):
             raise ValueError(f"base_url {v!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return v

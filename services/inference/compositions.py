@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_common.errors import NotFound, ResourceExhausted
-from trace_common.moe.composition_io import LoadedComposition, Routing, default_cache_dir, load_composition
+from trace_common.moe.composition_io import LoadedComposition, default_cache_dir, load_composition
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.generation import stop_token_ids
 
@@ -80,9 +80,9 @@ class CompositionRegistry:
             raise NotFound(f"no loaded composition {name!r} (loaded: {loaded}); load it with LoadComposition first")
         return served
 
-    def _build(self, spec: CompositionSpecModel, routing: Routing) -> Served:
+    def _build(self, spec: CompositionSpecModel) -> Served:
         loaded = load_composition(base_model=spec.base_model, adapters=[(a.name, a.uri) for a in spec.adapters],
-                                  gates_uri=spec.gates_uri, routing=routing, cache_dir=self.cache_dir, s3=self.s3,
+                                  gates_uri=spec.gates_uri, routing=spec.routing, cache_dir=self.cache_dir, s3=self.s3,
                                   dtype=self.dtype, device=self.device)
         tokenizer = loaded.tokenizer
         stops = stop_token_ids(tokenizer, loaded.model if loaded.composed is None else loaded.composed.base)
@@ -91,12 +91,13 @@ class CompositionRegistry:
                                    batch_wait_s=self.batch_wait_s, name=spec.name)
         return Served(spec=spec, loaded=loaded, chat=ChatFormat(tokenizer), engine=engine)
 
-    async def load(self, spec: CompositionSpecModel, routing: Routing = "token") -> Served:
+    async def load(self, spec: CompositionSpecModel) -> Served:
+        """Build `spec` (with its routing mode) and swap it in under its name (module docstring)."""
         async with self._lock:
             if spec.name not in self._served and len(self._served) >= self.max_compositions:
                 raise ResourceExhausted(f"{len(self._served)} compositions are loaded (max_compositions="
                                         f"{self.max_compositions}); unload one ({', '.join(self.names())}) first")
-            served = await asyncio.to_thread(self._build, spec, routing)
+            served = await asyncio.to_thread(self._build, spec)
             previous = self._served.get(spec.name)
             self._served[spec.name] = served
         if previous is not None:

@@ -7,7 +7,9 @@ waits for the next batch (no continuous batching: the tiny CPU models served her
 
 Semantics of one batch of B prompts (left-padded to S tokens):
     routing forced per row to slot s_b when the composition serves `per_request`
-    (s_b = choose_adapter_per_request over prompt b), else the gates route every token
+    (s_b = choose_adapter_per_request over prompt b); under `soft_trajectory` each row's mixture
+    weights w_b [L, K+1] are computed by the prefill from the gates over prompt b and applied to
+    every token of row b (trace_common.moe.soft_routing); else the gates route every token
     logits = model(prompt, mask, positions)[:, -1]                   # [B, V]
     experts_prefill = slots chosen at each layer for each prompt token  # [L, B, S]
     repeat while some row is live (not stopped, not at max_tokens, not cancelled):
@@ -18,7 +20,9 @@ Semantics of one batch of B prompts (left-padded to S tokens):
 So a generated token's routing trace is the expert per layer of the forward position that
 *produced* it (the last prompt token for the first generated token); every generated token has
 one, the stop token included. Routing decisions of every processed token (prompt and generated)
-are counted per slot for the `tokens_routed` metric. Sampling reuses
+are counted per slot for the `tokens_routed` metric. A `soft_trajectory` composition routes no
+token to one slot: its rows have no routing trace and count no routed tokens, and report their
+weights instead (`RowResult.mixture`). Sampling reuses
 `trace_common.policy.generation.sample_tokens` (same per-row semantics as the rollout backend).
 """
 
@@ -66,6 +70,7 @@ class RowResult:
     routes: list[list[int]] | None  # [generated tokens][layers] slot ids; None without a routed model
     slot_counts: list[int]  # token-layer decisions per slot over prompt + generated tokens
     forced_slot: int | None = None  # per_request routing: the slot chosen for this request
+    mixture: list[list[float]] | None = None  # soft_trajectory routing: [layers][K+1] weights of this request
     first_token_s: float = 0.0
     seconds: float = 0.0
 
@@ -154,7 +159,8 @@ class CompositionEngine:
             mask[b, width - len(r.prompt_ids):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
         limits = [r.max_tokens for r in requests]
-        routed = composed is not None and loaded.routing != "merged"
+        soft = composed is not None and loaded.routing == "soft_trajectory"
+        routed = composed is not None and loaded.routing != "merged" and not soft
         forced_slots: list[int | None] = [None] * batch
 
         force_ctx = None
@@ -170,6 +176,10 @@ class CompositionEngine:
 
         def forward(x: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, live_cols: torch.Tensor):
             # x: [B, T]; live_cols: [B, T] bool, which positions are real tokens of live rows
+            if soft:  # inside the soft_trajectory() block: the prefill computes the weights, decode reuses
+                out = composed(input_ids=x, attention_mask=attn, position_ids=pos, cache=cache,
+                               use_cache=True, logits_to_keep=1)
+                return out.logits[:, -1, :].float(), None
             if not routed:
                 out = loaded.model(input_ids=x, attention_mask=attn, position_ids=pos, cache=cache,
                                    use_cache=True, logits_to_keep=1)
@@ -189,6 +199,21 @@ class CompositionEngine:
                     return forward(x, attn, pos, live_cols)
             return forward(x, attn, pos, live_cols)
 
+        with contextlib.ExitStack() as stack:
+            mixture = stack.enter_context(composed.soft_trajectory()) if soft else None
+            results = self._loop(requests, run, ids, mask, positions, limits, started)
+            weights = mixture.weights().tolist() if mixture is not None else None  # [L][B][K+1]
+        routes_b, out_ids, out_lp, finish, first_token_s, seconds = results
+        return [RowResult(token_ids=out_ids[b], logprobs=out_lp[b], finish_reason=finish[b],
+                          routes=routes_b[b] if routed else None, slot_counts=counts[b].tolist(),
+                          forced_slot=forced_slots[b], first_token_s=first_token_s[b], seconds=seconds,
+                          mixture=[layer[b] for layer in weights] if weights is not None else None)
+                for b in range(batch)]
+
+    def _loop(self, requests: list[RowRequest], run, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+              limits: list[int], started: float):
+        """Prefill then decode every row to its end (module docstring); per-row outputs."""
+        device, batch = self.device, len(requests)
         logits, last_routes = run(ids, mask, positions, mask.bool())
         next_pos = positions[:, -1] + 1  # [B]
         attention = mask
@@ -240,7 +265,4 @@ class CompositionEngine:
             logits, last_routes = run(tokens.view(batch, 1), attention, next_pos.view(batch, 1), live_now)
             next_pos = next_pos + 1
         seconds = time.perf_counter() - started
-        return [RowResult(token_ids=out_ids[b], logprobs=out_lp[b], finish_reason=finish[b],
-                          routes=routes[b] if routed else None, slot_counts=counts[b].tolist(),
-                          forced_slot=forced_slots[b], first_token_s=first_token_s[b], seconds=seconds)
-                for b in range(batch)]
+        return routes, out_ids, out_lp, finish, first_token_s, seconds

@@ -29,7 +29,6 @@ from typing import Any
 
 from trace_common.env.messages import FunctionCall, Message, ToolCall
 from trace_common.errors import InvalidArgument, TraceError
-from trace_common.moe.composition_io import Routing
 from trace_common.policy.toolcalls import parse_assistant_text
 
 from . import metrics as m
@@ -81,6 +80,7 @@ class Completion:
     expert_names: list[str]
     parse_errors: list[str] = field(default_factory=list)
     forced_slot: int | None = None
+    mixture: list[list[float]] | None = None  # soft_trajectory: [layers][K+1] weights the request ran with
     seconds: float = 0.0
 
 
@@ -171,8 +171,9 @@ class Inference:
     def compositions(self) -> dict[str, CompositionSpecModel]:
         return {s.spec.name: s.spec for s in self.registry.all()}
 
-    async def load(self, spec: CompositionSpecModel, routing: Routing = "token") -> dict[str, Any]:
-        served = await self.registry.load(spec, routing)
+    async def load(self, spec: CompositionSpecModel) -> dict[str, Any]:
+        """Load `spec` with the routing it names (`spec.routing`; token-level unless it says otherwise)."""
+        served = await self.registry.load(spec)
         m.COMPOSITIONS_LOADED.set(len(self.registry.names()))
         return served.info()
 
@@ -232,7 +233,8 @@ class Inference:
         return Completion(text=text, message=parsed.message, finish_reason=finish, prompt_tokens=len(row.prompt_ids),
                           completion_tokens=len(out.token_ids), routing=routing, logprobs=list(out.logprobs),
                           token_ids=list(out.token_ids), expert_names=list(served.expert_names),
-                          parse_errors=list(parsed.errors), forced_slot=out.forced_slot, seconds=seconds)
+                          parse_errors=list(parsed.errors), forced_slot=out.forced_slot, mixture=out.mixture,
+                          seconds=seconds)
 
     def _record(self, served: Served, out: RowResult, prompt_tokens: int) -> None:
         m.PROMPT_TOKENS.inc(prompt_tokens)

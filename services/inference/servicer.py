@@ -6,6 +6,7 @@ from trace_common.grpc.protoconv import parse
 from trace_common.proto.trace.v1 import inference_service_pb2 as pb
 from trace_common.proto.trace.v1 import inference_service_pb2_grpc as pb_grpc
 from trace_common.proto.trace.v1 import types_pb2 as t
+from trace_common.specs import COMPOSITION_ROUTING
 
 from .service import (
     ChatRequest,
@@ -19,9 +20,11 @@ from .specs import CompositionSpecModel, GenerateModel
 
 
 def _info(info: dict) -> pb.CompositionInfo:
+    """The served composition; its spec names the routing actually served (never UNSPECIFIED)."""
     return pb.CompositionInfo(
         spec=pb.CompositionSpec(name=info["name"], base_model=info["base_model"], gates_uri=info["gates_uri"],
-                                adapters=[pb.AdapterRef(name=a["name"], uri=a["uri"]) for a in info["adapters"]]),
+                                adapters=[pb.AdapterRef(name=a["name"], uri=a["uri"]) for a in info["adapters"]],
+                                routing=COMPOSITION_ROUTING[info["routing"]]),
         num_layers=info["num_layers"], hidden_size=info["hidden_size"], gate_parameters=info["gate_parameters"])
 
 

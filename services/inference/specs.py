@@ -6,7 +6,8 @@ import re
 
 from pydantic import Field, field_validator
 
-from trace_common.specs import SamplingModel, Strict, check_uri
+from trace_common.moe.composition_io import Routing
+from trace_common.specs import SamplingModel, Strict, check_uri, composition_routing_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
@@ -26,6 +27,15 @@ class CompositionSpecModel(Strict):
     base_model: str = Field(min_length=1)
     adapters: list[AdapterRefModel] = Field(default_factory=list, max_length=64)
     gates_uri: str = ""
+    routing: Routing = Field("token", description="How the adapters are applied: the proto's CompositionRouting "
+                             "value name (UNSPECIFIED = token) or the mode itself (token, per_request, merged).")
+
+    @field_validator("routing", mode="before")
+    @classmethod
+    def _routing(cls, v: object) -> object:
+        if isinstance(v, str) and not v.startswith("COMPOSITION_ROUTING_"):
+            return v  # already a mode (in-process callers); the Literal checks it
+        return composition_routing_mode(v)
 
     @field_validator("name")
     @classmethod

@@ -1,8 +1,16 @@
-"""`tracectl serve` as a process: prints its addresses, answers the OpenAI API, stops on SIGTERM;
-a composition that does not load is reported with exit status 1."""
+"""`tracectl serve` and `tracectl route-trace` as clients of the inference service.
+
+As a process, `serve` prints its addresses, answers the OpenAI API and stops on SIGTERM; a
+composition that does not load is reported with exit status 1. In this process (`tracectl.cli.main`),
+`serve --once` starts the service here and loads through LoadComposition with the routing asked
+for, `serve --target` loads onto a running service (the embedded stacks of tests/support/stack.py),
+and `route-trace` calls Generate with a routing trace, here or on a running service. Failures are
+one line with the service's status code and exit status 1.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,10 +19,15 @@ import time
 
 import pytest
 
+from tests.support.stack import TOKEN
 from tests.unit.inference.helpers import write_tiny_composition
 from tests.unit.inference.tiny import FIXED_CALL, TOOLS, cached_world, prompt_messages
+from trace_common.grpc.client import messages
+from tracectl.cli import main
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a fresh Python + torch process each: 25-40 s here
+pytestmark = pytest.mark.integration
+SLOW = pytest.mark.slow  # a fresh Python + torch process each: 25-40 s here
+INF = messages("inference")
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +35,24 @@ def world():
     return cached_world()
 
 
+@pytest.fixture(scope="module")
+def composition(world, tmp_path_factory):
+    return write_tiny_composition(world, tmp_path_factory.mktemp("cli-store"))
+
+
+def _composition_args(world, gates_uri: str) -> list[str]:
+    return ["--base", str(world.model_dir), "--adapter", f"refunds={world.adapter_dirs['refunds']}",
+            "--adapter", f"addresses={world.adapter_dirs['addresses']}", "--gates", gates_uri]
+
+
+def _unload(stack, name: str) -> None:
+    """Leave the session's stack as it was (it serves at most max_compositions at once)."""
+    names = [c.spec.name for c in stack.stub("inference").ListCompositions(INF.ListCompositionsRequest()).compositions]
+    if name in names:
+        stack.stub("inference").UnloadComposition(INF.UnloadCompositionRequest(name=name))
+
+
+@SLOW
 def test_serve_process_answers_openai_and_stops(world, tmp_path):
     import httpx
 
@@ -51,6 +82,7 @@ def test_serve_process_answers_openai_and_stops(world, tmp_path):
             proc.kill()
 
 
+@SLOW
 @pytest.mark.parametrize("args, needle", [
     (["--base", "/nonexistent/model"], "NOT_FOUND"),
     (["--composition", "file:///nonexistent/composition.json"], "does not exist"),
@@ -60,3 +92,114 @@ def test_serve_reports_a_composition_that_does_not_load(tmp_path, args, needle):
                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
     assert out.returncode == 1
     assert needle in out.stdout and "Traceback" not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("routing, expect", [
+    ("token", ["routing token", "2 layers, hidden 64, 390 gate parameters"]),
+    ("per_request", ["routing per_request", "390 gate parameters"]),
+    ("merged", ["routing merged", "0 gate parameters"]),
+])
+def test_serve_once_loads_through_the_service_with_its_routing(composition, tmp_path, capsys, monkeypatch,
+                                                               routing, expect):
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.delenv("TRACE_INFERENCE_TARGET", raising=False)
+    code = main(["serve", "--composition", composition.manifest_uri, "--name", "demo", "--routing", routing,
+                 "--once", "--root", str(tmp_path / "root")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for needle in [*expect, "experts: base, refunds, addresses", "model=demo", "http=http://", "grpc=127.0.0.1:"]:
+        assert needle in out, (needle, out)
+
+
+@pytest.mark.parametrize("stack_name, token, code, needle", [
+    ("embedded_stack", None, 0, "routing per_request"),
+    ("authed_stack", TOKEN, 0, "routing per_request"),
+    ("authed_stack", None, 1, "UNAUTHENTICATED"),
+])
+def test_serve_target_loads_onto_a_running_service(request, composition, capsys, monkeypatch, stack_name, token,
+                                                   code, needle):
+    monkeypatch.setenv("COLUMNS", "400")
+    for var in ("TRACE_INFERENCE_AUTH_TOKEN", "TRACE_AUTH_TOKEN", "TRACE_INFERENCE_TARGET"):
+        monkeypatch.delenv(var, raising=False)
+    stack = request.getfixturevalue(stack_name)
+    args = ["serve", "--composition", composition.manifest_uri, "--name", "cli-remote", "--routing", "per_request",
+            "--target", f"inference={stack.targets['inference']}", *(["--token", token] if token else [])]
+    try:
+        assert main(args) == code
+        out = capsys.readouterr().out
+        assert needle in out, out
+        assert "Traceback" not in out
+        listed = {c.spec.name: c for c in stack.stub("inference").ListCompositions(
+            INF.ListCompositionsRequest()).compositions}
+        if code == 0:  # the service serves it, with the routing asked for, after serve returned
+            assert f"grpc={stack.targets['inference']} model=cli-remote" in out
+            assert INF.CompositionRouting.Name(listed["cli-remote"].spec.routing) == "COMPOSITION_ROUTING_PER_REQUEST"
+        else:
+            assert "cli-remote" not in listed
+            assert len([line for line in out.splitlines() if needle in line]) == 1
+    finally:
+        _unload(stack, "cli-remote")
+
+
+def _conversation_files(tmp_path):
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS["refunds"]))
+    conversation = tmp_path / "conversation.json"
+    conversation.write_text(json.dumps([m.to_dict() for m in prompt_messages("refunds", 1)]))
+    return ["--messages-file", str(conversation), "--tools-file", str(tools), "--max-tokens", "40"]
+
+
+def test_route_trace_in_process(world, composition, tmp_path, capsys, monkeypatch):
+    """No --target: the service is started here and loaded through LoadComposition."""
+    monkeypatch.delenv("TRACE_INFERENCE_TARGET", raising=False)
+    args = ["route-trace", *_composition_args(world, composition.gates_uri), *_conversation_files(tmp_path),
+            "--root", str(tmp_path / "root")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "addresses" in out and "share of generated tokens per expert" in out
+    assert "finish_reason=tool_calls" in out and "refund_order" in out
+
+
+def test_route_trace_asks_a_running_service(embedded_stack, world, composition, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRACE_INFERENCE_TARGET", raising=False)
+    stub = embedded_stack.stub("inference")
+    spec = INF.CompositionSpec(name="cli-trace", base_model=str(world.model_dir), gates_uri=composition.gates_uri,
+                               adapters=[INF.AdapterRef(name=n, uri=str(world.adapter_dirs[n]))
+                                         for n in ("refunds", "addresses")])
+    stub.LoadComposition(INF.LoadCompositionRequest(spec=spec))
+    try:
+        assert main(["route-trace", "--target", embedded_stack.targets["inference"], "--model", "cli-trace",
+                     *_conversation_files(tmp_path), "--per-layer"]) == 0
+        out = capsys.readouterr().out
+        assert "0:base" in out and "2:addresses" in out and "layer  1:" in out
+        assert "finish_reason=tool_calls" in out
+    finally:
+        _unload(embedded_stack, "cli-trace")
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("bad_base", "NOT_FOUND"),  # route-trace: the in-process service refuses the load
+    ("bad_name", "INVALID_ARGUMENT: spec.name"),  # serve: validated by the service, not by tracectl
+    ("unknown_model", "no composition 'ghost'"),
+])
+def test_cli_failures_are_one_line(embedded_stack, world, composition, tmp_path, capsys, monkeypatch,
+                                           case, needle):
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.delenv("TRACE_INFERENCE_TARGET", raising=False)
+    common = [*_conversation_files(tmp_path), "--root", str(tmp_path / "root")]
+    if case == "bad_base":
+        args = ["route-trace", "--base", "/nonexistent/model", *common]
+    elif case == "bad_name":
+        args = ["serve", "--name", "bad name!", *_composition_args(world, composition.gates_uri), "--once",
+                "--root", str(tmp_path / "root")]
+    else:
+        args = ["route-trace", "--target", embedded_stack.targets["inference"], "--model", "ghost", *common]
+    if case == "unknown_model":
+        with pytest.raises(SystemExit) as err:
+            main(args)
+        assert needle in str(err.value)
+        return
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if needle in line]) == 1, out
+    assert "Traceback" not in out

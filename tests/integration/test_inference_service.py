@@ -1,5 +1,6 @@
 """The inference service through real gRPC and HTTP (embedded stack): loading with validation and
-keep-previous-on-failure, unary and streaming generation with routing traces, batching of concurrent
+keep-previous-on-failure, the routing a spec names (token-level or an export mode), unary and
+streaming generation with routing traces, batching of concurrent
 requests, stream cancellation, the OpenAI-compatible endpoint as the rollout service's OpenAIPolicy
 calls it, documented errors, and per-expert metrics.
 
@@ -279,6 +280,47 @@ def test_metrics_count_tokens_per_expert(embedded_stack, served):
         assert delta[name] >= traced
     assert _metric(embedded_stack, "trace_inference_request_duration_seconds_count", '{api="grpc"}') > 0
     assert _metric(embedded_stack, "trace_inference_time_to_first_token_seconds_count") > 0
+
+
+@pytest.mark.parametrize("routing, served_as, check", [
+    ("COMPOSITION_ROUTING_UNSPECIFIED", "COMPOSITION_ROUTING_TOKEN", "varies"),
+    ("COMPOSITION_ROUTING_TOKEN", "COMPOSITION_ROUTING_TOKEN", "varies"),
+    ("COMPOSITION_ROUTING_PER_REQUEST", "COMPOSITION_ROUTING_PER_REQUEST", "one_slot"),
+    ("COMPOSITION_ROUTING_MERGED", "COMPOSITION_ROUTING_MERGED", "no_trace"),
+])
+def test_load_serves_the_routing_the_spec_names(embedded_stack, served, world, routing, served_as, check):
+    """CompositionSpec.routing chooses token-level routing or an export mode; the answer names it."""
+    stub = embedded_stack.stub("inference")
+    spec = _spec(world, served.spec.gates_uri, name="routed")
+    spec.routing = INF.CompositionRouting.Value(routing)
+    try:
+        info = stub.LoadComposition(INF.LoadCompositionRequest(spec=spec), timeout=120).composition
+        assert INF.CompositionRouting.Name(info.spec.routing) == served_as
+        listed = {c.spec.name: c for c in stub.ListCompositions(INF.ListCompositionsRequest()).compositions}
+        assert listed["routed"].spec.routing == info.spec.routing
+        trace = _generate(stub, model="routed", return_routing_trace=True).routing_trace
+        slots = {e for r in trace for e in r.experts}
+        if check == "varies":  # the gates pick per token and layer
+            assert info.gate_parameters == served.gate_parameters and len(slots) > 1
+        elif check == "one_slot":  # one slot chosen for the request, forced at every layer of every token
+            assert len(trace) > 0 and len(slots) == 1
+        else:  # one adapter folded into the weights: nothing is routed
+            assert info.gate_parameters == 0 and len(trace) == 0
+    finally:
+        stub.UnloadComposition(INF.UnloadCompositionRequest(name="routed"))
+
+
+def test_an_unknown_routing_is_refused_and_the_previous_keeps_serving(embedded_stack, served, world):
+    stub = embedded_stack.stub("inference")
+    spec = _spec(world, served.spec.gates_uri)  # NAME: would replace the serving composition
+    spec.routing = 42  # a value of a newer client
+    with pytest.raises(grpc.RpcError) as err:
+        stub.LoadComposition(INF.LoadCompositionRequest(spec=spec), timeout=120)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.routing" in err.value.details() and "COMPOSITION_ROUTING_TOKEN" in err.value.details()
+    listed = {c.spec.name: c for c in stub.ListCompositions(INF.ListCompositionsRequest()).compositions}
+    assert INF.CompositionRouting.Name(listed[NAME].spec.routing) == "COMPOSITION_ROUTING_TOKEN"
+    assert _generate(stub).finish_reason == "tool_calls"
 
 
 def test_unload(embedded_stack, world):

@@ -3,7 +3,8 @@
 Frozen base + K frozen PEFT LoRA adapters + one gate per decoder layer (Linear(H, K+1), slot 0 =
 base). See `composed` for the model, `routed_lora` for the per-linear math (reference, grouped
 fast path, gathered small-batch path, dense baseline), `gating` for the gate math, `forcing` for forced routing and traces,
-`export` for per-request adapter choice and merged weights.
+`export` for per-request adapter choice and merged weights, `soft_routing` for the soft per-trajectory
+ablation (one mixture of the adapters per request).
 """
 
 from trace_common.moe.adapters import LoraAdapter, LoraModuleWeights, load_lora_adapter
@@ -16,7 +17,13 @@ from trace_common.moe.export import (
     merge_single_adapter,
 )
 from trace_common.moe.forcing import RoutingForce, RoutingTrace
-from trace_common.moe.gating import gate_param_count, load_balancing_loss, route_top1, straight_through_factor
+from trace_common.moe.gating import (
+    gate_param_count,
+    load_balancing_loss,
+    route_top1,
+    straight_through_factor,
+    trajectory_mixture,
+)
 from trace_common.moe.routed_lora import (
     LoraFactors,
     RoutingPlan,
@@ -27,6 +34,7 @@ from trace_common.moe.routed_lora import (
     routed_lora_reference,
     stack_expert_factors,
 )
+from trace_common.moe.soft_routing import SoftMixture, generate_soft_batch
 
 __all__ = [
     "ComposedMoEModel",
@@ -38,11 +46,13 @@ __all__ = [
     "RoutingForce",
     "RoutingPlan",
     "RoutingTrace",
+    "SoftMixture",
     "build_routing_plan",
     "choose_adapter_per_request",
     "PerRequestChooser",
     "dense_soft_lora_delta",
     "gate_param_count",
+    "generate_soft_batch",
     "load_balancing_loss",
     "load_lora_adapter",
     "merge_single_adapter",
@@ -52,4 +62,5 @@ __all__ = [
     "routed_lora_reference",
     "stack_expert_factors",
     "straight_through_factor",
+    "trajectory_mixture",
 ]

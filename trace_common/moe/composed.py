@@ -21,6 +21,11 @@ With a KV cache each decode step's forward sees only the new tokens, so each is 
 own hidden state, exactly as in a full forward. Only the gates require grad; the forward is hard
 top-1 and the gates learn through a straight-through factor and the Switch load-balancing term
 (`load_balancing_loss`).
+
+Two ways to override the gates' per-token decisions: `forced(spec)` (fixed slots: tests, the
+per-request export, the KV reference) and `soft_trajectory()` / `mixing(weights)` (the soft
+per-trajectory ablation, `soft_routing`: one mixture of all adapters per request and layer). They
+cannot be combined.
 """
 
 from __future__ import annotations
@@ -38,8 +43,15 @@ from trace_common.moe.adapters import LoraAdapter, load_lora_adapter
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.config import MoEConfig
 from trace_common.moe.forcing import ForceSpec, RoutingForce, RoutingTrace
-from trace_common.moe.gating import gate_param_count, load_balancing_loss, route_top1, straight_through_factor
+from trace_common.moe.gating import (
+    gate_param_count,
+    load_balancing_loss,
+    route_top1,
+    straight_through_factor,
+    trajectory_mixture,
+)
 from trace_common.moe.routed_lora import LayerRouting, RoutedLoraLinear, RoutingPlan, build_routing_plan
+from trace_common.moe.soft_routing import SoftMixture
 
 _COMPOSED_MARK = "_trace_moe_composed"
 
@@ -109,6 +121,7 @@ class ComposedMoEModel(nn.Module):
         # the gathered small-batch path serves the grouped implementation only
         self._gathered_max_tokens = self.config.gathered_max_tokens if self.config.implementation == "grouped" else -1
         self._force: RoutingForce | None = None
+        self._mix: SoftMixture | None = None
         self._trace: RoutingTrace | None = None
         self._last_logits: list[torch.Tensor | None] = [None] * self.num_layers  # [N, K+1] each
         self._last_ids: list[torch.Tensor | None] = [None] * self.num_layers  # [N] each
@@ -159,6 +172,9 @@ class ComposedMoEModel(nn.Module):
         batch, seq, width = hidden.shape
         slots = self.num_slots
         logits: torch.Tensor | None = None
+        if self._mix is not None:
+            self._route_soft(layer, hidden)
+            return
         if self._force is not None:
             ids = self._force.slots(layer, batch, seq, position_ids, hidden.device).reshape(-1)  # [N]
             plan = build_routing_plan(ids, slots, sole_slot=self._force.sole_slot(layer))
@@ -184,6 +200,35 @@ class ComposedMoEModel(nn.Module):
         if self._trace is not None:
             probs_bt = None if logits is None else F.softmax(logits.float(), dim=-1).view(batch, seq, slots)
             self._trace.record(layer, ids.view(batch, seq), probs_bt)
+
+    def _route_soft(self, layer: int, hidden: torch.Tensor) -> None:
+        """Soft per-trajectory routing at one layer (soft_routing's Semantics): the weights of each
+        sequence, computed from the gate over this call's real tokens when the layer has none yet."""
+        batch, seq, width = hidden.shape
+        slots = self.num_slots
+        mix = self._mix
+        assert mix is not None
+        weights = mix.layers[layer]
+        if weights is None:
+            gate = self.gates[layer]
+            logits = F.linear(hidden.reshape(-1, width).to(gate.weight.dtype), gate.weight, gate.bias)  # [N, K+1]
+            probs = F.softmax(logits.float(), dim=-1).view(batch, seq, slots)  # [B, T, K+1]
+            mask = self._last_mask if self._last_mask is not None and self._last_mask.shape == (batch, seq) else None
+            weights = trajectory_mixture(probs, None if mask is None else mask.to(probs.device))  # [B, K+1]
+            mix.layers[layer] = weights
+        if weights.shape[0] not in (1, batch) or weights.shape[-1] != slots:
+            raise FailedPrecondition(f"the soft mixture holds weights for {weights.shape[0]} sequences x "
+                                     f"{weights.shape[-1]} slots, but layer {layer} runs {batch} sequences x {slots} "
+                                     "slots; run every forward of one batch inside its own soft_trajectory() block")
+        rows = weights.to(device=hidden.device).expand(batch, slots)  # [B, K+1]
+        per_token = rows.unsqueeze(1).expand(batch, seq, slots)  # [B, T, K+1]
+        ids = rows.argmax(dim=-1).unsqueeze(1).expand(batch, seq).reshape(-1)  # [N]: each request's heaviest slot
+        plan = RoutingPlan(ids, slots, None, [], probs=per_token.reshape(-1, slots).to(hidden.dtype), soft=True)
+        self._routing[layer].plan = plan
+        self._last_logits[layer] = None
+        self._last_ids[layer] = ids
+        if self._trace is not None:
+            self._trace.record(layer, ids.view(batch, seq), per_token.float())
 
     # ---- model API ----------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -249,6 +294,8 @@ class ComposedMoEModel(nn.Module):
     # ---- forcing and tracing ------------------------------------------------------------
     def set_forcing(self, spec: ForceSpec | None) -> None:
         """Replace the gates' decisions (see `forcing` for the spec shapes); None restores the gates."""
+        if spec is not None and self._mix is not None:
+            raise FailedPrecondition("soft per-trajectory routing is active; forcing cannot be combined with it")
         self._force = None if spec is None else RoutingForce(spec, self.num_layers, self.num_slots)
 
     @contextmanager
@@ -264,6 +311,42 @@ class ComposedMoEModel(nn.Module):
     @property
     def is_forced(self) -> bool:
         return self._force is not None
+
+    @contextmanager
+    def soft_trajectory(self) -> Iterator[SoftMixture]:
+        """`with model.soft_trajectory() as mix: model(prompt...); model(next token...)` -- soft
+        per-trajectory routing (`soft_routing`): the first forward call in the block computes each
+        sequence's mixture weights per layer from the gates over that call's real tokens (its
+        attention mask) and applies them; later calls (KV-cache decode steps) apply the same weights.
+        `mix.weights()` is [L, B, K+1] once the first call ran."""
+        with self._mixture(SoftMixture(self.num_layers)) as mix:
+            yield mix
+
+    @contextmanager
+    def mixing(self, weights: torch.Tensor) -> Iterator[SoftMixture]:
+        """Apply given mixture weights ([L, K+1] for every sequence, or [L, B, K+1]) to every token:
+        y = W x + sum_e w[l, e] s_e B_e A_e x at layer l; the gates are not used."""
+        with self._mixture(SoftMixture(self.num_layers, weights)) as mix:
+            yield mix
+
+    @contextmanager
+    def _mixture(self, mix: SoftMixture) -> Iterator[SoftMixture]:
+        if self._force is not None:
+            raise FailedPrecondition("routing is forced; soft per-trajectory routing cannot be combined with forcing")
+        if mix.layers[0] is not None and mix.layers[0].shape[-1] != self.num_slots:
+            raise InvalidArgument(field="weights", expected=f"{self.num_slots} slots (K+1) per layer",
+                                  got=int(mix.layers[0].shape[-1]))
+        previous = self._mix
+        self._mix = mix
+        try:
+            yield mix
+        finally:
+            self._mix = previous
+
+    @property
+    def is_mixing(self) -> bool:
+        """True inside `soft_trajectory()` / `mixing()`."""
+        return self._mix is not None
 
     @contextmanager
     def capture_routing(self) -> Iterator[RoutingTrace]:

@@ -14,7 +14,8 @@ that name the mismatch: an adapter trained on another base, gates trained for an
 layer count or adapter list, a missing or damaged file. The caller's previous model is never
 touched, so a service can keep serving it when a load fails.
 
-Routing modes (`PolicyRef.routing`):
+Routing modes (`PolicyRef.routing`; the inference service's `CompositionSpec.routing` enum names them,
+mapped in `trace_common.specs.COMPOSITION_ROUTING`):
 
 * `token` (default) -- the TRACE semantics: per-token, per-layer top-1 over base + K adapters.
 * `per_request` -- the same model; the generator picks one slot per request from the gates' mean
@@ -23,10 +24,16 @@ Routing modes (`PolicyRef.routing`):
 * `merged` -- one adapter folded into the base weights (`merge_single_adapter`); the adapter is
   `merged_adapter` or, by default, the adapter with the largest `routing_share` recorded by gate
   training. What any engine can serve, at the cost of all routing.
+* `soft_trajectory` -- the ablation of the reference code's default (`soft_routing`): the same model
+  and the same gates, applied softly and per request: per layer, the mean gate softmax over the
+  prompt's tokens weights every adapter's delta on every token of the request (slot 0's weight = no
+  adapter). The gates were trained for hard per-token top-1 routing; this mode changes only how
+  they are applied, so it measures the routing choice, not another training.
 
 Accuracy trade-off (what the integrator measures on the eval): `token` is the trained model;
 `per_request` loses within-request switching (a request needing two capabilities gets one);
-`merged` loses all input dependence (every request gets the same adapter).
+`merged` loses all input dependence (every request gets the same adapter); `soft_trajectory` loses
+within-request switching and blends the adapters instead of choosing one.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -54,7 +61,7 @@ GATES_FILE = "gates.safetensors"
 MANIFEST_FILE = "composition.json"
 BASE_SLOT_NAME = "base"
 
-Routing = Literal["token", "per_request", "merged"]
+Routing = Literal["token", "per_request", "merged", "soft_trajectory"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -110,7 +117,7 @@ class CompositionArtifact:
 class LoadedComposition:
     """A model ready to generate, with what it was built from.
 
-    `composed` is the routed model (`token` and `per_request`); for `merged` it is None and `model`
+    `composed` is the routed model (`token`, `per_request`, `soft_trajectory`); for `merged` it is None and `model`
     is the plain merged base. `expert_names[slot]` names slot 0 ("base") and the adapters.
     """
 
@@ -286,8 +293,8 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if routing not in ("token", "per_request", "merged"):
-        raise InvalidArgument(field="routing", expected="'token', 'per_request' or 'merged'", got=routing)
+    if routing not in get_args(Routing):
+        raise InvalidArgument(field="routing", expected=" | ".join(get_args(Routing)), got=routing)
     if dtype not in _DTYPES:
         raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -303,6 +310,10 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     names = [n for n, _ in adapters]
     if len(set(names)) != len(names) or BASE_SLOT_NAME in names:
         raise InvalidArgument(field="adapters", expected=f"distinct names other than {BASE_SLOT_NAME!r}", got=names)
+    if adapters and not gates_uri and routing == "soft_trajectory":
+        raise InvalidArgument(field="gates_uri", expected="gates: soft_trajectory routing weights the adapters by the "
+                              "gates' mean softmax over the prompt", fix="give the gates.safetensors written by gate "
+                              "training, or use routing token / merged for a single adapter")
     if len(adapters) > 1 and not gates_uri and routing != "merged":
         raise InvalidArgument(field="gates_uri", expected=f"gates for a composition of {len(adapters)} adapters",
                               fix="give the gates.safetensors written by gate training (or a single adapter)")

@@ -1,4 +1,5 @@
-"""The per-layer gate math: hard top-1 routing, the straight-through factor, load balancing.
+"""The per-layer gate math: hard top-1 routing, the straight-through factor, load balancing, and the
+per-request mixture weights of the soft per-trajectory ablation.
 
 One gate per decoder layer, G_l = Linear(hidden, K+1, bias), reads the hidden state entering
 layer l. Slot 0 is the plain base (no adapter); slot k >= 1 is adapter k. These functions are
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from trace_common.errors import InvalidArgument
 
 
 def gate_param_count(num_layers: int, hidden_size: int, num_adapters: int) -> int:
@@ -71,3 +74,22 @@ def load_balancing_loss(probs: torch.Tensor, expert_ids: torch.Tensor,
     fraction = torch.bincount(expert_ids, minlength=num_slots).to(probs.dtype) / count  # [S]
     mean_prob = probs.mean(dim=0)  # [S]
     return num_slots * (fraction * mean_prob).sum()
+
+
+def trajectory_mixture(probs: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """One layer's mixture weights per sequence for soft per-trajectory routing: the mean gate
+    softmax over the sequence's (prompt) tokens.
+
+    Semantics:
+        for each sequence b, over its masked-in tokens t only (padding excluded), n_b = their count:
+            w[b, i] = (1 / n_b) * sum_t probs[b, t, i]     # sum_i w[b, i] == 1; slot 0 = the base
+        a sequence with no token is an error (its weights would be undefined)
+    """
+    # probs: [B, T, K+1], token_mask: [B, T] bool or None -> [B, K+1]
+    if token_mask is None:
+        return probs.mean(dim=1)
+    keep = token_mask.to(probs.dtype).unsqueeze(-1)  # [B, T, 1]
+    counts = keep.sum(dim=1)  # [B, 1]
+    if bool((counts == 0).any()):
+        raise InvalidArgument(field="attention_mask", reason="a sequence has no token to compute its mixture over")
+    return (probs * keep).sum(dim=1) / counts

@@ -17,8 +17,11 @@ Three implementations of the same per-linear math live here:
   factors and two `bmm` calls apply them -- five tensor ops per linear whatever K or the number
   of distinct experts, and no sort, count or host sync per layer. It copies N tokens' factors,
   so it only pays below a few tokens (`MoEConfig.gathered_max_tokens`); inference only.
-* `dense_soft_lora_delta` -- NOT the TRACE semantics: a soft mixture weighting all K deltas by the
-  gate's softmax. It exists as the benchmark's dense baseline.
+* `dense_soft_lora_delta` -- NOT the TRACE semantics: a soft mixture weighting all K deltas by a
+  per-token row of weights. With each token's own gate softmax it is the benchmark's dense
+  baseline (`MoEConfig.implementation="dense_soft"`); with every token of a request given that
+  request's mixture weights it is the soft per-trajectory ablation (`soft_routing`, routing mode
+  `soft_trajectory`: a plan with `soft=True`, whatever the configured implementation).
 
 `RoutedLoraLinear` attaches one of them to a frozen `nn.Linear` of the base as a forward hook:
 the base module and its weights stay untouched, and the hook reads the routing decision that
@@ -69,7 +72,7 @@ class RoutingPlan:
     sole_slot: int | None  # the slot that owns every token, when exactly one does
     groups: list[tuple[int, torch.Tensor]]  # (slot, token indices [n_slot]) for slots owning tokens
     st_factor: torch.Tensor | None = None  # [N], value 1, carries the straight-through gradient
-    probs: torch.Tensor | None = None  # [N, K+1] gate softmax (dense_soft baseline only)
+    probs: torch.Tensor | None = None  # [N, K+1] gate softmax (dense_soft) or mixture weights (soft)
     order: torch.Tensor | None = None  # [N] token indices sorted by slot (stable)
     st_sorted: torch.Tensor | None = None  # [N] st_factor[order]
     # x[order] of the last input seen: q/k/v (and gate/up) projections share one input tensor,
@@ -78,6 +81,9 @@ class RoutingPlan:
     segments: list[tuple[int, int, int]] | None = None  # (slot, start, end) in sorted order, per group
     # True: no grouping was built (few tokens, inference); linears use `routed_lora_gathered_`.
     gathered: bool = False
+    # True: soft per-trajectory routing; `probs` holds each token's request mixture weights and every
+    # linear adds `dense_soft_lora_delta` (expert_ids only name each request's heaviest slot, for traces)
+    soft: bool = False
 
     def gather_sorted(self, x: torch.Tensor) -> torch.Tensor:
         """x[..., in] flattened to tokens and sorted by slot ([N, in]); reused when x is the same tensor."""
@@ -247,10 +253,13 @@ def routed_lora_gathered_(y: torch.Tensor, x: torch.Tensor, expert_ids: torch.Te
 
 
 def dense_soft_lora_delta(x: torch.Tensor, probs: torch.Tensor, experts: ExpertTable) -> torch.Tensor:
-    """Benchmark baseline, not TRACE: every adapter on every token, weighted by the gate softmax.
+    """Not the TRACE semantics: every adapter on every token, weighted by a row of weights per token --
+    the gate softmax of that token (the dense baseline) or the mixture weights of its request (the
+    soft per-trajectory ablation, `soft_routing`).
 
     Semantics:
         delta[n] = sum_{k >= 1} p[n, k] * s_k * B_k @ A_k @ x[n]    # slot 0 (base) adds nothing
+        (adapters absent on this linear add nothing either)
     """
     # x: [N, in], probs: [N, K+1] -> [N, out]
     delta: torch.Tensor | None = None
@@ -332,6 +341,15 @@ class RoutedLoraLinear(nn.Module):
         if plan is None:
             raise FailedPrecondition(
                 f"{self.path} ran outside a decoder-layer forward, so no routing decision exists for it")
+        if plan.soft:  # soft per-trajectory routing: every adapter, weighted by the request's mixture
+            assert plan.probs is not None
+            x2 = args[0].reshape(-1, args[0].shape[-1])  # [N, in]
+            y2 = output.view(-1, output.shape[-1])  # [N, out]
+            if y2.shape[0] != plan.probs.shape[0]:
+                raise FailedPrecondition(
+                    f"{self.path} saw {y2.shape[0]} tokens but layer {self.routing.layer} mixed "
+                    f"{plan.probs.shape[0]}; routed linears must see the layer's tokens unchanged")
+            return (y2 + dense_soft_lora_delta(x2, plan.probs, self.experts)).view(output.shape)
         if plan.gathered:  # few tokens (decode), inference: per-token factor gather, in place
             y2 = output.view(-1, output.shape[-1])  # [N, out], a view of `output`
             if y2.shape[0] != plan.expert_ids.shape[0]:

@@ -11,12 +11,17 @@ prefill, prefix reuse and each decode step -- routes per token:
   has not), and the request is generated with routing forced to that slot -- what an engine
   with per-request LoRA selection serves. Requests are grouped by slot; each slot keeps its
   own prefix cache (a prefix's KV depends on the slot it ran under);
-* `merged`: one adapter folded into the base weights (no routing at all).
+* `merged`: one adapter folded into the base weights (no routing at all);
+* `soft_trajectory`: the ablation (`soft_routing`): per request and layer, the mean gate softmax
+  over its prompt weights every adapter on every token (`generate_soft_batch`; no prefix cache,
+  since a prefix's KV depends on the request's weights). Same gates as `token`: they are trained
+  for hard per-token top-1, this mode only changes how they are applied.
 
-Generation runs on the backend's single worker thread, so forcing (global model state)
-never overlaps another batch; rendering, batching, errors and turn records are the backend's
-own (only `_run`, how one batch is generated, differs). The slot chosen per request is counted
-in `slot_requests`.
+Generation runs on the backend's single worker thread, so forcing and mixing (global model
+state) never overlap another batch; rendering, batching, errors and turn records are the
+backend's own (only `_run`, how one batch is generated, differs). The slot chosen per request is
+counted in `slot_requests` (per_request); soft requests add their weights, averaged over layers,
+to `mixture_sums` (slot name -> sum over requests).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 from trace_common.moe.composition_io import LoadedComposition, Routing, load_composition
 from trace_common.moe.export import PerRequestChooser
+from trace_common.moe.soft_routing import generate_soft_batch
 from trace_common.policy.generation import GenerationOutput, PrefixCache, RowParams, generate_batch
 from trace_common.policy.transformers_backend import TransformersPolicy
 
@@ -43,9 +49,17 @@ class RoutedPolicy(TransformersPolicy):
         self._chooser = (PerRequestChooser(loaded.composed)
                          if loaded.composed is not None and self.routing == "per_request" else None)
         self.slot_requests: Counter[str] = Counter()
+        self.mixture_sums: Counter[str] = Counter()
 
     def _run(self, prompts: list[list[int]], params: list[RowParams]) -> list[GenerationOutput]:
         composed = self.loaded.composed
+        if composed is not None and self.routing == "soft_trajectory":
+            outputs, weights = generate_soft_batch(composed, prompts, params, stop_ids=self.stop_ids,
+                                                   pad_id=self.pad_id)
+            for row_mean in weights.mean(dim=0).tolist():  # [B][K+1], averaged over layers
+                for name, value in zip(self.loaded.expert_names, row_mean, strict=True):
+                    self.mixture_sums[name] += value
+            return outputs
         if self._chooser is None or composed is None:
             return super()._run(prompts, params)
         groups: dict[int, list[int]] = defaultdict(list)

@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 
-from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from trace_common.policy.base import Policy
 from trace_common.specs import PolicyRefModel
 
@@ -62,7 +62,12 @@ def _open_sync(ref: PolicyRefModel, s3=None) -> Policy:
         if not ref.endpoint:
             raise InvalidArgument(field="policy.endpoint", expected="the OpenAI-compatible base URL for the HTTP "
                                   "backend", fix="e.g. http://vllm:8000/v1")
-        return OpenAIPolicy(ref.endpoint, ref.model, adapter=ref.adapter_name or None)
+        if not ref.endpoint_checked:  # fail closed: only the operator's endpoint profiles choose URLs and keys
+            raise PermissionDenied("the endpoint was not checked against the service's endpoint profiles",
+                                   field="policy.endpoint", fix="Resolve the ref with trace_common.endpoints."
+                                   "Endpoints.policy before opening it")
+        return OpenAIPolicy(ref.endpoint, ref.model, adapter=ref.adapter_name or None,
+                            api_key_env=ref.credential_env)
     if ref.backend != "POLICY_BACKEND_IN_PROCESS":
         raise InvalidArgument(field="policy.backend", expected="POLICY_BACKEND_IN_PROCESS or _OPENAI_HTTP here",
                               got=ref.backend)

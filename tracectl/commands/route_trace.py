@@ -3,14 +3,18 @@
     tracectl route-trace --composition file:///.../moe/composition.json --message "Refund order A17"
     tracectl route-trace --target inference=HOST:PORT --model demo --messages-file conv.json --per-layer
 
-Without `--target` the composition is loaded in this process (same options as `tracectl serve`);
-with it, a running inference service is asked (Generate with return_routing_trace). The view:
+A client of the inference service, like every other command: it calls Generate with
+`return_routing_trace`. With `--target [inference=]HOST:PORT` (or $TRACE_INFERENCE_TARGET) it asks
+that running service about a composition it already serves (`--model`, or its only one); without,
+it starts the inference service in this process (artifacts under `--root`), loads the composition
+given by the same options as `tracectl serve` with LoadComposition, and asks it. The view:
 a legend (one color per expert: base + each capability adapter), the reply with each token
 colored by the expert most of its layers chose, and with `--per-layer` one line per layer
 colored by that layer's choice; then a table of the share of tokens per expert per layer.
 A token's experts are those of the forward position that produced it (see
 services/inference/decoding.py). `--messages-file` holds an OpenAI messages list (JSON);
-`--tools-file` a list of tool schemas.
+`--tools-file` a list of tool schemas. Exit status: 0, or 1 when the service refuses (one line:
+its status code and reason).
 """
 
 from __future__ import annotations
@@ -21,11 +25,21 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import grpc
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracectl.commands.serve import add_composition_args, composition_spec
+from tracectl.commands.serve import (
+    add_composition_args,
+    add_inference_target_args,
+    composition_spec,
+    inference_in_process,
+    inference_stub,
+    inference_target,
+    target_token,
+)
+from tracectl.inputs import read_json
 
 console = Console()
 PALETTE = ("bright_black", "green", "magenta", "cyan", "yellow", "blue", "red", "bright_green", "bright_magenta",
@@ -35,9 +49,7 @@ PALETTE = ("bright_black", "green", "magenta", "cyan", "yellow", "blue", "red", 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("route-trace", help="generate once; show a colored token-by-expert view")
     add_composition_args(p)
-    p.add_argument("--target", default="", metavar="[inference=]HOST:PORT",
-                   help="ask a running inference service instead of loading the composition here")
-    p.add_argument("--token", default=None, help="bearer token for --target")
+    add_inference_target_args(p, what="ask a running inference service instead of starting one here")
     p.add_argument("--model", default="", help="composition name on the --target service")
     p.add_argument("--message", default="", help="one user message")
     p.add_argument("--system", default="", help="optional system prompt")
@@ -53,61 +65,76 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _conversation(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     if args.messages_file:
-        messages = json.loads(args.messages_file.read_text())
+        messages = read_json(args.messages_file, "--messages-file", list)  # one line, exit 2 for a bad file
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise SystemExit(f"--messages-file {args.messages_file}: expected a JSON list of chat messages "
+                             '({"role": ..., "content": ...})')
     elif args.message:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
                    [{"role": "user", "content": args.message}]
     else:
         raise SystemExit("give --message TEXT or --messages-file conv.json")
-    tools = json.loads(args.tools_file.read_text()) if args.tools_file else []
+    tools = read_json(args.tools_file, "--tools-file", list) if args.tools_file else []
     return messages, tools
 
 
-def _local(args: argparse.Namespace, messages: list[dict], tools: list[dict]):
-    from services.inference.service import ChatRequest, Inference
-    from services.inference.settings import InferenceSettings
-    from trace_common.env.messages import Message
+def chat_message(m: dict):
+    """An OpenAI chat message (dict) -> trace.v1.ChatMessage, tool calls included."""
+    from trace_common.proto.trace.v1 import types_pb2 as t
 
-    async def run():
-        domain = Inference(InferenceSettings(artifact_root=args.root.resolve().as_uri()))
-        spec = composition_spec(args, "route-trace")
-        await domain.load(spec)
-        try:
-            c = await domain.generate(ChatRequest(
-                model=spec.name, messages=[Message.from_dict(m) for m in messages], tools=tools,
-                temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed or None,
-                return_routing_trace=True))
-        finally:
-            await domain.stop()
-        return c.expert_names, [(r.token_text, r.experts) for r in c.routing], c.finish_reason
-    return asyncio.run(run())
+    calls = []
+    for i, tc in enumerate(m.get("tool_calls") or []):
+        fn = tc.get("function") or tc
+        arguments = fn.get("arguments", "{}")
+        calls.append(t.ToolCall(id=tc.get("id") or f"call_{i}", name=fn.get("name") or "",
+                                arguments_json=arguments if isinstance(arguments, str) else json.dumps(arguments)))
+    return t.ChatMessage(role=m["role"], content=m.get("content") or "", tool_calls=calls,
+                         tool_call_id=m.get("tool_call_id") or "", name=m.get("name") or "")
 
 
-def _remote(args: argparse.Namespace, messages: list[dict], tools: list[dict]):
-    from trace_common.grpc.client import Endpoint, open_channel, stub
+async def _generate(stub, metadata, args: argparse.Namespace, messages: list[dict], tools: list[dict], composition):
+    """Generate with a routing trace on `composition` (a CompositionInfo): (expert names, [(token
+    text, experts per layer)], finish reason)."""
     from trace_common.grpc.client import messages as pb_messages
     from trace_common.proto.trace.v1 import types_pb2 as t
 
     inf = pb_messages("inference")
-    target = args.target.split("=", 1)[-1]
-    with open_channel(Endpoint(target, args.token)) as channel:
-        s = stub("inference", channel)
+    resp = await stub.Generate(inf.GenerateRequest(
+        model=composition.spec.name, messages=[chat_message(m) for m in messages],
+        tools=[t.ToolSchema(json=json.dumps(x)) for x in tools],
+        sampling=t.SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
+        return_routing_trace=True), metadata=metadata)
+    names = ["base", *[a.name for a in composition.spec.adapters]]
+    return names, [(r.token_text, list(r.experts)) for r in resp.routing_trace], resp.finish_reason
+
+
+async def _remote(args: argparse.Namespace, target: str, messages: list[dict], tools: list[dict]):
+    """Ask the service at `target` about a composition it serves (--model, or its only one)."""
+    from trace_common.grpc.client import messages as pb_messages
+
+    inf = pb_messages("inference")
+    async with inference_stub(target, target_token(args)) as (stub, metadata):
+        listed = {c.spec.name: c for c in (await stub.ListCompositions(inf.ListCompositionsRequest(),
+                                                                       metadata=metadata)).compositions}
         model = args.model
-        listed = {c.spec.name: c for c in s.ListCompositions(inf.ListCompositionsRequest()).compositions}
         if not model:
             if len(listed) != 1:
                 raise SystemExit(f"--model is required: the service has {sorted(listed) or 'no compositions'}")
             model = next(iter(listed))
         if model not in listed:
             raise SystemExit(f"no composition {model!r} on {target}; loaded: {sorted(listed)}")
-        chat = [t.ChatMessage(role=m["role"], content=m.get("content") or "", tool_call_id=m.get("tool_call_id", ""))
-                for m in messages]
-        resp = s.Generate(inf.GenerateRequest(
-            model=model, messages=chat, tools=[t.ToolSchema(json=json.dumps(x)) for x in tools],
-            sampling=t.SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
-            return_routing_trace=True))
-        names = ["base", *[a.name for a in listed[model].spec.adapters]]
-        return names, [(r.token_text, list(r.experts)) for r in resp.routing_trace], resp.finish_reason
+        return await _generate(stub, metadata, args, messages, tools, listed[model])
+
+
+async def _local(args: argparse.Namespace, messages: list[dict], tools: list[dict]):
+    """Start the inference service here, load the composition through its API, ask it."""
+    from trace_common.grpc.client import messages as pb_messages
+
+    spec = composition_spec(args, "route-trace")
+    async with inference_in_process(root=args.root) as here, inference_stub(here.target, here.token) as (stub, md):
+        info = (await stub.LoadComposition(pb_messages("inference").LoadCompositionRequest(spec=spec),
+                                           metadata=md)).composition
+        return await _generate(stub, md, args, messages, tools, info)
 
 
 def render(names: list[str], routes: list[tuple[str, list[int]]], *, per_layer: bool) -> list[object]:
@@ -148,10 +175,16 @@ def cmd_route_trace(args: argparse.Namespace) -> int:
     from trace_common.errors import TraceError
 
     messages, tools = _conversation(args)
+    target = inference_target(args)
     try:
-        names, routes, finish = (_remote if args.target else _local)(args, messages, tools)
-    except TraceError as exc:
-        console.print(f"[red]tracectl route-trace:[/] {exc.code}: {exc}")
+        names, routes, finish = asyncio.run(_remote(args, target, messages, tools) if target
+                                            else _local(args, messages, tools))
+    except TraceError as exc:  # the composition manifest could not be read here
+        console.print(f"[red]tracectl route-trace:[/] {exc.code}: {exc}", highlight=False, soft_wrap=True)
+        return 1
+    except grpc.RpcError as exc:  # the service refused: its code and reason, no traceback
+        console.print(f"[red]tracectl route-trace:[/] {exc.code().name}: {exc.details()}", highlight=False,
+                      soft_wrap=True)
         return 1
     for item in render(names, routes, per_layer=args.per_layer):
         console.print(item)

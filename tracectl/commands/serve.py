@@ -1,40 +1,60 @@
-"""`tracectl serve`: run the inference service locally with a composition loaded.
+"""`tracectl serve`: load a composition into the inference service and print where it is served.
 
     tracectl serve --composition file:///.../runs/r1/moe/composition.json
     tracectl serve --base micro --adapter refunds=file:///.../adapters/refunds/v3 \\
         --adapter addresses=... --gates file:///.../gates.safetensors --name demo
     tracectl serve --composition URI --routing per_request      # export mode check (see below)
+    tracectl serve --composition URI --target inference=HOST:PORT   # onto a running service
 
-Prints the gRPC address (trace.v1.InferenceService), the OpenAI-compatible base URL (give it
-to any OpenAI client, e.g. the rollout service's HTTP backend, as `endpoint`, with the
-composition name as the model) and the metrics URL, then serves until Ctrl-C / SIGTERM.
+Like every other command, serve is a client of the inference service: it sends the composition
+with LoadComposition (`CompositionSpec.routing` from `--routing`) and prints what the service
+answered -- its experts, layers, hidden size, gate parameters and the routing it serves.
+
+Without `--target`, the inference service is first started in this process (through
+`services.launch.build`, as the embedded stack starts services) on `--host`/`--port`/
+`--http-port`/`--metrics-port`, with its artifact store under `--root`; serve then prints the gRPC
+address (trace.v1.InferenceService), the OpenAI-compatible base URL (give it to any OpenAI client,
+e.g. the rollout service's HTTP backend, as `endpoint`, with the composition name as the model)
+and the metrics URL, and serves until Ctrl-C / SIGTERM. With `--target [inference=]HOST:PORT`
+(or $TRACE_INFERENCE_TARGET) nothing is started: the composition is loaded on that service, its
+answer printed, and the command returns while the service keeps serving it (token:
+$TRACE_INFERENCE_AUTH_TOKEN, else `--token` / $TRACE_AUTH_TOKEN).
+
 `--routing per_request | merged` serves one of the export modes instead of token-level routing
-(trace_common/moe/composition_io.py documents their accuracy trade-off). `--once` loads,
-prints and stops (a smoke test). Exit status: 0, or 1 when the composition does not load
-(the reason is printed).
+(trace_common/moe/composition_io.py documents their accuracy trade-off). `--once` loads, prints
+and stops (a smoke test). Exit status: 0, or 1 when the composition does not load (one line:
+the service's status code and reason).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from rich.console import Console
 
 from trace_common.errors import TraceError
 
 console = Console()
+ROUTING_CHOICES = ("token", "per_request", "merged", "soft_trajectory")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve a composition locally (gRPC + OpenAI-compatible HTTP)")
+    p = sub.add_parser("serve", help="serve a composition (gRPC + OpenAI-compatible HTTP), here or on a service")
     add_composition_args(p)
     p.add_argument("--name", default="", help="composition name clients use as the model (default: "
                    "the manifest's directory name, or 'composition')")
-    p.add_argument("--routing", choices=("token", "per_request", "merged"), default="token",
-                   help="token-level routing (default) or an export mode")
+    p.add_argument("--routing", choices=ROUTING_CHOICES, default="token",
+                   help="token-level routing (default), an export mode, or soft_trajectory (the soft ablation)")
+    add_inference_target_args(p, what="load the composition on a running inference service instead of "
+                              "starting one here")
     p.add_argument("--host", default="127.0.0.1", help="bind address of gRPC, HTTP and metrics")
     p.add_argument("--port", type=int, default=0, help="gRPC port (0 = free port)")
     p.add_argument("--http-port", type=int, default=0, help="OpenAI-compatible HTTP port (0 = free port)")
@@ -54,16 +74,50 @@ def add_composition_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gates", default="", help="gates.safetensors URI when no manifest")
 
 
-def composition_spec(args: argparse.Namespace, name: str):
-    """A validated CompositionSpecModel from --composition or --base/--adapter/--gates."""
-    from services.inference.specs import AdapterRefModel, CompositionSpecModel
-    from trace_common.moe.composition_io import read_manifest
+def add_inference_target_args(p: argparse.ArgumentParser, *, what: str) -> None:
+    p.add_argument("--target", default="", metavar="[inference=]HOST:PORT", help=what)
+    p.add_argument("--token", default=None, help="bearer token for --target ($TRACE_INFERENCE_AUTH_TOKEN wins "
+                   "when set, as for every command; default $TRACE_AUTH_TOKEN)")
 
+
+def inference_target(args: argparse.Namespace) -> str:
+    """HOST:PORT of the inference service to call: --target (an `inference=` prefix is allowed), else
+    $TRACE_INFERENCE_TARGET; empty = start one in this process."""
+    target = args.target or os.environ.get("TRACE_INFERENCE_TARGET", "")
+    name, sep, addr = target.partition("=")
+    if sep:
+        if name != "inference" or not addr:
+            raise SystemExit(f"--target {target!r}: expected [inference=]HOST:PORT")
+        return addr
+    return target
+
+
+def target_token(args: argparse.Namespace) -> str | None:
+    """The token a deployed inference service is sent: $TRACE_INFERENCE_AUTH_TOKEN, else --token /
+    $TRACE_AUTH_TOKEN (`trace_common.config.service_token`)."""
+    from trace_common.config import service_token
+
+    try:
+        return service_token("inference", args.token or os.environ.get("TRACE_AUTH_TOKEN"))
+    except ValueError as exc:  # a blank or malformed token variable
+        raise SystemExit(f"tracectl {args.command}: {exc}") from None
+
+
+def composition_spec(args: argparse.Namespace, name: str, routing: str = "token"):
+    """The `trace.v1.CompositionSpec` of --composition (its manifest is read here) or of
+    --base/--adapter/--gates; the service validates it. TraceError when the manifest cannot be read."""
+    from trace_common.grpc.client import messages
+    from trace_common.specs import COMPOSITION_ROUTING
+
+    inf = messages("inference")
     if args.composition:
+        from trace_common.moe.composition_io import read_manifest
+
         manifest = read_manifest(args.composition)
         name = name or args.composition.rstrip("/").rsplit("/", 2)[-2].replace("/", "-") or "composition"
-        return CompositionSpecModel(name=name, base_model=manifest.base_model, gates_uri=manifest.gates_uri,
-                                    adapters=[AdapterRefModel(name=a.name, uri=a.uri) for a in manifest.adapters])
+        return inf.CompositionSpec(name=name, base_model=manifest.base_model, gates_uri=manifest.gates_uri,
+                                   adapters=[inf.AdapterRef(name=a.name, uri=a.uri) for a in manifest.adapters],
+                                   routing=COMPOSITION_ROUTING[routing])
     if not args.base:
         raise SystemExit("give --composition URI, or --base (with --adapter NAME=URI ... and --gates URI)")
     adapters = []
@@ -71,43 +125,123 @@ def composition_spec(args: argparse.Namespace, name: str):
         adapter_name, sep, uri = item.partition("=")
         if not sep or not adapter_name or not uri:
             raise SystemExit(f"--adapter {item!r}: expected NAME=URI")
-        adapters.append(AdapterRefModel(name=adapter_name, uri=uri))
-    return CompositionSpecModel(name=name or "composition", base_model=args.base, adapters=adapters,
-                                gates_uri=args.gates)
+        adapters.append(inf.AdapterRef(name=adapter_name, uri=uri))
+    return inf.CompositionSpec(name=name or "composition", base_model=args.base, adapters=adapters,
+                               gates_uri=args.gates, routing=COMPOSITION_ROUTING[routing])
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+@dataclass
+class InferenceHere:
+    """An inference service started in this process: where to call it and what it serves on."""
+
+    target: str
+    token: str | None
+    http_url: str | None
+    metrics_url: str | None
+
+
+@contextlib.asynccontextmanager
+async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int = 0, http_port: int = 0,
+                               metrics_port: int = 0, **settings) -> AsyncIterator[InferenceHere]:
+    """Start the inference service in this process (TRACE_INFERENCE_* env vars apply; the keyword
+    arguments win), yield how to reach it, stop it on exit. tracectl's one way to start it itself."""
     from pydantic import ValidationError
 
     from services.launch import build
     from trace_common.grpc.server import TraceServer
 
     try:
-        spec = composition_spec(args, args.name)
-    except (TraceError, ValidationError) as exc:
-        console.print(f"[red]tracectl serve:[/] {exc}")
+        service_settings, definition = build("inference", host=host, port=port, http_host=host,
+                                             http_port=http_port, metrics_host=host, metrics_port=metrics_port,
+                                             artifact_root=root.resolve().as_uri(), **settings)
+    except ValidationError as err:  # e.g. a blank TRACE_INFERENCE_AUTH_TOKEN
+        first = err.errors()[0]
+        raise SystemExit(f"invalid inference settings (env TRACE_INFERENCE_*): "
+                         f"{'.'.join(map(str, first['loc'])) or '-'}: {first['msg']}") from None
+    server = TraceServer(service_settings, definition)
+    await server.start()
+    try:
+        token = service_settings.auth_token.get_secret_value() if service_settings.auth_token is not None else None
+        yield InferenceHere(target=server.target, token=token, http_url=definition.http_url,
+                            metrics_url=server.metrics_server.url if server.metrics_server else None)
+    finally:
+        await server.stop(grace=2.0)
+
+
+@contextlib.asynccontextmanager
+async def inference_stub(target: str, token: str | None) -> AsyncIterator[tuple[object, tuple]]:
+    """(asyncio stub of trace.v1.InferenceService at `target`, the call metadata carrying `token`)."""
+    from trace_common.grpc.client import Endpoint, call_metadata, open_aio_channel, stub
+
+    endpoint = Endpoint(target, token)
+    channel = open_aio_channel(endpoint)
+    try:
+        yield stub("inference", channel), call_metadata(endpoint)
+    finally:
+        await channel.close()
+
+
+def served_routing(spec) -> str:
+    """The routing mode a CompositionInfo's spec names ("token", ...; the bare number of a value
+    this build does not know, from a newer service)."""
+    from trace_common.grpc.client import messages
+    from trace_common.specs import composition_routing_mode
+
+    enum = messages("inference").CompositionRouting
+    if spec.routing not in enum.values():
+        return str(spec.routing)
+    try:
+        return composition_routing_mode(enum.Name(spec.routing))
+    except ValueError:  # a value this build's mapping (trace_common.specs) does not name yet
+        return enum.Name(spec.routing)
+
+
+def describe(info) -> str:
+    """One line saying what a LoadCompositionResponse's CompositionInfo reports."""
+    spec = info.spec
+    return (f"experts: {', '.join(['base', *[a.name for a in spec.adapters]])}; {info.num_layers} layers, "
+            f"hidden {info.hidden_size}, {info.gate_parameters} gate parameters; routing {served_routing(spec)}")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    target = inference_target(args)
+    token = target_token(args) if target else None
+    try:
+        spec = composition_spec(args, args.name, args.routing)
+    except TraceError as exc:
+        console.print(f"[red]tracectl serve:[/] {exc.code}: {exc}")
         return 1
 
-    async def main() -> int:
-        settings, definition = build("inference", host=args.host, port=args.port, http_host=args.host,
-                                     http_port=args.http_port, metrics_host=args.host, metrics_port=args.metrics_port,
-                                     artifact_root=args.root.resolve().as_uri(), device=args.device)
-        server = TraceServer(settings, definition)
-        await server.start()
-        try:
-            domain = definition.domain
-            console.print(f"loading composition [bold]{spec.name}[/] (base {spec.base_model}, "
-                          f"{len(spec.adapters)} adapters, routing {args.routing}) ...")
+    async def load(where: str, tok: str | None):
+        from trace_common.grpc.client import messages
+
+        console.print(f"loading composition [bold]{spec.name}[/] (base {spec.base_model}, "
+                      f"{len(spec.adapters)} adapters, routing {args.routing}) on {where} ...")
+        async with inference_stub(where, tok) as (stub, metadata):
             try:
-                info = await domain.load(spec, routing=args.routing)
-            except TraceError as exc:
-                console.print(f"[red]tracectl serve: cannot load the composition:[/] {exc.code}: {exc}")
+                resp = await stub.LoadComposition(messages("inference").LoadCompositionRequest(spec=spec),
+                                                  metadata=metadata)
+            except grpc.RpcError as exc:
+                console.print(f"[red]tracectl serve: cannot load the composition:[/] {exc.code().name}: "
+                              f"{exc.details()}", highlight=False, soft_wrap=True)
+                return None
+        console.print(describe(resp.composition), highlight=False, soft_wrap=True)
+        return resp.composition
+
+    async def main() -> int:
+        if target:
+            info = await load(target, token)
+            if info is None:
                 return 1
-            console.print(f"experts: {', '.join(['base', *[a['name'] for a in info['adapters']]])}; "
-                          f"{info['num_layers']} layers, hidden {info['hidden_size']}, "
-                          f"{info['gate_parameters']} gate parameters")
-            console.print(f"grpc={server.target} http={definition.http_url} metrics={server.metrics_server.url} "
-                          f"model={spec.name}", highlight=False, soft_wrap=True)
+            console.print(f"grpc={target} model={info.spec.name}", highlight=False, soft_wrap=True)
+            return 0
+        async with inference_in_process(root=args.root, host=args.host, port=args.port, http_port=args.http_port,
+                                        metrics_port=args.metrics_port, device=args.device) as here:
+            info = await load(here.target, here.token)
+            if info is None:
+                return 1
+            console.print(f"grpc={here.target} http={here.http_url} metrics={here.metrics_url} "
+                          f"model={info.spec.name}", highlight=False, soft_wrap=True)
             if args.once:
                 return 0
             stop = asyncio.Event()
@@ -117,7 +251,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
             console.print("serving; Ctrl-C to stop")
             await stop.wait()
             return 0
-        finally:
-            await server.stop(grace=2.0)
 
     return asyncio.run(main())

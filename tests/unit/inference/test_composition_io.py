@@ -37,6 +37,7 @@ def test_round_trip_restores_gates_and_manifest(world, tmp_path):
 @pytest.mark.parametrize("routing, merged_adapter, expect_composed, expect_merged", [
     ("token", None, True, None),
     ("per_request", None, True, None),
+    ("soft_trajectory", None, True, None),
     ("merged", None, False, "addresses"),   # routing_share [0.2, 0.3, 0.5] -> slot 2
     ("merged", "refunds", False, "refunds"),
 ])
@@ -86,6 +87,7 @@ def _gates_of_other_base(world, tmp_path, *, hidden: int, layers: int):
     ("missing_gates_file", NotFound, "does not exist"),
     ("gates_not_safetensors", InvalidArgument, "not a readable safetensors"),
     ("two_adapters_no_gates", InvalidArgument, "gates for a composition of 2 adapters"),
+    ("soft_one_adapter_no_gates", InvalidArgument, "soft_trajectory routing weights the adapters by the gates"),
 ])
 def test_load_errors_name_the_problem(world, tmp_path, case, error, needle):
     art = write_tiny_composition(world, tmp_path / "store")
@@ -110,6 +112,8 @@ def test_load_errors_name_the_problem(world, tmp_path, case, error, needle):
         kwargs["gates_uri"] = str(bad)
     elif case == "two_adapters_no_gates":
         kwargs["gates_uri"] = ""
+    elif case == "soft_one_adapter_no_gates":
+        kwargs.update(adapters=adapters[:1], gates_uri="", routing="soft_trajectory")
     with pytest.raises(error) as err:
         load_composition(cache_dir=tmp_path / "cache", **kwargs)
     assert needle in str(err.value)

@@ -19,8 +19,8 @@ from trace_common.errors import InvalidArgument
 from trace_common.moe.export import choose_adapter_per_request
 
 
-def _spec(world, gates_uri: str, name: str = "c") -> CompositionSpecModel:
-    return CompositionSpecModel(name=name, base_model=str(world.model_dir), gates_uri=gates_uri,
+def _spec(world, gates_uri: str, name: str = "c", routing: str = "token") -> CompositionSpecModel:
+    return CompositionSpecModel(name=name, base_model=str(world.model_dir), gates_uri=gates_uri, routing=routing,
                                 adapters=[AdapterRefModel(name=n, uri=str(world.adapter_dirs[n]))
                                           for n in ("refunds", "addresses")])
 
@@ -36,7 +36,7 @@ def _run(world, tmp_path, body, routing="token", **settings):
     async def main():
         domain = Inference(InferenceSettings(artifact_root=(tmp_path / "store").as_uri(),
                                              model_cache_dir=str(tmp_path / "cache"), **settings))
-        await domain.load(_spec(world, art.gates_uri), routing=routing)
+        await domain.load(_spec(world, art.gates_uri, routing=routing))
         try:
             return await body(domain)
         finally:
@@ -106,6 +106,46 @@ def test_merged_routing_serves_without_trace(world, tmp_path):
     completion, listed = _run(world, tmp_path, body, routing="merged")
     assert completion.routing == [] and completion.completion_tokens > 0
     assert listed[0]["routing"] == "merged" and listed[0]["gate_parameters"] == 0
+
+
+def test_soft_trajectory_serves_what_the_in_process_policy_generates(world, tmp_path):
+    """The service and the rollout backend's composition policy (RoutedPolicy) apply the same soft
+    per-trajectory routing: same weights, same greedy reply; no per-token trace, weights instead."""
+    from trace_common.moe.routed_policy import composition_policy
+    from trace_common.moe.soft_routing import generate_soft_batch
+    from trace_common.policy.base import PolicyRequest, SamplingParams
+    from trace_common.policy.generation import RowParams
+
+    async def body(domain):
+        completion = await domain.generate(_request(return_routing_trace=True, max_tokens=12))
+        served = domain.registry.get("c")
+        prompt = served.tokenizer(served.chat.render(prompt_messages("refunds", 1), TOOLS["refunds"]),
+                                  add_special_tokens=False)["input_ids"]
+        outs, weights = generate_soft_batch(served.loaded.composed, [prompt], [RowParams(temperature=0.0,
+                                            max_tokens=12)], stop_ids=served.engine.stop_ids,
+                                            pad_id=served.engine.pad_id)
+        return completion, outs[0], weights[:, 0], domain.list()
+
+    completion, direct, weights, listed = _run(world, tmp_path, body, routing="soft_trajectory")
+    assert completion.routing == [] and completion.forced_slot is None
+    assert completion.token_ids == direct.token_ids
+    torch.testing.assert_close(torch.tensor(completion.mixture), weights)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[0]))
+    assert weights.min() > 0.01  # random gates: every slot takes part
+    assert listed[0]["routing"] == "soft_trajectory" and listed[0]["gate_parameters"] > 0
+
+    art = write_tiny_composition(world, tmp_path / "store2")
+    policy = composition_policy(art.manifest_uri, routing="soft_trajectory")
+
+    async def generate():
+        try:
+            return await policy.generate([PolicyRequest(messages=prompt_messages("refunds", 1), tools=TOOLS["refunds"],
+                                                        params=SamplingParams(temperature=0.0, max_tokens=12))])
+        finally:
+            await policy.close()
+    turn = asyncio.run(generate())[0]
+    assert turn.completion_token_ids == completion.token_ids
+    assert sum(policy.mixture_sums.values()) == pytest.approx(1.0) and not policy.slot_requests
 
 
 def test_cancel_flag_stops_a_row_at_the_next_step(world, tmp_path):

@@ -1,10 +1,24 @@
 from trace.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class CompositionRouting(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPOSITION_ROUTING_UNSPECIFIED: _ClassVar[CompositionRouting]
+    COMPOSITION_ROUTING_TOKEN: _ClassVar[CompositionRouting]
+    COMPOSITION_ROUTING_PER_REQUEST: _ClassVar[CompositionRouting]
+    COMPOSITION_ROUTING_MERGED: _ClassVar[CompositionRouting]
+    COMPOSITION_ROUTING_SOFT_TRAJECTORY: _ClassVar[CompositionRouting]
+COMPOSITION_ROUTING_UNSPECIFIED: CompositionRouting
+COMPOSITION_ROUTING_TOKEN: CompositionRouting
+COMPOSITION_ROUTING_PER_REQUEST: CompositionRouting
+COMPOSITION_ROUTING_MERGED: CompositionRouting
+COMPOSITION_ROUTING_SOFT_TRAJECTORY: CompositionRouting
 
 class AdapterRef(_message.Message):
     __slots__ = ('name', 'uri')
@@ -17,17 +31,19 @@ class AdapterRef(_message.Message):
         ...
 
 class CompositionSpec(_message.Message):
-    __slots__ = ('name', 'base_model', 'adapters', 'gates_uri')
+    __slots__ = ('name', 'base_model', 'adapters', 'gates_uri', 'routing')
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     GATES_URI_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FIELD_NUMBER: _ClassVar[int]
     name: str
     base_model: str
     adapters: _containers.RepeatedCompositeFieldContainer[AdapterRef]
     gates_uri: str
+    routing: CompositionRouting
 
-    def __init__(self, name: _Optional[str]=..., base_model: _Optional[str]=..., adapters: _Optional[_Iterable[_Union[AdapterRef, _Mapping]]]=..., gates_uri: _Optional[str]=...) -> None:
+    def __init__(self, name: _Optional[str]=..., base_model: _Optional[str]=..., adapters: _Optional[_Iterable[_Union[AdapterRef, _Mapping]]]=..., gates_uri: _Optional[str]=..., routing: _Optional[_Union[CompositionRouting, str]]=...) -> None:
         ...
 
 class CompositionInfo(_message.Message):
