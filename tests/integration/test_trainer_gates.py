@@ -1,8 +1,11 @@
 """TrainerService TRAINING_KIND_GATES through gRPC on the embedded stack: two capability adapters
 (random LoRAs on a tiny real store model, published into the stack's artifact store) composed over
 the built-in store environment (two task types as the capability environments, the store's train
-split as the target) -- warm start + 2 GRPO iterations to SUCCEEDED, streamed iterations with
-routing shares, and a `composition` output that `load_composition` loads and a policy generates with."""
+split as the target), with slot 0's provenance from a base rollout job on the target's train split
+(the pipeline's rollout stage) -- warm start + 2 GRPO iterations on the target to SUCCEEDED, streamed
+iterations with routing shares and the budget, and a `composition` output that `load_composition`
+loads, a policy generates with, and the rollout service plays routed per token, per request and
+softly per trajectory."""
 
 from __future__ import annotations
 
@@ -43,13 +46,30 @@ def publish_adapters(model_dir, root_uri: str, tmp_path) -> dict[str, str]:
     return uris
 
 
+def base_rollouts(embedded_stack, model_dir) -> str:
+    """The base agent on 4 target training tasks (the rollout stage): its `trajectories` URI."""
+    R = messages("rollout")
+    spec = R.RolloutSpec(environment=t.EnvironmentRef(name="store"), samples_per_task=1, concurrency=4,
+                         policy=t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model=str(model_dir)),
+                         tasks=R.TaskSelection(split="train", limit=4),
+                         sampling=t.SamplingParams(temperature=1.0, max_tokens=8))
+    stub = embedded_stack.stub("rollout")
+    job = stub.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id="gates")).job
+    list(stub.WatchRolloutJob(R.WatchRolloutJobRequest(job_id=job.job_id), timeout=600))
+    got = stub.GetRolloutJob(R.GetRolloutJobRequest(job_id=job.job_id)).job
+    assert got.state == t.JOB_STATE_SUCCEEDED, got.error.message
+    return next(o.uri for o in got.outputs if o.kind == "trajectories")
+
+
 def test_gates_job_to_succeeded_with_a_composition_a_policy_generates_with(embedded_stack, model_dir, tmp_path):
     root = embedded_stack.root.resolve().as_uri()
     uris = publish_adapters(model_dir, root, tmp_path)
     values = Struct()
+    # the tiny random model solves no store task: slot 0 takes all of the base's trajectories
     values.update({"max_steps": 2, "groups_per_batch": 2, "num_generations": 2, "max_completion_length": 8,
                    "max_turns": 2, "save_steps": 1, "warm_start_steps": 5, "warm_start_episodes": 2,
-                   "early_stop_uninformative_iterations": 0, "guidance_fraction": 0.0})
+                   "early_stop_uninformative_iterations": 0, "guidance_fraction": 0.0,
+                   "base_provenance_uris": [base_rollouts(embedded_stack, model_dir)], "base_provenance": "all"})
     envs = [t.EnvironmentRef(name="store", params={"task_types": tt}) for tt in CAPS.values()]
     envs.append(t.EnvironmentRef(name="store", params={"split": "train"}))  # the target's training tasks
     spec = T.TrainingSpec(kind=T.TRAINING_KIND_GATES, capability="gates-moe", environments=envs, adapter_uris=uris,
@@ -63,8 +83,10 @@ def test_gates_job_to_succeeded_with_a_composition_a_policy_generates_with(embed
     iterations = [u.iteration for u in updates if u.HasField("iteration")]
     assert [i.iteration for i in iterations] == [0, 1, 2]                   # 0 = the warm start
     assert {"reward_mean", "informative_group_fraction", "pass_rate", "rollouts_total",
-            "routing_share_base"} <= set(iterations[-1].values)
-    assert final.metrics["rollouts_total"] == 2 * 2 + 2 * 2 * 2
+            "routing_share_base", "prompt_tokens_total", "completion_tokens_total"} <= set(iterations[-1].values)
+    assert iterations[0].values["provenance_examples_base"] == 2  # slot 0: warm_start_episodes of the base's
+    assert final.metrics["rollouts_total"] == 2 * 2 + 2 * 2 * 2   # provenance played here + GRPO (target only)
+    assert final.metrics["warm_start_rollouts"] == 2 * 2
     outputs = {o.kind: o for o in final.outputs}
     assert {"composition", "gates"} <= set(outputs) and len(outputs["composition"].sha256) == 64
     assert "/runs/gates/moe/gates-moe/composition.json" in outputs["composition"].uri
@@ -93,9 +115,10 @@ def test_gates_job_to_succeeded_with_a_composition_a_policy_generates_with(embed
     assert turns[0].completion_token_ids and trace.num_calls >= 1
 
     # The evaluation's TRACE arms: the rollout service plays the composition in-process, routed per
-    # token or per request (one slot per request picked by the gates), with the base agent as model.
+    # token, per request (one slot per request picked by the gates) or softly per trajectory (the
+    # ablation: the gates' mean softmax over the prompt mixes the adapters), with the base agent as model.
     R = messages("rollout")
-    for routing in ("token", "per_request"):
+    for routing in ("token", "per_request", "soft_trajectory"):
         rspec = R.RolloutSpec(environment=t.EnvironmentRef(name="store"), samples_per_task=1, concurrency=4,
                               policy=t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model=str(model_dir),
                                                  composition_uri=outputs["composition"].uri, routing=routing),

@@ -1,52 +1,65 @@
-"""Gate training of an MoE composition as one job: warm start from capability provenance, then
-GRPO on the gates only (backbone and adapters frozen) over a mixture of the capability
-environments and the target's training tasks.
+"""Gate training of an MoE composition as one job: warm start from provenance, then GRPO on the
+gates only (backbone and adapters frozen) over the target's training tasks.
 
-Provenance (the warm start's data). For each capability c, `warm_start_episodes` episodes of c's
-environment are played by the composition itself with routing *forced* to slot c at every layer
-and token -- i.e. by the base with adapter c, the policy c's adapter was trained to be -- sampled
-at the GRPO `temperature`. Every token of those trajectories is labelled slot c and the gates
-are fitted to the labels (`warm_start.GateTrainer`). Playing the adapters, not an environment
-oracle, is deliberate: the gate learns to recognise the text each adapter actually produces and
-reads, and it needs no oracle (built-in and target environments have none). It costs
-K * warm_start_episodes rollouts, which are counted in `rollouts_total`.
+Provenance (the warm start's data; `provenance.py`): each adapter's slot gets `warm_start_episodes`
+episodes of its capability environment, played here by the composition with routing forced to that
+slot; slot 0 (the plain base) gets the base agent's own successful trajectories on the target's
+training tasks (the rollout stage's output, `base_provenance_uris`). Only the routing decisions that
+generate assistant tokens are labelled (`warm_start.py`). The episodes played here -- K *
+warm_start_episodes -- are counted in `rollouts_total`, with their tokens.
 
 GRPO. The DESIGN's GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
-`GateWeights` as its trainable weights: the policy is the composed model (hard top-1 routing per
+`GateWeights` as its trainable weights, on the target environment's training split only (several
+target environments: a seeded mixture of them, `build_mixture`; never the capability environments,
+which the adapters already trained on): the policy is the composed model (hard top-1 routing per
 token and layer; the gates learn through the straight-through factor of `composed.py`), rollouts
 come from the same in-process backend, the loss is the clipped surrogate on assistant tokens plus
 `load_balancing_coef` times the Switch load-balancing term, the KL reference (beta > 0) is the
 plain base (slot 0 forced), and checkpoints carry the gates + optimizer + RNG + seed cursor.
 
 Semantics (one job):
+    provenance <- stored provenance with the same digest, else play it (and store it)
     gates <- warm_start(provenance)                       if warm_start_steps > 0 (else the seeded init)
-    mixture seed s -> source j with probability w_j (target envs share target_fraction, the K
-        capability envs the rest), instance = a seeded draw from source j's training split
-    for it in 1..max_steps: GRPO iteration on the mixture, only the gates in the optimizer
+    for it in 1..max_steps: GRPO iteration on the target's training tasks, only the gates in the optimizer
     write gates.safetensors + composition.json (composition_io.write_composition)
 
+Budget (every "iteration" event, Job.metrics, metrics.jsonl): rollouts_total, prompt_tokens_total and
+completion_tokens_total count every episode this job played -- the provenance episodes (iteration 0
+reports them alone), then every GRPO episode, resampled groups included (the GRPO trainer's own
+totals, carried in its checkpoints) -- and warm_start_rollouts the provenance part. The provenance's
+share is read back from its stored record when a resumed job skips the warm start, so a resumed job
+reports what an uninterrupted one does; a job resumed with nothing left to run re-reports its last
+iteration, so its metrics carry the totals too. The base trajectories of slot 0 are not played here
+and not counted here (the rollout stage played them).
+
 Resume: a GRPO checkpoint under the job prefix (or the one named) restores gates, optimizer, RNG
-and seed cursor and skips the warm start; otherwise the warm start resumes from its own
-checkpoints (`<prefix>/gates-ckpt/`), or loads its finished gates without replaying provenance.
+and seed cursor and skips the warm start; otherwise the warm start continues from its newest
+checkpoint fitted to the same provenance (`<prefix>/gates-ckpt/`), which also re-reports a finished
+warm start without replaying any episode.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from services.trainer.gates.provenance import (
+    PlayedBudget,
+    obtain_provenance,
+    play_provenance,
+    recorded_budget,
+    select_base_provenance,
+)
 from services.trainer.gates.warm_start import (
     CKPT_DIR,
     GateTrainer,
@@ -56,13 +69,13 @@ from services.trainer.gates.warm_start import (
 )
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
-from services.trainer.grpo.rollouts import EnvFactory, EpisodeSpec, PolicyRollouts, play_groups
+from services.trainer.grpo.rollouts import EnvFactory, PolicyRollouts
 from services.trainer.grpo.trainable import TrainableWeights
 from services.trainer.grpo.trainer import EventFn
 from trace_common.artifacts import ArtifactStore
 from trace_common.env import Environment, Observation, StepResult
 from trace_common.env.trajectory import Trajectory
-from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
     BASE_SLOT_NAME,
@@ -70,10 +83,9 @@ from trace_common.moe.composition_io import (
     MANIFEST_FILE,
     CompositionArtifact,
     gates_metadata,
-    read_gates,
     write_composition,
 )
-from trace_common.policy.base import SamplingParams, derive_seed
+from trace_common.specs import check_uri
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +102,46 @@ class GateGRPOConfig(GRPOConfig):
     learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="AdamW learning rate of the gates in GRPO.")
     load_balancing_coef: float = Field(
         0.01, ge=0.0, le=10.0, description="Weight of the Switch load-balancing term added to the GRPO loss.")
-    target_fraction: float = Field(
-        0.5, ge=0.0, le=1.0, description="Share of GRPO instances drawn from the target environment(s); the rest "
-        "is spread evenly over the capability environments (all of it when no target environment is given).")
     warm_start_steps: int = Field(100, ge=0, le=1_000_000,
                                   description="Warm-start optimizer steps on provenance (0 = no warm start).")
-    warm_start_episodes: int = Field(16, ge=1, le=4096,
-                                     description="Provenance episodes played per capability environment.")
+    warm_start_episodes: int = Field(
+        16, ge=1, le=4096, description="Provenance episodes played per capability environment; also the most base "
+                                       "trajectories slot 0 takes.")
     warm_start_learning_rate: float = Field(5e-3, gt=0.0, le=1.0, description="AdamW learning rate of the warm start.")
     warm_start_batch_size: int = Field(8, ge=1, le=4096, description="Provenance sequences per warm-start step.")
-    warm_start_tokens: Literal["all", "assistant"] = Field(
-        "all", description="Which provenance tokens carry the slot label (GateTrainingConfig.tokens).")
-    warm_start_max_length: int = Field(1024, ge=8, le=1 << 17, description="Tokens kept per provenance sequence.")
+    warm_start_max_length: int = Field(
+        8192, ge=8, le=1 << 17, description="Tokens kept per provenance sequence (GateTrainingConfig.max_length: keep "
+                                            "it above the target's prompt, or its replies carry no label).")
     heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0,
                                     description="Share of provenance kept out of the warm start to measure routing "
                                                 "accuracy.")
+    base_provenance_uris: list[str] = Field(
+        default_factory=list, max_length=64,
+        description="Trajectory files (JSONL artifacts in the trainer's store) of the base agent on the target's "
+                    "training tasks: slot 0's warm-start examples. The pipeline passes the rollout stage's output. "
+                    "Empty: slot 0 gets no example (logged; the gates then never learn to choose the base).")
+    base_provenance: Literal["successful", "all", "none"] = Field(
+        "successful", description="Which base trajectories label slot 0: the successful ones (default: the base "
+                                  "acted right there), all of them, or none (provenance.py says why).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if "target_fraction" in data:
+                raise ValueError("target_fraction: GRPO on the gates plays the target's training tasks only (the "
+                                 "capability environments are the adapters' own); remove the field")
+            if "warm_start_tokens" in data:
+                raise ValueError("warm_start_tokens: provenance labels only the decisions that generate assistant "
+                                 "tokens; remove the field")
+        return data
+
+    @field_validator("base_provenance_uris")
+    @classmethod
+    def _uris(cls, v: list[str]) -> list[str]:
+        for i, uri in enumerate(v):
+            check_uri(uri, f"base_provenance_uris[{i}]")
+        return v
 
     @model_validator(mode="after")
     def _gates_only(self) -> GateGRPOConfig:
@@ -124,11 +161,11 @@ class GateGRPOConfig(GRPOConfig):
                              "gradient); remove it")
         return self
 
-    def warm_start_config(self) -> GateTrainingConfig:
+    def warm_start_config(self, data_digest: str = "") -> GateTrainingConfig:
         return GateTrainingConfig(learning_rate=self.warm_start_learning_rate, max_steps=self.warm_start_steps,
                                   per_device_train_batch_size=self.warm_start_batch_size,
-                                  max_length=self.warm_start_max_length, tokens=self.warm_start_tokens,
-                                  heldout_fraction=self.heldout_fraction, save_steps=self.save_steps, seed=self.seed)
+                                  max_length=self.warm_start_max_length, heldout_fraction=self.heldout_fraction,
+                                  save_steps=self.save_steps, seed=self.seed, data_digest=data_digest)
 
 
 # ---- the gates as GRPO's trainable weights -------------------------------------------------------
@@ -148,6 +185,7 @@ class GateWeights(TrainableWeights):
         self.coef = load_balancing_coef
         composed.requires_grad_(False)
         for p in composed.gate_parameters():
+            p.grad = None  # a gradient left by earlier training must not enter GRPO's first step
             p.requires_grad_(True)
         self.names = [BASE_SLOT_NAME, *composed.adapter_names]
         self.counts = torch.zeros(composed.num_slots, dtype=torch.float64)
@@ -270,31 +308,27 @@ class Mixture:
         return chosen, int(chosen.seeds[rng.randrange(len(chosen.seeds))])
 
 
-def build_mixture(capability_envs: Mapping[str, EnvFactory], target_envs: Sequence[tuple[str, EnvFactory]],
-                  *, target_fraction: float, split: str, splits: Mapping[str, str] | None = None) -> Mixture:
-    """The GRPO mixture (module docstring); each source's seeds (its `splits[label]`, default `split`)
-    are read once here."""
+def build_mixture(target_envs: Sequence[tuple[str, EnvFactory]], *, split: str,
+                  splits: Mapping[str, str] | None = None) -> Mixture:
+    """The GRPO mixture of several target environments, equal weights (module docstring); each source's
+    seeds (its `splits[label]`, default `split`) are read once here."""
+    if not target_envs:
+        raise InvalidArgument(field="spec.environments", expected="the target environment (GRPO on the gates plays "
+                              "the target's training tasks)", fix="list the target after the capability environments, "
+                              "with params split=train")
     sources: list[MixtureSource] = []
-    share_caps = 1.0 - target_fraction if target_envs else 1.0
     max_turns = 1
-    groups = [(capability_envs.items(), share_caps / max(len(capability_envs), 1))]
-    if target_envs:
-        groups.append((target_envs, target_fraction / len(target_envs)))
-    for items, weight in groups:
-        for label, factory in items:
-            probe = factory()
-            have = probe.splits()
-            want = (splits or {}).get(label) or split
-            if want not in have or len(have[want]) == 0:
-                raise InvalidArgument(field="spec.environments", expected=f"environment {probe.name!r} to define a "
-                                      f"non-empty {want!r} split", got=sorted(have),
-                                      fix="set config.train_split (or the environment's split param) to a split it "
-                                          "defines")
-            max_turns = max(max_turns, int(probe.default_max_turns))
-            if weight > 0:
-                sources.append(MixtureSource(label, factory, have[want], weight))
-    if not sources:
-        raise InvalidArgument(field="config.target_fraction", expected="a mixture with some weight on an environment")
+    for label, factory in target_envs:
+        probe = factory()
+        have = probe.splits()
+        want = (splits or {}).get(label) or split
+        if want not in have or len(have[want]) == 0:
+            raise InvalidArgument(field="spec.environments", expected=f"environment {probe.name!r} to define a "
+                                  f"non-empty {want!r} split", got=sorted(have),
+                                  fix="set config.train_split (or the environment's split param) to a split it "
+                                      "defines")
+        max_turns = max(max_turns, int(probe.default_max_turns))
+        sources.append(MixtureSource(label, factory, have[want], 1.0 / len(target_envs)))
     return Mixture(tuple(sources), max_turns=max_turns)
 
 
@@ -363,38 +397,6 @@ class MixtureEnv(Environment):
         return self._current().termination
 
 
-# ---- provenance ---------------------------------------------------------------------------------------
-def play_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
-                    config: GateGRPOConfig, splits: Mapping[str, str] | None = None) -> dict[str, list[Trajectory]]:
-    """capability -> `warm_start_episodes` trajectories of its environment played with routing forced
-    to its slot (module docstring). Instances: a seeded draw from each environment's train split."""
-    from trace_common.policy.transformers_backend import TransformersPolicy
-
-    slots = {name: i for i, name in enumerate(composed.adapter_names, start=1)}
-    params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
-                            max_tokens=config.max_completion_length)
-    out: dict[str, list[Trajectory]] = {}
-    for cap, factory in capability_envs.items():
-        seeds = list(factory().splits()[(splits or {}).get(cap) or config.train_split])
-        rng = random.Random(f"provenance:{config.seed}:{cap}")
-        specs = [EpisodeSpec(seed=int(seeds[rng.randrange(len(seeds))]), group=i, index=0, guided=False,
-                             sampling_seed=derive_seed(config.seed, slots[cap], i))
-                 for i in range(config.warm_start_episodes)]
-        policy = TransformersPolicy.from_model(composed.base, tokenizer, name=f"provenance-{cap}",
-                                               max_batch=config.generation_batch_size, max_wait_s=0.0)
-
-        async def play(policy=policy, factory=factory, specs=specs) -> list[Trajectory]:
-            try:
-                return await play_groups(policy, factory, specs, params=params, max_turns=config.max_turns or None,
-                                         deadline_s=config.episode_timeout_s)
-            finally:
-                await policy.close()
-
-        with composed.forced(slots[cap]):
-            out[cap] = asyncio.run(play())
-    return out
-
-
 # ---- the job ----------------------------------------------------------------------------------------
 @dataclass
 class GateJobResult:
@@ -405,31 +407,29 @@ class GateJobResult:
     history: list[dict[str, float]] = field(default_factory=list)
     composition: CompositionArtifact | None = None
     outputs: list[dict[str, Any]] = field(default_factory=list)  # {"uri", "sha256", "size", "kind"}
+    budget: PlayedBudget = field(default_factory=PlayedBudget)  # what the provenance episodes cost
+
+
+def _matching_warm_start(store: ArtifactStore, prefix: str, digest: str) -> str | None:
+    """Key of the newest warm-start checkpoint written with this config digest (provenance included)."""
+    for _step, key in reversed(list_gate_checkpoints(store, prefix)):
+        try:
+            if json.loads(store.get_bytes(key)).get("config_digest") == digest:
+                return key
+        except (NotFound, ValueError):
+            continue
+    return None
 
 
 def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
-                      config: GateGRPOConfig, *, store: ArtifactStore | None, prefix: str, emit: EventFn,
-                      should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """Warm start (module docstring); the summary, or None when stopped on request."""
-    wcfg = config.warm_start_config()
-    if store is not None:
-        done = [key for step, key in list_gate_checkpoints(store, prefix) if step == wcfg.max_steps]
-        if done:  # finished earlier: load its gates, no provenance replay
-            manifest = json.loads(store.get_bytes(done[-1]))
-            if manifest.get("config_digest") == wcfg.digest():
-                base = done[-1].rsplit("/", 1)[0]
-                import tempfile
-
-                with tempfile.TemporaryDirectory(prefix="trace-gates-") as tmp:
-                    path = Path(tmp) / GATES_FILE
-                    store.get_file(f"{base}/{GATES_FILE}", path)
-                    tensors, _ = read_gates(path)
-                composed.load_gate_state_dict({k: v.float() for k, v in tensors.items()})
-                state = json.loads(store.get_bytes(f"{base}/state.json"))
-                losses = state.get("losses") or [float("nan")]
-                return {"steps": wcfg.max_steps, "final_loss": losses[-1], "resumed": True}
-    provenance = play_provenance(composed, tokenizer, capability_envs, config, splits)
-    examples = provenance_examples(tokenizer, provenance, [BASE_SLOT_NAME, *composed.adapter_names], wcfg)
+                      base: Sequence[Trajectory], config: GateGRPOConfig, *, store: ArtifactStore | None,
+                      prefix: str, emit: EventFn, should_stop: Callable[[], bool],
+                      splits: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, PlayedBudget]:
+    """Warm start (module docstring): (its summary, or None when stopped on request; the provenance's cost)."""
+    provenance = obtain_provenance(composed, tokenizer, capability_envs, base, config, store=store, prefix=prefix,
+                                   splits=splits)
+    wcfg = config.warm_start_config(provenance.digest)
+    examples = provenance_examples(tokenizer, provenance.trajectories, [BASE_SLOT_NAME, *composed.adapter_names], wcfg)
 
     def on_event(kind: str, payload: dict[str, Any]) -> None:
         if kind == "iteration":
@@ -439,12 +439,14 @@ def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_env
 
     trainer = GateTrainer(composed, examples, wcfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,
                           on_event=on_event, should_stop=should_stop)
-    result = trainer.train(resume=store is not None)
+    key = _matching_warm_start(store, prefix, wcfg.digest()) if store is not None else None
+    result = trainer.train(resume=key or False)
     if result.stopped_early:
-        return None
+        return None, provenance.budget
     summary = result.summary()
-    summary["provenance_reward_mean"] = {c: sum(t.reward for t in ts) / len(ts) for c, ts in provenance.items()}
-    return summary
+    summary["provenance_reward_mean"] = {c: sum(t.reward for t in ts) / len(ts)
+                                         for c, ts in provenance.trajectories.items() if ts}
+    return summary, provenance.budget
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -454,22 +456,43 @@ def _pad_id(tokenizer: Any) -> int:
     return int(pad or 0)
 
 
+def _warm_start_values(summary: dict[str, Any], budget: PlayedBudget, names: Sequence[str]) -> dict[str, float]:
+    """Iteration 0's values: the warm start's loss and routing, and the provenance budget."""
+    values = budget.add_to({"warm_start_loss": float(summary.get("final_loss") or float("nan")),
+                            "warm_start_steps": float(summary["steps"])})
+    if summary.get("heldout_accuracy") is not None:
+        values["routing_accuracy"] = float(summary["heldout_accuracy"])
+    for name, v in zip(names, summary.get("heldout_accuracy_by_slot") or [], strict=False):
+        if v is not None:
+            values[f"routing_accuracy_{name}"] = float(v)
+    for name, n in zip(names, summary.get("examples_per_slot") or [], strict=False):
+        values[f"provenance_examples_{name}"] = float(n)
+    for name, v in zip(names, summary.get("routing_share") or [], strict=False):
+        values[f"routing_share_{name}"] = float(v)
+    return values
+
+
 def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer: Any, *,
                    capability_envs: Mapping[str, EnvFactory], target_envs: Sequence[tuple[str, EnvFactory]] = (),
-                   adapter_uris: Mapping[str, str], base_model: str, store: ArtifactStore | None, prefix: str,
-                   splits: Mapping[str, str] | None = None,
+                   base_trajectories: Sequence[Trajectory] = (), adapter_uris: Mapping[str, str], base_model: str,
+                   store: ArtifactStore | None, prefix: str, splits: Mapping[str, str] | None = None,
                    capability: str = "moe", on_event: EventFn | None = None,
                    should_stop: Callable[[], bool] | None = None, resume: bool | str = True) -> GateJobResult:
     """Warm start, then GRPO on the gates, then the composition artifact (module docstring).
 
     Args:
         composed: base + the K frozen adapters (slot k = composed.adapter_names[k-1]).
-        capability_envs: adapter name -> factory of that capability's environment (every adapter needs one).
-        target_envs: (label, factory) of the target's training tasks (GRPO mixture only).
+        capability_envs: adapter name -> factory of that capability's environment (every adapter needs
+            one): the warm start's provenance episodes.
+        target_envs: (label, factory) of the target: GRPO plays its training split (required when
+            max_steps > 0), and slot 0's base trajectories must come from it.
+        base_trajectories: the base agent's trajectories on the target's training tasks (slot 0's
+            provenance, `provenance.select_base_provenance` picks among them).
         splits: label -> the split its seeds come from (default: config.train_split).
         adapter_uris: adapter name -> PEFT adapter directory URI, recorded in the manifest.
         store, prefix: checkpoints (`<prefix>/ckpt-<it>/` for GRPO, `<prefix>/gates-ckpt/` for the warm
-            start) and the composition (`<prefix>/gates.safetensors`, `<prefix>/composition.json`).
+            start), provenance (`<prefix>/provenance/`) and the composition (`<prefix>/gates.safetensors`,
+            `<prefix>/composition.json`).
         resume: True = latest GRPO checkpoint under the prefix (else the warm start's); a GRPO
             checkpoint.json key = that one; False = start fresh.
 
@@ -487,8 +510,16 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
     missing = [n for n in composed.adapter_names if n not in capability_envs]
     if missing:
         raise InvalidArgument(field="capability_envs", expected="an environment for every adapter", got=missing)
+    if config.max_steps and not target_envs:
+        raise InvalidArgument(field="spec.environments", expected="the target environment after the capability "
+                              "environments: GRPO on the gates plays the target's training tasks only",
+                              fix="add the target with params split=train, or set max_steps 0 (warm start only)")
     if store is None and resume not in (False, True):
         raise InvalidArgument(field="resume", expected="True/False without a store")
+    base = select_base_provenance(base_trajectories, target_envs, config, splits) if config.warm_start_steps else []
+    if config.warm_start_steps and not base and config.base_provenance != "none":
+        log.warning("no base trajectories were given (config.base_provenance_uris): slot 0 (the base) gets no "
+                    "warm-start example, so the gates will not learn to choose it")
     weights = GateWeights(composed, config.load_balancing_coef)
     prefix = prefix.rstrip("/")
     grpo_ckpt: str | None = None
@@ -498,56 +529,60 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
         else:
             found = ckpt.latest_checkpoint(store, prefix)
             grpo_ckpt = found.key if found is not None else None
-    offset = float(len(capability_envs) * config.warm_start_episodes) if config.warm_start_steps else 0.0
+    budget = PlayedBudget()
     warm: dict[str, Any] = {}
-    if grpo_ckpt is None and config.warm_start_steps:
-        summary = _warm_start_gates(composed, tokenizer, capability_envs, config, store=store, prefix=prefix,
-                                    emit=emit, should_stop=stop, splits=splits)
+    if config.warm_start_steps and grpo_ckpt is None:
+        summary, budget = _warm_start_gates(composed, tokenizer, capability_envs, base, config, store=store,
+                                            prefix=prefix, emit=emit, should_stop=stop, splits=splits)
         if summary is None:
-            return GateJobResult(0, "stop requested", True)
+            return GateJobResult(0, "stop requested", True, budget=budget)
         warm = summary
         # gate training leaves the gates frozen: GRPO trains them from here
         weights = GateWeights(composed, config.load_balancing_coef)
-        values = {"warm_start_loss": float(summary.get("final_loss") or float("nan")),
-                  "warm_start_steps": float(summary["steps"]), "rollouts_total": offset}
-        if summary.get("heldout_accuracy") is not None:
-            values["routing_accuracy"] = float(summary["heldout_accuracy"])
-        for name, v in zip(weights.names, summary.get("routing_share") or [], strict=False):
-            values[f"routing_share_{name}"] = float(v)
-        warm["values"] = values
-        emit("iteration", {"iteration": 0, "values": values})
+        warm["values"] = _warm_start_values(summary, budget, weights.names)
+        emit("iteration", {"iteration": 0, "values": warm["values"]})
+    elif config.warm_start_steps:  # resumed in GRPO: the provenance was played by an earlier attempt
+        budget = recorded_budget(store, prefix, len(capability_envs) * config.warm_start_episodes)
 
     history: list[dict[str, float]] = []
     iterations, stop_reason, early = 0, "completed", False
     if config.max_steps:
-        mixture = build_mixture(capability_envs, target_envs, target_fraction=config.target_fraction,
-                                split=config.train_split, splits=splits)
+        if len(target_envs) == 1:
+            label, env_factory = target_envs[0]
+            train_split = (splits or {}).get(label) or config.train_split
+        else:
+            env_factory = build_mixture(target_envs, split=config.train_split, splits=splits).factory
+            train_split = "train"  # the mixture's own split
         policy = TransformersPolicy.from_model(composed.base, tokenizer, name=base_model or "composition",
                                                max_batch=config.generation_batch_size, max_wait_s=0.0)
         grpo_config = GRPOConfig.model_validate(config.model_dump(include=set(GRPOConfig.model_fields)))
-        grpo_config = grpo_config.model_copy(update={"train_split": "train"})  # the mixture's own split
+        grpo_config = grpo_config.model_copy(update={"train_split": train_split})
+        reported = {"any": False}
 
         def forward(kind: str, payload: dict[str, Any]) -> None:
             if kind == "iteration":
-                payload = dict(payload, values={**payload["values"],
-                                                "rollouts_total": payload["values"].get("rollouts_total", 0.0)
-                                                + offset})
+                reported["any"] = True
+                payload = dict(payload, values=budget.add_to(payload["values"]))
             emit(kind, payload)
 
-        trainer = GRPOTrainer(grpo_config, composed.base, mixture.factory, CountingRollouts(policy, weights),
+        trainer = GRPOTrainer(grpo_config, composed.base, env_factory, CountingRollouts(policy, weights),
                               render=prompt_renderer(policy), pad_id=policy.pad_id, store=store, prefix=prefix,
                               capability=capability, on_event=forward, should_stop=stop, model_label=base_model,
                               weights=weights)
         result = trainer.train(resume=grpo_ckpt or False, write_adapter=False)
         iterations, stop_reason, early = result.iterations, result.stop_reason, result.stopped_early
-        history = [{**h, "rollouts_total": h.get("rollouts_total", 0.0) + offset} for h in result.history]
+        history = [budget.add_to(h) for h in result.history]
+        if not reported["any"] and history:  # resumed with nothing left to run: the job's metrics need the totals
+            emit("iteration", {"iteration": iterations, "values": dict(history[-1]), "replayed": True})
         if stop_reason == "stop requested":
-            return GateJobResult(iterations, stop_reason, True, warm, history)
+            return GateJobResult(iterations, stop_reason, True, warm, history, budget=budget)
     share = _final_share(weights, history, warm)
+    totals = history[-1] if history else budget.add_to({})
     training = {"warm_start": {k: v for k, v in warm.items() if k != "values"}, "grpo_iterations": iterations,
                 "stop_reason": stop_reason, "config": config.model_dump(mode="json"),
-                "rollouts_total": history[-1]["rollouts_total"] if history else offset}
-    out = GateJobResult(iterations, stop_reason, early, warm, history)
+                **{k: totals[k] for k in ("rollouts_total", "prompt_tokens_total", "completion_tokens_total",
+                                          "warm_start_rollouts")}}
+    out = GateJobResult(iterations, stop_reason, early, warm, history, budget=budget)
     if store is not None:
         art = write_composition(store, prefix, composed, base_model=base_model, adapter_uris=dict(adapter_uris),
                                 routing_share=share, training=training)
@@ -575,4 +610,4 @@ def _final_share(weights: GateWeights, history: list[dict[str, float]], warm: di
 
 
 __all__ = ["CKPT_DIR", "CountingRollouts", "GateGRPOConfig", "GateJobResult", "GateWeights", "Mixture",
-           "MixtureEnv", "build_mixture", "play_provenance", "train_gate_job"]
+           "MixtureEnv", "PlayedBudget", "build_mixture", "play_provenance", "train_gate_job"]

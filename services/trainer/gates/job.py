@@ -2,20 +2,25 @@
 
 Service side (`validate_gates`, before a job exists): the job name, the adapters (each a PEFT
 adapter in this trainer's artifact store: `adapter_model.safetensors` with `adapter_config.json`
-beside it, named by the object or its directory), an environment for every adapter, the config
-(`GateGRPOConfig`: GRPO fields with TRL names + warm start) and the policy.
+beside it, named by the object or its directory), an environment for every adapter, the target
+environment when GRPO runs (max_steps > 0: it plays the target's training tasks only), the config
+(`GateGRPOConfig`: GRPO fields with TRL names + warm start), the base agent's trajectories of slot 0
+(`config.base_provenance_uris`: JSONL artifacts in this trainer's store, every one of them on the
+target's training split) and the policy.
 
 Which environment belongs to which adapter (`assign_environments`): an environment whose
 registry name is the capability (the environment registry names generated environments after
 their capability); the other adapters, in sorted name order (the slot order), take the remaining
-environments in order (the pipeline lists the capability environments that way, then the target); environments left over
-are the target's, used in the GRPO mixture only. An environment parameter `split` (the pipeline
-sends the target with split=train) is not passed to the environment: it names the split that
-environment's instances are drawn from (default `config.train_split`).
+environments in order (the pipeline lists the capability environments that way, then the target);
+environments left over are the target's: GRPO on the gates plays only them (their training split),
+the capability environments serve the warm start's provenance only. An environment parameter
+`split` (the pipeline sends the target with split=train) is not passed to the environment: it names
+the split that environment's instances are drawn from (default `config.train_split`).
 
 Worker side (`run_gates`): loads the base, materialises the adapter directories, composes them,
-runs `train_gate_job` and reports the standard events (jobspec.py); outputs `composition`
-(manifest URI for `load_composition` / `PolicyRef.composition_uri`), `gates`, `training_metrics`.
+reads the base trajectories, runs `train_gate_job` and reports the standard events (jobspec.py);
+outputs `composition` (manifest URI for `load_composition` / `PolicyRef.composition_uri`), `gates`,
+`training_metrics`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from services.trainer.gates.grpo import GateGRPOConfig
 from services.trainer.grpo.config import parse_config
 from services.trainer.jobspec import env_factory
 from trace_common.artifacts import ArtifactStore
+from trace_common.endpoints import refuse_outbound_params
+from trace_common.env.trajectory import Trajectory, loads_jsonl
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from trace_common.moe.composition_io import BASE_SLOT_NAME
 
@@ -64,6 +71,31 @@ def adapter_dir_key(store: ArtifactStore, name: str, uri: str) -> str:
     return key
 
 
+def store_key(store: ArtifactStore, uri: str, field: str) -> str:
+    """The key of an object of this trainer's store named by `uri`; InvalidArgument when it is outside
+    the store or missing."""
+    root = store.root_uri.rstrip("/") + "/"
+    if not uri.startswith(root):
+        raise InvalidArgument(field=field, expected=f"an artifact in this trainer's artifact store ({store.root_uri})",
+                              got=uri, fix="pass the rollout stage's `trajectories` output URI")
+    key = uri[len(root):]
+    try:
+        store.stat(key)
+    except NotFound:
+        raise InvalidArgument(field=field, expected="an existing trajectories artifact", got=uri,
+                              fix="pass the `trajectories` output URI of a finished rollout job") from None
+    return key
+
+
+def read_base_trajectories(store: ArtifactStore, uris: Sequence[str]) -> list[Trajectory]:
+    """The base agent's trajectories named by `config.base_provenance_uris` (sha256-verified reads)."""
+    out: list[Trajectory] = []
+    for i, uri in enumerate(uris):
+        key = store_key(store, uri, f"spec.config.base_provenance_uris[{i}]")
+        out.extend(loads_jsonl(store.get_bytes(key), source=uri))
+    return out
+
+
 def assign_environments(adapters: Sequence[str], refs: Sequence[Any]) -> tuple[dict[str, Any], list[Any]]:
     """(adapter -> its environment ref, the target refs) -- see the module docstring."""
     by_name = {ref.name: ref for ref in refs}
@@ -81,8 +113,10 @@ def assign_environments(adapters: Sequence[str], refs: Sequence[Any]) -> tuple[d
     return {a: chosen[a] for a in adapters}, rest[len(unmatched):]
 
 
-def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = "") -> GateGRPOConfig:
-    """Everything checkable without loading a model (module docstring); the parsed config."""
+def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = "",
+                   environment_token: str | None = None) -> GateGRPOConfig:
+    """Everything checkable without loading a model (module docstring); the parsed config.
+    `environment_token`: the environment service's bearer token (the service's setting)."""
     if not JOB_NAME_RE.match(spec.capability):
         raise InvalidArgument(field="spec.capability", expected="a composition name: lower-case letters, digits, "
                               "'_', '-', '.' (e.g. '<run>-moe')", got=spec.capability)
@@ -95,16 +129,36 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
                                   f"{BASE_SLOT_NAME!r} (slot 0 is the base)", got=name)
         adapter_dir_key(store, name, uri)
     config = parse_config(spec.config, GateGRPOConfig)
+    assert isinstance(config, GateGRPOConfig)
     assigned, targets = assign_environments(list(spec.adapter_uris), spec.environments)
-    for label, ref in [*assigned.items(), *((r.name, r) for r in targets)]:
+    target_factories: list[tuple[str, Any]] = []
+    splits: dict[str, str] = {}
+    for label, ref, is_target in [*((a, r, False) for a, r in assigned.items()), *((r.name, r, True) for r in targets)]:
         params = dict(ref.params)
+        refuse_outbound_params(params, f"spec.environments[{ref.name}].params")  # no URL or key from a request
         split = params.pop("split", "") or config.train_split
         # built in, or served by the environment service (NotFound / InvalidArgument with the reason)
-        env = env_factory({"name": ref.name, "version": ref.version, "params": params}, environment_target)()
+        factory = env_factory({"name": ref.name, "version": ref.version, "params": params}, environment_target,
+                              environment_token)
+        env = factory()
         if split not in env.splits():
             raise InvalidArgument(field="spec.config.train_split", expected=f"a split of every environment; "
                                   f"{ref.name!r} ({label}) has {sorted(env.splits())}", got=split,
                                   fix="set config.train_split or the environment's split param to one of them")
+        if is_target:
+            target_factories.append((ref.name, factory))
+            splits[ref.name] = split
+    if config.max_steps and not targets:
+        raise InvalidArgument(field="spec.environments", expected="the target environment after the capability "
+                              "environments: GRPO on the gates plays the target's training tasks only",
+                              got=[r.name for r in spec.environments],
+                              fix="add the target with params split=train, or set config.max_steps 0")
+    if config.warm_start_steps and config.base_provenance != "none" and config.base_provenance_uris:
+        from services.trainer.gates.provenance import select_base_provenance
+
+        # the same check as the worker's: on the target's training split, and some to label slot 0 with
+        select_base_provenance(read_base_trajectories(store, config.base_provenance_uris), target_factories,
+                               config, splits)
     if spec.policy.backend != "POLICY_BACKEND_IN_PROCESS":
         raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS (gate training routes "
                               "every token through the in-process composition)", got=spec.policy.backend)
@@ -127,11 +181,14 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
     dir_uris = {name: f"{root}/{adapter_dir_key(store, name, uri)}" for name, uri in spec.adapter_uris.items()}
     refs = [_Ref(r, spec.environment_target) for r in spec.environments]
     assigned, targets = assign_environments(list(dir_uris), refs)
+    base_trajectories = read_base_trajectories(store, config.base_provenance_uris) \
+        if config.warm_start_steps and config.base_provenance != "none" else []
     base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device)
     dirs = [resolve_dir(uri, cache_dir=cache, s3=s3) for uri in dir_uris.values()]
     composed = ComposedMoEModel.from_adapter_dirs(base, dirs, names=list(dir_uris))
     result = train_gate_job(config, composed, tokenizer, capability_envs={a: r.factory for a, r in assigned.items()},
                             target_envs=[(r.name, r.factory) for r in targets], adapter_uris=dir_uris,
+                            base_trajectories=base_trajectories,
                             splits={**{a: r.split for a, r in assigned.items() if r.split},
                                     **{r.name: r.split for r in targets if r.split}},
                             base_model=spec.policy["model"], store=store, prefix=spec.prefix,

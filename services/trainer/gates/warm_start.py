@@ -1,9 +1,19 @@
-"""Gate-only training of an MoE composition: warm start from capability provenance.
+"""Gate-only training of an MoE composition: warm start from provenance.
 
 The backbone and the K adapters stay frozen; only the per-layer gates (L * (H*(K+1) + (K+1))
 parameters) change. The warm start teaches each gate which slot a token belongs to from where its
-trajectory came from: every token of a trajectory played in capability c's environment is labelled
-slot c (slot 0, "base", may be given trajectories too, e.g. of the target's own tasks).
+trajectory came from: the trajectories of capability c's environment are labelled slot c, and the
+base's own trajectories on the target's tasks are labelled slot 0 ("base", no adapter) -- without
+them slot 0 gets no example and the gates learn never to choose the base.
+
+Which positions carry the label: only routing decisions that generate an assistant token. The
+decision at position p computes the logits of token p+1 (the convention of the inference routing
+trace: a generated token's route is that of the position that produced it), so position p is
+labelled iff token p+1 lies in an assistant reply (`ChatFormat.assistant_spans`: what the policy
+generated, its end-of-turn marker included). That is the last token of each assistant turn's
+header through the reply's last-but-one token; no decision made while reading the system prompt,
+a user message or a tool result carries a label or a loss (the gates must not learn which
+environment a prompt came from from the prompt's own tokens).
 
 Teacher forcing. A gate at layer l reads the hidden state entering l, which depends on the routing
 of the layers below. The warm start runs the frozen model with routing *forced* to the label
@@ -12,21 +22,22 @@ are being taught), records each layer's input hidden states, and fits the gates 
 
 Semantics (one step, a batch of sequences b with label slots c_b):
     with no grad, routing forced to c_b at every layer:  h[l, b, t] = input of layer l   # [L, B, T, H]
-    s_l = RMS of h[l] over the labelled tokens of step 0's batch (1 when precondition=False)
+    s_l = RMS of h[l] over the labelled positions of step 0's batch (1 when precondition=False)
     z[l, b, t] = V_l (h[l, b, t] / s_l) + b_l, the trained parameters V_l, b_l          # [L, B, T, K+1]
     (the gate's weight is W_l = V_l / s_l, so the served gate computes the same z on raw h)
-    loss = mean over layers l and counted tokens (b, t) of  CE(z[l, b, t], c_b)
+    loss = mean over layers l and labelled positions (b, t) of  CE(z[l, b, t], c_b)
            + lb_coef * mean_l SwitchLB(softmax z[l], argmax z[l])                   (lb_coef default 0)
     AdamW step on (V_l, b_l) only; W_l <- V_l / s_l
 
 Since the backbone does not need gradients, one step costs one no-grad forward plus L small
-linear layers. After training, the gates' own routing on held-out provenance tokens is measured
-(`routing_accuracy`: the share of (layer, token) decisions equal to the label) -- the number the
-tests hold above a threshold -- and the share of decisions per slot (`routing_share`) is stored in
-the composition manifest (it picks the adapter of the `merged` export).
+linear layers. After training, the gates' own routing on held-out provenance positions is measured
+(`routing_report`: `routing_accuracy`, the share of (layer, position) decisions equal to the label
+-- the number the tests hold above a threshold --, per label slot, and the share of decisions per
+slot, `routing_share`, stored in the composition manifest: it picks the adapter of the `merged`
+export).
 
-GRPO on the gates (the DESIGN's second stage, over a mixture of capability environments and target
-tasks) is NOT implemented here: `GateTrainingConfig.grpo_steps` must stay 0 (see the report).
+This module is the warm start only; the gates job (`grpo.py`) plays the provenance, runs this warm
+start and then GRPO on the gates over the target's training tasks.
 
 Checkpoints (`<prefix>/gates-ckpt/ckpt-<step>/`): gates.safetensors, optimizer.pt (AdamW state and the
 trained V_l), state.json and,
@@ -52,7 +63,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
@@ -88,11 +99,10 @@ class GateTrainingConfig(BaseModel):
     max_steps: int = Field(100, ge=0, le=1_000_000, description="Warm-start optimizer steps.")
     per_device_train_batch_size: int = Field(
         8, ge=1, le=4096, description="Sequences per step (each labelled with its provenance slot).")
-    max_length: int = Field(512, ge=8, le=1 << 17,
-                            description="Tokens kept per sequence (longer renderings are truncated at the end).")
-    tokens: Literal["all", "assistant"] = Field(
-        "all", description="Which tokens carry the label: `all` (routing happens on every token, prompt "
-                           "included) or `assistant` (only what the policy generated).")
+    max_length: int = Field(8192, ge=8, le=1 << 17,
+                            description="Tokens kept per sequence (longer renderings are truncated at the end; the "
+                                        "replies past it carry no label, so keep it above the target's prompt: the "
+                                        "store's system prompt and tools alone are ~1,200 tokens).")
     load_balancing_coef: float = Field(0.0, ge=0, le=10.0,
                                        description="Weight of the Switch load-balancing term (0 = off).")
     heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0,
@@ -112,14 +122,27 @@ class GateTrainingConfig(BaseModel):
                           "the exported weight (same logits on raw inputs). Layer inputs differ in scale by orders of "
                           "magnitude (x90 between layers 0 and 1 of the test model), so one Adam learning rate is "
                           "otherwise too small for some layers and too large for others.")
-    grpo_steps: int = Field(0, ge=0, description="GRPO on the gates after the warm start: not implemented, "
-                                                       "keep 0.")
+    data_digest: str = Field("", max_length=64,
+                             description="Digest of the provenance the gates are fitted to (the gates job sets it); "
+                                         "part of the checkpoint's config digest, so a checkpoint fitted to other "
+                                         "provenance is never resumed.")
+    grpo_steps: int = Field(0, ge=0, description="Not used here: keep 0 (GRPO on the gates is the gates job's "
+                                                       "`max_steps`, services.trainer.gates.grpo).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tokens" in data:
+            raise ValueError("tokens: provenance labels only the decisions that generate assistant tokens (no "
+                             "system, user or tool token carries a label); remove the field")
+        return data
 
     @field_validator("grpo_steps")
     @classmethod
     def _grpo(cls, v: int) -> int:
         if v:
-            raise ValueError("grpo_steps > 0: GRPO on the gates is not implemented yet; use the warm start only")
+            raise ValueError("grpo_steps > 0: this config is the warm start only; GRPO on the gates runs in the "
+                             "gates job (GateGRPOConfig.max_steps)")
         return v
 
     def digest(self) -> str:
@@ -129,12 +152,27 @@ class GateTrainingConfig(BaseModel):
 
 @dataclass(frozen=True)
 class ProvenanceExample:
-    """One tokenized trajectory and the slot its tokens should be routed to."""
+    """One tokenized trajectory and the slot its labelled positions should be routed to."""
 
     token_ids: list[int]
-    label_mask: list[bool]  # [T] tokens that carry the label
+    label_mask: list[bool]  # [T] positions that carry the label (their next token is an assistant token)
     slot: int
     source: str = ""  # capability name (or "base")
+
+
+@dataclass(frozen=True)
+class RoutingReport:
+    """The gates' own routing on labelled positions (`routing_report`)."""
+
+    accuracy: float  # share of labelled (layer, position) decisions routed to their label
+    share: list[float]  # [K+1] share of those decisions per routed slot
+    confusion: list[list[float]]  # [K+1][K+1]: row = label slot, column = routed slot (row empty: no label)
+    decisions: list[int]  # [K+1] labelled decisions per label slot
+
+    def accuracy_of(self, slot: int) -> float | None:
+        """Share of slot `slot`'s labelled decisions routed to it; None when it has none."""
+        row = self.confusion[slot] if slot < len(self.confusion) else []
+        return row[slot] if row else None
 
 
 @dataclass
@@ -151,11 +189,15 @@ class GateTrainingResult:
     stopped_early: bool = False
     composition: CompositionArtifact | None = None
     checkpoints: list[str] = field(default_factory=list)
+    heldout_accuracy_by_slot: list[float | None] = field(default_factory=list)  # [K+1], None: no held-out label
+    examples_per_slot: list[int] = field(default_factory=list)  # [K+1] training + held-out sequences
 
     def summary(self) -> dict[str, Any]:
         return {"steps": self.steps, "resumed_from": self.resumed_from,
                 "final_loss": self.losses[-1] if self.losses else None,
                 "train_accuracy": self.train_accuracy, "heldout_accuracy": self.heldout_accuracy,
+                "heldout_accuracy_by_slot": self.heldout_accuracy_by_slot,
+                "examples_per_slot": self.examples_per_slot,
                 "routing_share": self.routing_share, "seconds": round(self.seconds, 3),
                 "stopped_early": self.stopped_early}
 
@@ -165,7 +207,14 @@ def provenance_examples(tokenizer: Any, trajectories: Mapping[str, Sequence[Traj
                         expert_names: Sequence[str], config: GateTrainingConfig) -> list[ProvenanceExample]:
     """Render and tokenize each trajectory with the model's chat format; label it with its slot.
 
-    `trajectories` maps a capability (adapter) name, or "base" for slot 0, to its trajectories.
+    `trajectories` maps a capability (adapter) name, or "base" for slot 0, to its trajectories. Only
+    the positions whose next token is an assistant token are labelled (module docstring); a
+    trajectory with no assistant reply within `max_length` tokens gives no example.
+
+    Semantics:
+        text, spans = ChatFormat.assistant_spans(messages, tools)     # char spans of the replies
+        ids = tokenize(text)[:max_length];  generated[t] = token t starts inside a span
+        label_mask[p] = generated[p + 1]                               # the decision that produced it
     """
     from trace_common.policy.chat import ChatFormat
 
@@ -176,24 +225,33 @@ def provenance_examples(tokenizer: Any, trajectories: Mapping[str, Sequence[Traj
                               got=unknown, fix="key provenance trajectories by the adapter names of the composition")
     chat = ChatFormat(tokenizer)
     out: list[ProvenanceExample] = []
+    dropped = 0
     for name, items in trajectories.items():
         for traj in items:
-            if config.tokens == "assistant":
-                text, spans = chat.assistant_spans(traj.messages, traj.tools or None)
-            else:
-                text, spans = chat.render(traj.messages, traj.tools or None, add_generation_prompt=False), []
-            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=config.tokens == "assistant")
-            ids = list(enc["input_ids"])[: config.max_length]
-            if config.tokens == "assistant":
-                offsets = enc["offset_mapping"][: len(ids)]
-                mask = [any(s <= a < e for s, e in spans) for a, _ in offsets]
-            else:
-                mask = [True] * len(ids)
+            ids, mask = labelled_positions(chat, tokenizer, traj, config.max_length)
             if ids and any(mask):
                 out.append(ProvenanceExample(ids, mask, slots[name], name))
+            else:
+                dropped += 1
+    if dropped:
+        log.warning("%d provenance trajectories have no assistant reply within max_length=%d tokens and give no "
+                    "example", dropped, config.max_length)
     if not out:
-        raise InvalidArgument(field="provenance", expected="at least one trajectory with labelled tokens")
+        raise InvalidArgument(field="provenance", expected=f"at least one trajectory with an assistant reply within "
+                              f"max_length={config.max_length} tokens",
+                              fix="raise max_length (warm_start_max_length) above the prompt's length")
     return out
+
+
+def labelled_positions(chat: Any, tokenizer: Any, trajectory: Trajectory, max_length: int
+                       ) -> tuple[list[int], list[bool]]:
+    """(token ids [T], label mask [T]) of one trajectory (`provenance_examples`' Semantics)."""
+    text, spans = chat.assistant_spans(trajectory.messages, trajectory.tools or None)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    generated = [any(s <= a < e for s, e in spans) for a, _ in enc["offset_mapping"]]  # [T_full]
+    mask = [generated[p + 1] if p + 1 < len(generated) else False for p in range(len(ids))]
+    return ids[:max_length], mask[:max_length]
 
 
 def split_heldout(examples: Sequence[ProvenanceExample], fraction: float, seed: int
@@ -256,17 +314,16 @@ def layer_inputs_under_forcing(model: ComposedMoEModel, input_ids: torch.Tensor,
     return captured  # type: ignore[return-value]
 
 
-def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
-                     batch_size: int = 16) -> tuple[float, list[float]]:
-    """(share of labelled (layer, token) decisions routed to the label slot, share per slot), under the
-    gates' own routing (no forcing)."""
+def routing_report(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
+                   batch_size: int = 16) -> RoutingReport | None:
+    """The gates' own routing (no forcing) on the labelled positions of `examples` (None: no example)."""
     if not examples:
-        return float("nan"), []
+        return None
     device = next(model.gates.parameters()).device
     if model.is_forced:
         raise FailedPrecondition("routing is forced; routing_accuracy measures the gates' own decisions")
-    hits = total = 0
-    counts = torch.zeros(model.num_slots, dtype=torch.float64)
+    slots_n = model.num_slots
+    confusion = torch.zeros((slots_n, slots_n), dtype=torch.float64)  # [label, routed] decision counts
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         ids, attn, labels, slots = collate(chunk, pad_id, device)
@@ -274,12 +331,23 @@ def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExamp
             model(input_ids=ids, attention_mask=attn, use_cache=False)
         experts = trace.experts()  # [L, B, T]
         keep = labels.unsqueeze(0).expand_as(experts)  # [L, B, T]
-        target = slots.view(1, -1, 1).expand_as(experts)
-        hits += int(((experts == target) & keep).sum())
-        total += int(keep.sum())
-        counts += torch.bincount(experts[keep].reshape(-1).cpu(), minlength=model.num_slots).double()
-    share = (counts / counts.sum()).tolist() if counts.sum() > 0 else []
-    return hits / max(total, 1), share
+        target = slots.view(1, -1, 1).expand_as(experts)  # [L, B, T]
+        pairs = target[keep].reshape(-1).cpu() * slots_n + experts[keep].reshape(-1).cpu()
+        confusion += torch.bincount(pairs, minlength=slots_n * slots_n).double().view(slots_n, slots_n)
+    total = float(confusion.sum())
+    per_label = confusion.sum(dim=1)  # [K+1]
+    rows = [(confusion[k] / per_label[k]).tolist() if per_label[k] > 0 else [] for k in range(slots_n)]
+    share = (confusion.sum(dim=0) / total).tolist() if total > 0 else []
+    return RoutingReport(accuracy=float(confusion.diagonal().sum()) / max(total, 1.0), share=share, confusion=rows,
+                         decisions=[int(x) for x in per_label.tolist()])
+
+
+def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
+                     batch_size: int = 16) -> tuple[float, list[float]]:
+    """(share of labelled (layer, position) decisions routed to the label slot, share per slot), under
+    the gates' own routing (no forcing); (nan, []) without examples."""
+    report = routing_report(model, examples, pad_id=pad_id, batch_size=batch_size)
+    return (float("nan"), []) if report is None else (report.accuracy, report.share)
 
 
 # ---- checkpoints -------------------------------------------------------------------------------
@@ -474,6 +542,7 @@ class GateTrainer:
         state = json.loads(data["state.json"])
         self.step_count = int(state["step"])
         self.losses = [float(x) for x in state.get("losses", [])]
+        self.checkpoints = [self.store.uri_for(manifest_key)]  # this step's checkpoint exists: not rewritten
         return self.step_count
 
     # -- the loop -----------------------------------------------------------------------------
@@ -494,17 +563,21 @@ class GateTrainer:
         if self.step_count and (not self.checkpoints or not self.checkpoints[-1].endswith(
                 f"/ckpt-{self.step_count}/{CKPT_MANIFEST}")):
             self.save_checkpoint()
+        self.optimizer.zero_grad(set_to_none=True)  # no warm-start gradient may leak into a later optimizer
         for b in self.biases:
             b.requires_grad_(False)
-        train_acc, _ = routing_accuracy(self.model, self.train_set, pad_id=self.pad_id)
-        held_acc, share = routing_accuracy(self.model, self.heldout, pad_id=self.pad_id)
-        if not self.heldout:
-            held_acc = None
-            _, share = routing_accuracy(self.model, self.train_set, pad_id=self.pad_id)
-        result = GateTrainingResult(steps=self.step_count, resumed_from=resumed, losses=list(self.losses),
-                                    train_accuracy=train_acc, heldout_accuracy=held_acc, routing_share=share,
-                                    seconds=time.perf_counter() - started, stopped_early=stopped,
-                                    checkpoints=list(self.checkpoints))
+        train = routing_report(self.model, self.train_set, pad_id=self.pad_id)
+        held = routing_report(self.model, self.heldout, pad_id=self.pad_id)
+        measured = held if held is not None else train
+        assert measured is not None and train is not None  # the training set is never empty
+        slots_n = self.model.num_slots
+        result = GateTrainingResult(
+            steps=self.step_count, resumed_from=resumed, losses=list(self.losses), train_accuracy=train.accuracy,
+            heldout_accuracy=None if held is None else held.accuracy, routing_share=measured.share,
+            seconds=time.perf_counter() - started, stopped_early=stopped, checkpoints=list(self.checkpoints),
+            heldout_accuracy_by_slot=[None if held is None else held.accuracy_of(k) for k in range(slots_n)],
+            examples_per_slot=[sum(1 for e in [*self.train_set, *self.heldout] if e.slot == k)
+                               for k in range(slots_n)])
         self.on_event("result", result.summary())
         return result
 
@@ -528,9 +601,9 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
             as is in the manifest.
         adapters: capability name -> PEFT adapter directory (artifact URI or local path). The dict order
             is the slot order (slot k = k-th entry; slot 0 = base).
-        provenance: capability name (or "base") -> trajectories played in that capability's environment
-            (for "base": e.g. the target's own tasks). Every token of capability c's trajectories is
-            labelled slot c.
+        provenance: capability name -> trajectories played in that capability's environment, and "base"
+            -> the base's own trajectories on the target's tasks (slot 0). The assistant-generating
+            positions of capability c's trajectories are labelled slot c (module docstring).
         config: `GateTrainingConfig` (or a dict of its fields).
         store, prefix: where checkpoints (`<prefix>/gates-ckpt/`) and the composition
             (`<prefix>/gates.safetensors`, `<prefix>/composition.json`) go, e.g. prefix `runs/<run>/moe`.

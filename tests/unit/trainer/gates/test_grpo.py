@@ -1,35 +1,48 @@
-"""Gate training as one job (services.trainer.gates.grpo): warm start from provenance, then GRPO on
-the gates only, on the toy world of test_grpo_toy.py (adapter `early` is right on the
-`early` environment, `late` on `late`).
+"""Gate training as one job (services.trainer.gates.grpo): provenance (adapters' episodes + the base's
+own target trajectories for slot 0), warm start, then GRPO on the gates over the target's training
+tasks only, on the toy world of test_grpo_toy.py (adapter `early` is right on early tasks, `late` on
+late tasks, the plain base on magic tasks; the target mixes the three).
 
-Measured on this toy (greedy reward on 32 held-out seeds per environment, 1 thread): zero gates
-(every token to the base) score early 1.0 / late 0.0 (the greedy base always answers an a-m
-word); after the warm start (300 steps, 16 provenance episodes per capability) 1.0 / 1.0 with
-held-out routing accuracy ~0.69. GRPO on the gates alone (no warm start, 15 iterations of 4x8
-episodes) did not raise the sampled reward measurably (0.5 -> 0.59, noisy) -- the learning test
-therefore holds the warm start to the known answer and GRPO to "trains only the gates, moves them,
-and keeps the warm-started routing's reward".
+Measured on this toy (greedy reward per kind on 48 held-out target seeds, 1 thread): zero gates
+(every token to the base) score early 1.0 / late 0.0 / magic 1.0. After the warm start with slot 0's
+provenance (16 episodes per adapter, 16 of the base's 32 successful target trajectories, 600 steps at
+3e-2) and 3 GRPO iterations at 3e-3: 1.0 / 1.0 / 1.0, with layer 1 routing 72% of the
+reply-generating positions of the base's own magic replies to slot 0 (the rest to `early`). Without slot 0's provenance the warm start alone
+gives 0.94 / 1.0 / 0.0: magic tasks go to an adapter, the gates never choose the base. (Seeds 1 and
+2 of the job config give 1.0 / 1.0 / 1.0 too.) The held-out routing accuracy over both layers is low
+here (~0.45): layer 0 reads only the token, and every reply is generated after the same header token.
+GRPO on the gates at 1e-2 eroded the late tasks' routing margin within 3 iterations (late 0.0), and
+GRPO alone did not raise the sampled reward measurably in 15 iterations of 4x8 episodes, so the
+learning test holds the warm start to the known answer and GRPO to "trains only the gates and keeps
+the warm-started routing's reward".
 """
 
 from __future__ import annotations
+
+import functools
+from collections import Counter
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from services.trainer.gates.grpo import GateGRPOConfig, build_mixture, train_gate_job
+from services.trainer.gates.provenance import select_base_provenance
+from services.trainer.gates.warm_start import GateTrainingConfig, collate, provenance_examples
 from services.trainer.grpo.config import parse_config
-from tests.unit.trainer.gates.test_grpo_toy import ENVS, mean_reward, toy_world
+from tests.unit.trainer.gates.test_grpo_toy import ENVS, KINDS, base_rollouts, kind_rewards, toy_world
 from tests.unit.trainer.grpo.helpers import tiny_tokenizer
 from trace_common.artifacts import open_store
-from trace_common.errors import InvalidArgument
+from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import load_composition
 
 NAMES = ["early", "late"]
 from tests.unit.trainer.grpo.conftest import _one_thread  # noqa: E402, F401  (autouse: one thread, determinism)
 
-EVAL_SEEDS = range(1000, 1032)
+EVAL_SEEDS = range(1000, 1048)
+TARGET = [("toy-target", ENVS["target"])]
 FAST = dict(groups_per_batch=2, num_generations=4, max_completion_length=4, save_steps=0,
             early_stop_uninformative_iterations=0, guidance_fraction=0.0, warm_start_episodes=8)
 
@@ -40,46 +53,111 @@ def composed() -> ComposedMoEModel:
     return ComposedMoEModel.from_adapter_dirs(base, [adapters[n] for n in NAMES], names=NAMES)
 
 
-def run(config: GateGRPOConfig, model: ComposedMoEModel, store=None, prefix: str = "runs/r/moe/m", **kw):
+class Counting:
+    """Environment factories that record every reset: (label, seed)."""
+
+    def __init__(self) -> None:
+        self.resets: list[tuple[str, int]] = []
+
+    def wrap(self, label: str, cls):
+        log = self.resets
+
+        class Recorded(cls):
+            def reset(self, seed):
+                log.append((label, seed))
+                return super().reset(seed)
+
+        Recorded.__name__ = f"Recorded{cls.__name__}"
+        return Recorded
+
+
+def run(config: GateGRPOConfig, model: ComposedMoEModel, store=None, prefix: str = "runs/r/moe/m", *,
+        counting: Counting | None = None, targets=TARGET, base=None, **kw):
     base_dir, adapters = toy_world()
-    return train_gate_job(config, model, tiny_tokenizer(), capability_envs={n: ENVS[n] for n in NAMES},
+    counting = counting or Counting()
+    return train_gate_job(config, model, tiny_tokenizer(),
+                          capability_envs={n: counting.wrap(n, ENVS[n]) for n in NAMES},
+                          target_envs=[(label, counting.wrap(label, cls)) for label, cls in targets],
+                          base_trajectories=base_rollouts() if base is None else base,
                           adapter_uris={n: str(adapters[n]) for n in NAMES}, base_model=str(base_dir), store=store,
                           prefix=prefix, **kw)
 
 
-def rewards(model: ComposedMoEModel) -> dict[str, float]:
-    return {n: mean_reward(model.base, tiny_tokenizer(), n, EVAL_SEEDS) for n in NAMES}
-
-
-def test_warm_start_then_grpo_routes_each_environment_to_its_adapter(tmp_path):
-    model = composed()
+def _zero_gates(model: ComposedMoEModel) -> None:
     with torch.no_grad():
         for gate in model.gates:
             gate.weight.zero_()
             gate.bias.zero_()
-    before = rewards(model)
+
+
+def slot_share_on_replies(model: ComposedMoEModel, trajectories, layer: int = 1) -> list[float]:
+    """Share of layer `layer`'s decisions per slot over the labelled (reply-generating) positions of
+    `trajectories`, under the gates' own routing. Layer 1 is where the toy adapters act."""
+    cfg = GateTrainingConfig()
+    examples = provenance_examples(tiny_tokenizer(), {"base": list(trajectories)}, ["base", *NAMES], cfg)
+    ids, attn, labels, _ = collate(examples, tiny_tokenizer().pad_token_id, torch.device("cpu"))
+    with torch.no_grad(), model.capture_routing() as trace:
+        model(input_ids=ids, attention_mask=attn, use_cache=False)
+    chosen = trace.experts()[layer][labels]  # [N]
+    return (torch.bincount(chosen, minlength=model.num_slots).double() / chosen.numel()).tolist()
+
+
+@pytest.mark.parametrize("with_base, grpo_steps", [(True, 3), (False, 0)])
+def test_warm_start_routes_each_task_to_its_slot_and_slot0_needs_its_provenance(tmp_path, with_base, grpo_steps):
+    model = composed()
+    _zero_gates(model)
+    before = kind_rewards(model.base, tiny_tokenizer(), EVAL_SEEDS)
     events: list[tuple[str, dict]] = []
-    config = GateGRPOConfig(**dict(FAST, warm_start_episodes=16, warm_start_steps=300, warm_start_learning_rate=1e-2,
-                                   max_steps=5, learning_rate=1e-2))
-    result = run(config, model, open_store((tmp_path / "s").as_uri()),
+    config = GateGRPOConfig(**dict(FAST, warm_start_episodes=16, warm_start_steps=600, warm_start_learning_rate=3e-2,
+                                   max_steps=grpo_steps, learning_rate=3e-3))
+    result = run(config, model, open_store((tmp_path / "s").as_uri()), base=None if with_base else (),
                  on_event=lambda kind, payload: events.append((kind, payload)))
-    after = rewards(model)
-    assert before["late"] <= 0.1                                   # zero gates: the base, wrong on `late`
-    assert after["late"] >= 0.9 and after["early"] >= 0.9, (before, after)
+    after = kind_rewards(model.base, tiny_tokenizer(), EVAL_SEEDS)
+    magic_base = [t for t in base_rollouts() if t.info["task_type"] == "magic" and t.success]
+    magic_share = slot_share_on_replies(model, magic_base)  # the base's own successful magic replies
     its = [p for k, p in events if k == "iteration"]
-    assert [p["iteration"] for p in its] == [0, 1, 2, 3, 4, 5]        # 0 = the warm start's summary
-    assert its[0]["values"]["routing_accuracy"] >= 0.6
+    warm = its[0]["values"]
+    assert before["late"] <= 0.1                                    # zero gates: the base, wrong on late tasks
+    assert after["early"] >= 0.9 and after["late"] >= 0.9, (before, after)
+    if with_base:
+        assert warm["provenance_examples_base"] > 0 and "routing_accuracy_base" in warm
+        assert magic_share[0] == max(magic_share) >= 0.6, magic_share  # slot 0 wins on its own replies (0.72)
+        assert after["magic"] >= 0.9, (before, after)              # ... so the composition keeps the base there
+    else:
+        assert warm["provenance_examples_base"] == 0 and "routing_accuracy_base" not in warm
+        assert magic_share[0] <= 0.1, magic_share                  # never routed to the base ...
+        assert after["magic"] <= 0.15, (before, after)             # ... so an adapter answers, wrongly
+    assert [p["iteration"] for p in its] == list(range(grpo_steps + 1))  # 0 = the warm start's summary
     for p in its[1:]:
         v = p["values"]
         assert {"reward_mean", "informative_group_fraction", "pass_rate", "rollouts_total"} <= set(v)
         assert abs(sum(v[f"routing_share_{n}"] for n in ["base", *NAMES]) - 1.0) < 1e-6
-    # provenance (2 x 16) + 5 iterations x 2 groups x 4 episodes
-    assert its[-1]["values"]["rollouts_total"] == 2 * 16 + 5 * 2 * 4
+    # provenance (2 adapters x 16, played here) + every GRPO episode
+    assert its[-1]["values"]["rollouts_total"] == 2 * 16 + sum(h["episodes"] for h in result.history)
     kinds = {o["kind"] for o in result.outputs}
     assert {"composition", "gates"} <= kinds
     loaded = load_composition(result.composition.manifest_uri, cache_dir=tmp_path / "cache")
     for key, value in model.gate_state_dict().items():
         assert torch.equal(loaded.composed.gate_state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("targets, resample", [
+    (TARGET, 0),
+    (TARGET, 2),                                                             # resampled groups: targets too
+    ([("toy-target", ENVS["target"]), ("toy-target-b", ENVS["target"])], 0),  # several targets: a mixture
+])
+def test_gate_grpo_plays_only_target_training_tasks(targets, resample):
+    counting = Counting()
+    config = GateGRPOConfig(**dict(FAST, warm_start_steps=5, max_steps=3, max_resample_rounds=resample))
+    result = run(config, composed(), counting=counting, targets=targets)
+    by_label = Counter(label for label, _ in counting.resets)
+    assert by_label["early"] == by_label["late"] == config.warm_start_episodes      # provenance only
+    grpo = [(label, seed) for label, seed in counting.resets if label not in NAMES]
+    assert len(grpo) == sum(h["episodes"] for h in result.history) > 0
+    assert {label for label, _ in grpo} <= {label for label, _ in targets}
+    assert all(seed in range(0, 1000) for _, seed in grpo)                        # the target's train split
+    if resample:
+        assert sum(h["resample_rounds"] for h in result.history) > 0
 
 
 def test_only_gate_parameters_change_in_grpo():
@@ -97,37 +175,66 @@ def test_only_gate_parameters_change_in_grpo():
     assert all(k.endswith(("weight", "bias")) for k in changed)
 
 
-@pytest.mark.parametrize("warm_start_steps", [0, 20])
-def test_resume_after_a_stop_reproduces_the_uninterrupted_run(tmp_path, warm_start_steps):
-    config = GateGRPOConfig(**dict(FAST, warm_start_steps=warm_start_steps, max_steps=4, save_steps=1,
-                                   learning_rate=5e-2, deterministic=True))
-    straight = composed()
-    full = run(config, straight, open_store((tmp_path / "a").as_uri()))
-    store = open_store((tmp_path / "b").as_uri())
-    seen = {"it": 0}
+# ---- budget: a resumed job counts what an uninterrupted one does ----------------------------------------------
+RESUME = dict(FAST, warm_start_steps=12, max_steps=4, save_steps=1, learning_rate=5e-2, deterministic=True,
+              max_resample_rounds=1)
+TOTALS = ("rollouts_total", "prompt_tokens_total", "completion_tokens_total", "warm_start_rollouts")
 
-    def note(kind: str, payload: dict) -> None:
-        if kind == "iteration":
-            seen["it"] = payload["iteration"]
 
-    first = run(config, composed(), store, should_stop=lambda: seen["it"] >= 2, on_event=note)  # "killed" after 2
-    assert first.stopped_early and first.iterations < 4
+def _last_iteration(events: list[tuple[str, dict]]) -> dict[str, float]:
+    return [p for k, p in events if k == "iteration"][-1]["values"]
+
+
+@functools.lru_cache(maxsize=1)
+def _uninterrupted(root: str):
+    events: list[tuple[str, dict]] = []
+    model = composed()
+    result = run(GateGRPOConfig(**RESUME), model, open_store(root), on_event=lambda k, p: events.append((k, p)))
+    return result, _last_iteration(events), model.gate_state_dict()
+
+
+STOPS = {  # when the first attempt is "killed": should_stop(events seen so far)
+    "during_warm_start": lambda ev: any(k == "warm_start" and p["step"] >= 6 for k, p in ev),
+    "after_warm_start": lambda ev: any(k == "iteration" for k, _ in ev),
+    "mid_grpo": lambda ev: any(k == "iteration" and p["iteration"] >= 2 for k, p in ev),
+    "finished": lambda ev: False,                      # the second attempt has nothing left to run
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_resumed_job_reports_the_budget_of_an_uninterrupted_one(tmp_path_factory, stop):
+    reference, ref_last, ref_gates = _uninterrupted((tmp_path_factory.getbasetemp() / "straight").as_uri())
+    assert sum(h["resample_rounds"] for h in reference.history) > 0  # resampled groups are part of the count
+    assert ref_last["rollouts_total"] == 2 * RESUME["warm_start_episodes"] + sum(h["episodes"]
+                                                                                 for h in reference.history)
+    assert ref_last["prompt_tokens_total"] > 0 and ref_last["completion_tokens_total"] > 0
+    store = open_store((tmp_path_factory.mktemp(stop) / "s").as_uri())
+    first_events: list[tuple[str, dict]] = []
+    run(GateGRPOConfig(**RESUME), composed(), store, on_event=lambda k, p: first_events.append((k, p)),
+        should_stop=lambda: STOPS[stop](first_events))
+    counting, events = Counting(), []
     resumed_model = composed()
-    second = run(config, resumed_model, store)
-    assert second.iterations == 4 and not second.stopped_early
-    for key, value in straight.gate_state_dict().items():
+    second = run(GateGRPOConfig(**RESUME), resumed_model, store, counting=counting,
+                 on_event=lambda k, p: events.append((k, p)))
+    last = _last_iteration(events)
+    assert {k: last[k] for k in TOTALS} == {k: ref_last[k] for k in TOTALS}
+    assert second.composition.manifest.training["rollouts_total"] == ref_last["rollouts_total"]
+    assert not [r for r in counting.resets if r[0] in NAMES]  # no provenance episode played twice
+    for key, value in ref_gates.items():
         assert torch.equal(resumed_model.gate_state_dict()[key], value), key
-    assert [h["reward_mean"] for h in second.history] == [h["reward_mean"] for h in full.history]
 
 
+# ---- config, slot 0's provenance, the mixture ------------------------------------------------------------------
 @pytest.mark.parametrize("values, needle", [
     ({"lora_r": 4}, "lora_r"),
     ({"rollout_backend": "vllm", "vllm": {"base_url": "http://x:1/v1", "adapter_dir": "/a"}}, "in_process"),
     ({"max_steps": 0, "warm_start_steps": 0}, "train nothing"),
     ({"group_size": 4}, "num_generations"),
     ({"load_balancing_coef": -1}, "load_balancing_coef"),
-    ({"target_fraction": 2}, "target_fraction"),
-    ({"warm_start_tokens": "some"}, "warm_start_tokens"),
+    ({"target_fraction": 0.5}, "target's training tasks only"),
+    ({"warm_start_tokens": "all"}, "assistant tokens"),
+    ({"base_provenance": "failed"}, "base_provenance"),
+    ({"base_provenance_uris": ["runs/r/rollouts/t.jsonl"]}, "base_provenance_uris[0]"),
 ])
 def test_config_validation_names_the_field(values, needle):
     with pytest.raises(InvalidArgument) as err:
@@ -135,19 +242,56 @@ def test_config_validation_names_the_field(values, needle):
     assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("target_fraction, with_target, expected", [
-    (0.5, True, {"early": 0.25, "late": 0.25, "target": 0.5}),
-    (0.0, True, {"early": 0.5, "late": 0.5}),
-    (0.8, False, {"early": 0.5, "late": 0.5}),
+def test_gate_grpo_without_a_target_is_refused():
+    with pytest.raises(InvalidArgument, match="target's training tasks only"):
+        run(GateGRPOConfig(**dict(FAST, warm_start_steps=0, max_steps=2)), composed(), targets=[])
+
+
+def _traj(seed: int, reward: float, env: str = "toy-target", termination: str = "done") -> Trajectory:
+    return Trajectory(task_id=str(seed), seed=seed, env=EnvInfo(name=env, version="1.0.0"),
+                      policy=PolicyInfo(model="base"), messages=[], reward=reward, success=reward == 1.0,
+                      termination=termination)
+
+
+BASE = [_traj(0, 1.0), _traj(1, 0.0), _traj(2, 1.0), _traj(3, 1.0), _traj(4, 0.0, termination="policy_error"),
+        _traj(5, 1.0)]
+
+
+@pytest.mark.parametrize("mode, episodes, trajectories, expect", [
+    ("successful", 8, BASE, [0, 2, 3, 5]),                  # failures never label slot 0
+    ("all", 8, BASE, [0, 1, 2, 3, 5]),                      # all but the cut-short episode
+    ("none", 8, BASE, []),
+    ("successful", 2, BASE, "two of the successful"),        # at most warm_start_episodes, a seeded choice
+    ("successful", 8, [], []),                               # none given
+    ("successful", 8, [_traj(1, 0.0)], FailedPrecondition),  # none succeeded: slot 0 would get nothing
+    ("all", 8, [*BASE, _traj(1005, 1.0)], InvalidArgument),  # a held-out (test split) task
+    ("all", 8, [*BASE, _traj(3, 1.0, env="toy-early")], InvalidArgument),  # another environment's episode
 ])
-def test_mixture_draws_sources_by_weight_deterministically(target_fraction, with_target, expected):
-    targets = [("target", ENVS["early"])] if with_target else []
-    mixture = build_mixture({n: ENVS[n] for n in NAMES}, targets, target_fraction=target_fraction, split="train")
+def test_slot0_provenance_selection(mode, episodes, trajectories, expect):
+    config = GateGRPOConfig(**dict(FAST, warm_start_episodes=episodes, base_provenance=mode))
+    if isinstance(expect, type):
+        with pytest.raises(expect):
+            select_base_provenance(trajectories, TARGET, config)
+        return
+    got = [t.seed for t in select_base_provenance(trajectories, TARGET, config)]
+    again = [t.seed for t in select_base_provenance(trajectories, TARGET, config)]
+    assert got == again
+    if isinstance(expect, str):
+        assert len(got) == 2 and set(got) <= {0, 2, 3, 5} and got == sorted(got)
+    else:
+        assert got == expect
+
+
+def test_mixture_of_target_environments_draws_each_equally_and_deterministically():
+    targets = [("a", ENVS["target"]), ("b", ENVS["target"])]
+    mixture = build_mixture(targets, split="train")
     picks = [mixture.pick(s)[0].label for s in range(4000)]
     assert [mixture.pick(s)[1] for s in range(50)] == [mixture.pick(s)[1] for s in range(50)]
-    for label, share in expected.items():
-        assert abs(picks.count(label) / len(picks) - share) < 0.03, (label, picks.count(label))
-    assert set(picks) == set(expected)
+    for label in ("a", "b"):
+        assert abs(picks.count(label) / len(picks) - 0.5) < 0.03, (label, picks.count(label))
     env = mixture.factory()
     obs = env.reset(7)
     assert env.episode_info()["mixture_source"] == mixture.pick(7)[0].label and obs.messages
+    assert obs.info["task_type"] in KINDS
+    with pytest.raises(InvalidArgument, match="target environment"):
+        build_mixture([], split="train")

@@ -1,14 +1,20 @@
-"""A toy world where each of two adapters clearly helps one environment, for gate-training tests
-(also registered as environments `toy-early` / `toy-late` for trainer worker processes).
+"""A toy world where each of two adapters clearly helps one environment and the plain base is the
+right choice on a third kind of task, for gate-training tests (also registered as environments
+`toy-early` / `toy-late` / `toy-target` for trainer worker processes).
 
 * `early` environment: "Reply with one word." / "Say <word>."; reward 1 when the reply starts with
   a letter a-m. `late` environment: "Answer with the secret number." / "What is the secret number of
-  <word>?"; reward 1 when the reply starts with n-z. Single turn.
-* The base (tests/unit/trainer/grpo/helpers.py tiny Qwen3 + BPE) is fine-tuned to answer both prompts with a
-  random word of WORDS[:26] (apple ... zebra): about half of its replies score on either environment.
-* Adapter `early` is a LoRA (on decoder layer 1 only) fine-tuned to answer *both* prompts with a-m words, adapter `late` with
-  n-z words: each is right on one environment and wrong on the other, so only routing by the prompt
-  (a gate) gets both -- the known answer the gate-training tests check.
+  <word>?"; reward 1 when the reply starts with n-z. `magic` tasks: "Say the magic word." / "Please,
+  <word>."; reward 1 when the reply is MAGIC ("key"). Single turn.
+* `toy-target`, the target: a compound of the three kinds (seed % 3 picks early / late / magic), so
+  the right routing differs by task: adapter `early`, adapter `late`, or the plain base (slot 0).
+* The base (tests/unit/trainer/grpo/helpers.py tiny Qwen3 + BPE) is fine-tuned to answer the early
+  and late prompts with a random word of WORDS[:26] (apple ... zebra: about half of its replies score
+  on either) and to answer a magic prompt with MAGIC (it scores on magic).
+* Adapter `early` is a LoRA (on decoder layer 1 only) fine-tuned to answer *every* prompt with an a-m
+  word, adapter `late` with an n-z word: each is right on one environment, wrong on the other and on
+  magic, so only routing by the prompt -- to an adapter, or to the base for magic -- gets all three
+  (the known answer the gate-training tests check).
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ ANIMALS = WORDS[:26]
 LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 EARLY = set("abcdefghijklm")
 PROMPTS = {"early": ("Reply with one word.", "Say {w}."),
-           "late": ("Answer with the secret number.", "What is the secret number of {w}?")}
+           "late": ("Answer with the secret number.", "What is the secret number of {w}?"),
+           "magic": ("Say the magic word.", "Please, {w}.")}
+KINDS = ("early", "late", "magic")
+MAGIC = "key"  # the one right reply to a magic task (no adapter ever says it)
 
 
 class HalfEnv(SeededEnv):
@@ -54,13 +63,17 @@ class HalfEnv(SeededEnv):
     def tool_schemas(self) -> list[dict[str, Any]]:
         return []
 
+    def kind(self, seed: int) -> str:
+        return self.half
+
     def reset(self, seed: int) -> Observation:
         self._begin(seed)
         self._reply, self._done = "", False
-        system, user = PROMPTS[self.half]
-        word = random.Random(seed).choice(ANIMALS)
-        return Observation(messages=[Message.system(system), Message.user(user.format(w=word))],
-                           task_id=str(seed), seed=seed)
+        self._kind = self.kind(seed)
+        system, user = PROMPTS[self._kind]
+        self._word = random.Random(seed).choice(ANIMALS)
+        return Observation(messages=[Message.system(system), Message.user(user.format(w=self._word))],
+                           task_id=str(seed), seed=seed, info={"task_type": self._kind})
 
     def step(self, action: Any) -> StepResult:
         if self._done:
@@ -70,10 +83,12 @@ class HalfEnv(SeededEnv):
         return StepResult(observation=[Message.user("Thanks.")], done=True)
 
     def reward(self) -> float:
+        if self._kind == "magic":
+            return 1.0 if self._reply.split(".")[0].strip() == MAGIC else 0.0
         first = self._reply[:1]
         if not first.isalpha():
             return 0.0
-        return 1.0 if (first in EARLY) == (self.half == "early") else 0.0
+        return 1.0 if (first in EARLY) == (self._kind == "early") else 0.0
 
 
 class EarlyEnv(HalfEnv):
@@ -86,8 +101,17 @@ class LateEnv(HalfEnv):
     half: ClassVar[str] = "late"
 
 
-ENVS = {"early": EarlyEnv, "late": LateEnv}
-for _cls in (EarlyEnv, LateEnv):
+class TargetEnv(HalfEnv):
+    """The compound target: seed % 3 picks the kind (early, late, magic)."""
+
+    name: ClassVar[str] = "toy-target"
+
+    def kind(self, seed: int) -> str:
+        return KINDS[seed % 3]
+
+
+ENVS = {"early": EarlyEnv, "late": LateEnv, "target": TargetEnv}
+for _cls in (EarlyEnv, LateEnv, TargetEnv):
     try:
         register(_cls.name, _cls.version, _cls, description=f"gate-training toy {_cls.__name__}")
     except AlreadyExists:  # pragma: no cover - re-import under another module name
@@ -95,14 +119,17 @@ for _cls in (EarlyEnv, LateEnv):
 
 
 def _conversations(letters: set[str] | None, n: int, seed: int) -> list[tuple[list[Message], list]]:
+    """Conversations of the three kinds in turn; replies: a word with one of `letters` (an adapter),
+    or (letters None: the base) a random word for early/late and MAGIC for magic."""
     rng = random.Random(seed)
     words = [w for w in ANIMALS if letters is None or w[0] in letters]
     out = []
     for i in range(n):
-        system, user = PROMPTS["early" if i % 2 == 0 else "late"]
-        msgs = [Message.system(system), Message.user(user.format(w=rng.choice(ANIMALS))),
-                Message.assistant(rng.choice(words))]
-        out.append((msgs, []))
+        kind = KINDS[i % 3]
+        system, user = PROMPTS[kind]
+        asked = rng.choice(ANIMALS)
+        reply = MAGIC if kind == "magic" and letters is None else rng.choice(words)
+        out.append(([Message.system(system), Message.user(user.format(w=asked)), Message.assistant(reply)], []))
     return out
 
 
@@ -135,8 +162,9 @@ def toy_world() -> tuple[Path, dict[str, Path]]:
     return root / "base", adapters
 
 
-def mean_reward(policy_model: torch.nn.Module, tokenizer: Any, half: str, seeds: Sequence[int]) -> float:
-    """Greedy reward of a model (plain or the routed base of a composition) on one toy environment."""
+def play(policy_model: torch.nn.Module, tokenizer: Any, env: str, seeds: Sequence[int], temperature: float = 0.0,
+         sampling_seed: int = 0) -> list:
+    """Trajectories of a model (plain or the routed base of a composition) on a toy environment."""
     import asyncio
 
     from services.trainer.grpo.rollouts import EpisodeSpec, play_groups
@@ -144,28 +172,57 @@ def mean_reward(policy_model: torch.nn.Module, tokenizer: Any, half: str, seeds:
     from trace_common.policy.transformers_backend import TransformersPolicy
 
     policy = TransformersPolicy.from_model(policy_model, tokenizer, max_batch=64, max_wait_s=0.0)
-    specs = [EpisodeSpec(seed=s, group=i, index=0, guided=False, sampling_seed=s) for i, s in enumerate(seeds)]
+    specs = [EpisodeSpec(seed=s, group=i, index=0, guided=False, sampling_seed=sampling_seed + s)
+             for i, s in enumerate(seeds)]
 
     async def go():
         try:
-            return await play_groups(policy, ENVS[half], specs, params=SamplingParams(temperature=0.0, max_tokens=4))
+            return await play_groups(policy, ENVS[env], specs,
+                                     params=SamplingParams(temperature=temperature, max_tokens=4))
         finally:
             await policy.close()
 
-    trajs = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def mean_reward(policy_model: torch.nn.Module, tokenizer: Any, env: str, seeds: Sequence[int]) -> float:
+    """Greedy mean reward on one toy environment."""
+    trajs = play(policy_model, tokenizer, env, seeds)
     return sum(t.reward for t in trajs) / len(trajs)
 
 
-@pytest.mark.parametrize("adapter, good_on, bad_on", [("early", "early", "late"), ("late", "late", "early")])
-def test_each_toy_adapter_clearly_helps_one_environment(adapter, good_on, bad_on):
-    """The premise of the gate-training tests: adapter c is right on environment c, wrong on the other."""
+def kind_rewards(policy_model: torch.nn.Module, tokenizer: Any, seeds: Sequence[int]) -> dict[str, float]:
+    """Greedy mean reward on the target, per kind (early / late / magic)."""
+    trajs = play(policy_model, tokenizer, "target", seeds)
+    return {k: sum(t.reward for t in trajs if t.info["task_type"] == k) / sum(t.info["task_type"] == k for t in trajs)
+            for k in KINDS}
+
+
+@functools.lru_cache(maxsize=1)
+def base_rollouts() -> tuple:
+    """The plain base on 48 target training tasks at temperature 1: the rollout stage's output, whose
+    successful trajectories are slot 0's provenance."""
+    from transformers import AutoModelForCausalLM
+
+    base_dir, _ = toy_world()
+    model = AutoModelForCausalLM.from_pretrained(base_dir).eval()
+    return tuple(play(model, tiny_tokenizer(), "target", range(0, 48), temperature=1.0, sampling_seed=7))
+
+
+@pytest.mark.parametrize("model, good_on, bad_on", [("early", ["early"], ["late", "magic"]),
+                                                    ("late", ["late"], ["early", "magic"]),
+                                                    ("base", ["magic"], [])])
+def test_each_toy_slot_clearly_helps_its_own_tasks(model, good_on, bad_on):
+    """The premise of the gate-training tests: adapter c is right on tasks c and wrong on the others;
+    the plain base is right on magic (and right on half of early / late)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     base_dir, adapters = toy_world()
     tok = tiny_tokenizer()
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), str(adapters[adapter]))
-    model = model.merge_and_unload().eval()
-    seeds = range(1000, 1032)
-    assert mean_reward(model, tok, good_on, seeds) >= 0.9
-    assert mean_reward(model, tok, bad_on, seeds) <= 0.1
+    net = AutoModelForCausalLM.from_pretrained(base_dir)
+    if model != "base":
+        net = PeftModel.from_pretrained(net, str(adapters[model])).merge_and_unload()
+    rewards = kind_rewards(net.eval(), tok, range(1000, 1048))
+    assert all(rewards[k] >= 0.9 for k in good_on), rewards
+    assert all(rewards[k] <= 0.15 for k in bad_on), rewards

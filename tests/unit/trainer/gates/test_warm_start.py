@@ -1,14 +1,19 @@
-"""Gate warm start from capability provenance: accuracy, gate-only updates, checkpoints and resume.
+"""Gate warm start from provenance: which positions carry a label, accuracy, slot 0 (the base),
+gate-only updates, checkpoints and resume.
 
-Threshold rationale (measured on the tiny world, see tests/unit/inference/tiny.py): before training
-the seeded default gates send ~42% of labelled held-out (layer, token) decisions to the provenance
-slot; a perfect token-identity classifier -- the most a layer-0 gate can do, since layer 0's input is
-the token embedding -- reaches ~62% on this world, because ~82% of the tokens (chat markers, JSON
-punctuation, shared words) occur in both capabilities' trajectories. The warm start reaches ~0.60-0.63
-held-out; the test holds it at >= 0.57 and >= 0.12 above the untrained gates.
+Threshold rationale (measured on the tiny world, see tests/unit/inference/tiny.py): labels sit only
+on the positions that generate assistant tokens. Before training the seeded default gates send
+~0.38 of those held-out (layer, position) decisions to the provenance slot; the warm start
+reaches ~0.61 -- limited by layer 0, whose input is the token embedding alone, and the
+replies of both capabilities share most tokens ("Order", the ids, JSON punctuation). The test holds
+it at >= 0.5 and >= 0.12 above the untrained gates. Slot 0: with the base's own trajectories (a third
+kind of conversation, `base_trajectories`) the gates route ~0.62 (adapters 0.12 / 0.27) of their held-out decisions
+to slot 0; without them ~0.08.
 """
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -20,16 +25,35 @@ from services.trainer.gates.warm_start import (
     list_gate_checkpoints,
     provenance_examples,
     routing_accuracy,
+    routing_report,
     train_gates,
 )
-from tests.unit.inference.tiny import CAPABILITIES, trajectories
+from tests.unit.inference.tiny import CAPABILITIES, TOOLS, trajectories
 from trace_common.artifacts import open_store
+from trace_common.env.messages import Message, ToolCall
+from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory
 from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.moe import ComposedMoEModel
 from trace_common.moe.composition_io import load_composition
+from trace_common.policy.chat import ChatFormat
 
 EXPERTS = ["base", *CAPABILITIES]
 CONFIG = dict(max_steps=300, learning_rate=1e-2, per_device_train_batch_size=16, save_steps=0)
+
+
+def base_trajectories(n: int, seed: int) -> list[Trajectory]:
+    """The base agent's own successful target conversations: a third kind (stock questions), as the
+    target's tasks differ from every capability environment's."""
+    rng = random.Random(f"base:{seed}")
+    out = []
+    for i in range(n):
+        item = rng.choice(["mugs", "lamps", "chairs"])
+        msgs = [Message.system("You answer questions about stock."), Message.user(f"How many {item} are left?"),
+                Message.assistant(f"There are {rng.randint(2, 9)} left in stock.")]
+        out.append(Trajectory(task_id=f"base-{i}", seed=seed * 1000 + i, env=EnvInfo(name="target", version="1"),
+                              policy=PolicyInfo(model="base"), messages=msgs, reward=1.0, success=True,
+                              termination="done"))
+    return out
 
 
 def _model(world) -> ComposedMoEModel:
@@ -43,9 +67,8 @@ def _examples(world, config: GateTrainingConfig, n: int = 16):
     return provenance_examples(world.tokenizer, provenance, EXPERTS, config)
 
 
-@pytest.mark.parametrize("tokens", ["all", "assistant"])
-def test_warm_start_routes_heldout_tokens_to_their_provenance_slot(world, tokens):
-    config = GateTrainingConfig(tokens=tokens, **CONFIG)
+def test_warm_start_routes_heldout_positions_to_their_provenance_slot(world):
+    config = GateTrainingConfig(**CONFIG)
     model = _model(world)
     trainer_examples = _examples(world, config)
     pad = world.tokenizer.pad_token_id
@@ -55,10 +78,76 @@ def test_warm_start_routes_heldout_tokens_to_their_provenance_slot(world, tokens
     before, _ = routing_accuracy(model, heldout, pad_id=pad)
     result = GateTrainer(model, trainer_examples, config, pad_id=pad).train()
     assert result.steps == 300
-    assert result.heldout_accuracy >= 0.57, result.summary()
+    assert result.heldout_accuracy >= 0.5, result.summary()
     assert result.heldout_accuracy >= before + 0.12, (before, result.summary())
     assert result.losses[-1] < result.losses[0]
     assert abs(sum(result.routing_share) - 1.0) < 1e-6
+
+
+@pytest.mark.parametrize("with_base", [True, False])
+def test_after_warm_start_slot0_wins_on_base_provenance_positions(world, with_base):
+    """The known answer behind "slot 0 is never chosen": given the base's own trajectories, the gates
+    route their held-out positions to slot 0 more than to any adapter; without them (slot 0 gets no
+    examples, as before) slot 0 loses on the very same positions -- so this test fails if the base's
+    provenance stops reaching slot 0."""
+    config = GateTrainingConfig(**CONFIG)
+    provenance = {c: trajectories(c, 16, seed=1) for c in CAPABILITIES}
+    if with_base:
+        provenance["base"] = base_trajectories(16, seed=1)
+    examples = provenance_examples(world.tokenizer, provenance, EXPERTS, config)
+    model = _model(world)
+    result = GateTrainer(model, examples, config, pad_id=world.tokenizer.pad_token_id).train()
+    held_base = provenance_examples(world.tokenizer, {"base": base_trajectories(8, seed=7)}, EXPERTS, config)
+    report = routing_report(model, held_base, pad_id=world.tokenizer.pad_token_id)
+    row = report.confusion[0]  # where the base's held-out decisions go, per slot
+    if with_base:
+        assert result.examples_per_slot[0] == 16 and result.heldout_accuracy_by_slot[0] is not None
+        assert row[0] == max(row) and row[0] >= 0.5, row
+    else:
+        assert result.examples_per_slot[0] == 0 and result.heldout_accuracy_by_slot[0] is None
+        assert row[0] <= 0.2, row
+
+
+def _conversations() -> dict[str, tuple[list[Message], list]]:
+    call = ToolCall.create("call_0_0", "refund_order", {"order_id": "A17"})
+    return {
+        "refunds": (trajectories("refunds", 1, seed=4)[0].messages, TOOLS["refunds"]),
+        "addresses": (trajectories("addresses", 1, seed=4)[0].messages, TOOLS["addresses"]),
+        "base": (base_trajectories(1, seed=4)[0].messages, []),
+        "two_turns_two_tools": ([Message.system("You are the refunds desk of the store."),
+                                 Message.user("Please refund order A17, it arrived late."),
+                                 Message.assistant(None, [call]), Message.tool("call_0_0", '{"refunded": true}'),
+                                 Message.user("And order B20?"), Message.assistant("Order B20 is refunded too.")],
+                                TOOLS["refunds"]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_conversations()))
+def test_only_decisions_generating_assistant_tokens_are_labelled(world, name):
+    """No position inside a system, user or tool message (or the tool schemas) carries a label; every
+    position whose next token is part of an assistant reply does."""
+    messages, tools = _conversations()[name]
+    traj = Trajectory(task_id="t", seed=0, env=EnvInfo(name="e", version="1"), policy=PolicyInfo(model="m"),
+                      messages=messages, reward=1.0, success=True, termination="done", tools=tools)
+    (example,) = provenance_examples(world.tokenizer, {"refunds": [traj]}, EXPERTS, GateTrainingConfig())
+    chat = ChatFormat(world.tokenizer)
+    text, spans = chat.assistant_spans(messages, tools or None)
+    offsets = world.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    segments = []  # (role, start, end) of each message's rendering (an assistant's includes its header)
+    for i, msg in enumerate(messages):
+        start = len(chat.render(messages[:i], tools or None, add_generation_prompt=False)) if i else 0
+        segments.append((msg.role, start, len(chat.render(messages[:i + 1], tools or None,
+                                                          add_generation_prompt=False))))
+    in_reply = [any(s <= a < e for s, e in spans) for a, _ in offsets]
+    labelled = [p for p, m in enumerate(example.label_mask) if m]
+    assert labelled, "an assistant reply must give labelled positions"
+    for p in labelled:
+        role = next(r for r, s, e in segments if s <= offsets[p][0] < e)
+        assert role == "assistant", (p, role, text[offsets[p][0]:offsets[p][1]])
+    assert example.label_mask == [in_reply[p + 1] if p + 1 < len(in_reply) else False
+                                  for p in range(len(example.token_ids))]
+    assistants = sum(m.role == "assistant" for m in messages)
+    assert sum(1 for p in labelled if not example.label_mask[p - 1]) == assistants  # one labelled run per reply
 
 
 def test_only_gate_parameters_change(world):
@@ -98,7 +187,7 @@ def test_resume_continues_exactly(world, tmp_path):
 
 @pytest.mark.parametrize("change, error", [
     ({"learning_rate": 0.5}, FailedPrecondition),
-    ({"tokens": "assistant"}, FailedPrecondition),
+    ({"data_digest": "other-provenance"}, FailedPrecondition),
 ])
 def test_resume_refuses_another_config(world, tmp_path, change, error):
     store = open_store((tmp_path / "store").as_uri())
@@ -111,7 +200,8 @@ def test_resume_refuses_another_config(world, tmp_path, change, error):
 
 
 @pytest.mark.parametrize("config, needle", [
-    ({"grpo_steps": 3}, "not implemented"),
+    ({"grpo_steps": 3}, "GateGRPOConfig.max_steps"),
+    ({"tokens": "all"}, "assistant tokens"),
     ({"learning_rate": 0}, "greater than 0"),
     ({"heldout_fraction": 1.0}, "less than 1"),
 ])
