@@ -42,13 +42,13 @@ import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from trace_common.env import PolicyInfo
 from trace_common.errors import FailedPrecondition, InvalidArgument, TraceError, Unavailable
+from trace_common.model_refs import local_dir
 from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
 from trace_common.specs import PolicyRefModel
 
@@ -70,15 +70,6 @@ class CalibrationSampling(BaseModel):
     keep_idle: int = Field(1, ge=0, le=16, description="Loaded policies kept while no job uses them.")
 
 
-def _local_dir(model: str) -> Path | None:
-    """The directory a model string names locally, or None for names and s3:// URIs."""
-    if model.startswith("file://"):
-        return Path(model.removeprefix("file://"))
-    if model.startswith(("/", "./", "../", "~")):
-        return Path(model).expanduser()
-    return None
-
-
 def check_ref(ref: PolicyRefModel) -> None:
     """Cheap checks (no loading) that `ref` can name a calibration policy; InvalidArgument otherwise."""
     if ref.backend == "POLICY_BACKEND_OPENAI_HTTP":
@@ -91,7 +82,7 @@ def check_ref(ref: PolicyRefModel) -> None:
                               "_SCRIPTED (model 'skill-mixture@<p>')", got=ref.backend,
                               fix="Use SCRIPTED only with model 'skill-mixture@<p>'; for the base agent choose "
                               "POLICY_BACKEND_IN_PROCESS or POLICY_BACKEND_OPENAI_HTTP.")
-    path = _local_dir(ref.model)
+    path = local_dir(ref.model)
     if path is not None:
         if not (path / "config.json").is_file():
             what = "does not exist" if not path.exists() else "has no config.json"
@@ -103,7 +94,7 @@ def check_ref(ref: PolicyRefModel) -> None:
         if ref.model not in BUILT_IN:
             raise InvalidArgument(field=f"{FIELD}.model", expected=f"a built-in base agent ({', '.join(BUILT_IN)}), "
                                   "a model directory or its file:// / s3:// URI", got=ref.model, fix=MODEL_FIX)
-    adapter = _local_dir(ref.adapter_uri) if ref.adapter_uri else None
+    adapter = local_dir(ref.adapter_uri) if ref.adapter_uri else None
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise InvalidArgument(field=f"{FIELD}.adapter_uri", expected="a PEFT adapter directory "
                               "(adapter_config.json + adapter_model.safetensors)", got=ref.adapter_uri,

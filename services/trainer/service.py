@@ -25,11 +25,11 @@ from typing import Any
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
-from services.trainer.grpo.models import check_model_ref
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.endpoints import refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output
+from trace_common.model_refs import check_model_ref
 
 from . import metrics as m
 from .configs import validate_training_config

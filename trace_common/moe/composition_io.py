@@ -53,6 +53,7 @@ from safetensors.torch import load_file, save_file
 
 from trace_common.artifacts import ArtifactStore, S3Settings, open_uri
 from trace_common.errors import InvalidArgument, NotFound, TraceError
+from trace_common.model_refs import materialize
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.config import MoEConfig
 
@@ -255,27 +256,6 @@ def read_manifest(uri: str, s3: S3Settings | None = None) -> CompositionManifest
                               reason=f"{'.'.join(map(str, first['loc'])) or 'manifest'}: {first['msg']}") from exc
 
 
-def resolve_model_dir(ref: str, cache_dir: Path, s3: S3Settings | None = None) -> Path:
-    """A base or adapter reference -> local directory (dir, artifact URI or built-in agent name)."""
-    from trace_common.policy.factory import materialize_dir
-
-    if ref.startswith(("file://", "s3://", "/")):
-        path = materialize_dir(ref, cache_root=cache_dir / "dirs", s3=s3) if Path(ref.removeprefix("file://")).is_dir() \
-            or ref.startswith("s3://") else Path(ref.removeprefix("file://"))
-    elif Path(ref).is_dir():
-        path = Path(ref)
-    else:
-        from trace_common.agents import BUILT_IN, resolve_base_agent
-
-        if ref not in BUILT_IN:
-            raise NotFound(f"{ref!r} is neither a model directory, an artifact URI, nor a built-in base agent "
-                           f"({', '.join(BUILT_IN)}); give a directory written by save_pretrained")
-        path = Path(resolve_base_agent(ref))
-    if not path.is_dir():
-        raise NotFound(f"{ref!r} does not resolve to a directory")
-    return path
-
-
 def default_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / "trace-compositions"
 
@@ -318,11 +298,12 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
         raise InvalidArgument(field="gates_uri", expected=f"gates for a composition of {len(adapters)} adapters",
                               fix="give the gates.safetensors written by gate training (or a single adapter)")
 
-    base_dir = resolve_model_dir(base_model, cache, s3)
+    base_dir = materialize(base_model, cache_dir=cache / "dirs", s3=s3, field="base_model")
     if not (base_dir / "config.json").is_file():
         raise NotFound(f"base model {base_model!r} resolved to {base_dir}, which has no config.json; give a "
                        "directory written by save_pretrained")
-    adapter_dirs = {name: resolve_model_dir(uri, cache, s3) for name, uri in adapters}
+    adapter_dirs = {name: materialize(uri, cache_dir=cache / "dirs", s3=s3, field=f"adapters.{name}")
+                    for name, uri in adapters}
     gates_path = fetch_file(gates_uri, cache, s3) if gates_uri else None
     gates = read_gates(gates_path) if gates_path is not None else None
 

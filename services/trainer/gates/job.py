@@ -37,6 +37,7 @@ from trace_common.artifacts import ArtifactStore
 from trace_common.endpoints import refuse_outbound_params
 from trace_common.env.trajectory import Trajectory, loads_jsonl
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from trace_common.model_refs import materialize
 from trace_common.moe.composition_io import BASE_SLOT_NAME
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -170,7 +171,7 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
               should_stop: Callable[[], bool], cache: Path, device: Any) -> int:
     """The worker body of a gates job (returns the process exit code)."""
     from services.trainer.gates.grpo import train_gate_job
-    from services.trainer.grpo.models import load_base, resolve_dir
+    from services.trainer.grpo.models import load_base
     from services.trainer.grpo.trainer import seed_everything
     from trace_common.moe.composed import ComposedMoEModel
 
@@ -184,7 +185,7 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
     base_trajectories = read_base_trajectories(store, config.base_provenance_uris) \
         if config.warm_start_steps and config.base_provenance != "none" else []
     base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device)
-    dirs = [resolve_dir(uri, cache_dir=cache, s3=s3) for uri in dir_uris.values()]
+    dirs = [materialize(uri, cache_dir=cache, s3=s3, field="adapter_uris") for uri in dir_uris.values()]
     composed = ComposedMoEModel.from_adapter_dirs(base, dirs, names=list(dir_uris))
     result = train_gate_job(config, composed, tokenizer, capability_envs={a: r.factory for a, r in assigned.items()},
                             target_envs=[(r.name, r.factory) for r in targets], adapter_uris=dir_uris,

@@ -69,6 +69,7 @@ from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.model_refs import materialize
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
@@ -76,7 +77,6 @@ from trace_common.moe.composition_io import (
     GATES_FILE,
     CompositionArtifact,
     read_gates,
-    resolve_model_dir,
     save_gates,
     write_composition,
 )
@@ -620,9 +620,9 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
     if not adapters:
         raise InvalidArgument(field="adapters", expected="at least one capability adapter to compose")
     cache = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "trace-compositions"
-    base_dir = resolve_model_dir(base_model, cache, s3)
+    base_dir = materialize(base_model, cache_dir=cache / "dirs", s3=s3, field="base_model")
     names = list(adapters)
-    dirs = [resolve_model_dir(uri, cache, s3) for uri in adapters.values()]
+    dirs = [materialize(uri, cache_dir=cache / "dirs", s3=s3, field="adapter_uris") for uri in adapters.values()]
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     base = AutoModelForCausalLM.from_pretrained(base_dir).to(device).eval()
     model = ComposedMoEModel.from_adapter_dirs(base, dirs, names=names)
