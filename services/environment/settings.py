@@ -17,7 +17,7 @@ from trace_common.config import ServiceSettings
 from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
 
 from .calibration_policy import CalibrationSampling
-from .sandbox.parent import PodConfig, SandboxConfig
+from .sandbox.config import PodConfig, SandboxConfig
 from .validation import ValidationConfig
 
 #: SandboxConfig fields that configure benchmarks and tests, never a deployed service.
@@ -51,7 +51,7 @@ class EnvironmentSettings(ServiceSettings):
     idle_workers_per_env: int = Field(2, ge=0, le=256,
                                       description="Loaded sandbox workers kept per environment version for reuse.")
 
-    # -- sandbox: declared once, in sandbox/parent.py (SandboxConfig, PodConfig) ---------------
+    # -- sandbox: declared once, in sandbox/config.py (SandboxConfig, PodConfig) ---------------
     sandbox: SandboxConfig = Field(
         default_factory=SandboxConfig, description="Where generated code runs and its limits and isolation layers. "
         "Each field is the variable TRACE_ENVIRONMENT_SANDBOX_<FIELD> (pod fields: _SANDBOX_NAMESPACE and "

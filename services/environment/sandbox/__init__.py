@@ -1,7 +1,10 @@
 """The sandbox that runs environment code (generated or library) outside the service process.
 
-- `parent.py`: the service side: `SandboxConfig`, `SandboxWorker` (spawn, JSON Lines, deadlines,
-  classification of a dead worker), `SandboxViolation`.
+- `config.py`: the settings of a worker, `SandboxConfig` and `PodConfig`.
+- `parent.py`: the service side: `SandboxWorker` (spawn, JSON Lines, deadlines), the process
+  transport, `SandboxViolation`.
+- `endings.py`: how a worker that stopped answering ended (`classify_ending`, the supervisor's
+  exit line, the kernel's OOM-kill counter), for both transports.
 - `environment.py`: `SandboxEnvironment`, an `Environment` whose code runs in a worker.
 - `worker.py` (`python -m services.environment.sandbox.worker`): the locked-down worker process.
 - `isolation.py`: the kernel layers the worker puts itself under before loading code.

@@ -27,16 +27,11 @@ Per call: a wall-clock deadline (past it the worker is killed and the call fails
 `timeout` violation -- or `cpu` when the worker was busy computing for most of that time),
 and a cap on each response line (`output`). A worker that died on its own is classified from
 what can be observed (the PID-namespace supervisor's exit line: signal, CPU seconds, peak RSS;
-the kernel's OOM-kill counter; the pod's container status):
+the kernel's OOM-kill counter; the pod's container status) by `endings.classify_ending`, whose
+module docstring has the table of kinds (cpu, memory, killed, syscall, file_size, crash).
 
-| how it ended                                   | kind      |
-|------------------------------------------------|-----------|
-| SIGXCPU, or SIGKILL with its CPU time at RLIMIT_CPU (>= CPU_LIMIT_MARGIN of it) | cpu |
-| SIGKILL while the kernel counted an OOM kill (/proc/vmstat oom_kill), or a pod OOMKilled | memory |
-| SIGKILL otherwise: not by the service, not at a limit, no OOM kill recorded | killed (from outside the sandbox) |
-| SIGSYS (a system call seccomp kills for: signalling/tracing another process) | syscall |
-| SIGXFSZ                                        | file_size |
-| other signals or exit codes                    | crash     |
+The settings (`SandboxConfig`, `PodConfig`) live in `config.py` and the classification of an
+ending in `endings.py`, so that `pods.py` uses both without importing this module.
 
 Every violation is raised as `SandboxViolation` (a `ResourceExhausted`, so gRPC callers get
 RESOURCE_EXHAUSTED) after the worker is killed; an exception raised by environment code is
@@ -58,118 +53,21 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any, Protocol
 
 from trace_common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 
 from .. import metrics as m
-from .isolation import EXIT_MARKER, NOBODY, REQUIRED_LAYERS, missing_layers
+from .config import SandboxConfig
+from .endings import classify_ending, exit_report, oom_kills, without_exit_report
+from .isolation import NOBODY, REQUIRED_LAYERS, missing_layers
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-#: A SIGKILLed worker whose CPU time reached this fraction of RLIMIT_CPU is taken to have hit the limit.
-CPU_LIMIT_MARGIN = 0.85
 VIOLATION_KINDS = ("cpu", "memory", "processes", "file_size", "timeout", "network", "output", "filesystem",
                    "limits", "native", "introspection", "environment", "syscall", "killed", "crash", "protocol")
-
-
-class PodConfig(BaseModel):
-    """Where and how sandbox pods are created (backend "kubernetes"; see pods.py)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    namespace: str = Field("", description="Namespace of the sandbox pods (default: the service's own, from its "
-                           "service-account mount, else 'default').")
-    template: str = Field("", description="Path of the pod template JSON the chart renders "
-                          "(/etc/trace/templates/sandbox-pod.json); empty = the built-in template.")
-    image: str = Field("", description="Sandbox image; overrides the template's (required without a template).")
-    cpu: str = Field("1", description="CPU limit of a sandbox pod (Kubernetes quantity).")
-    deadline_s: int = Field(3600, ge=60, le=7 * 86_400, description="activeDeadlineSeconds of a sandbox pod.")
-    scratch_mb: int = Field(512, ge=16, le=1 << 20, description="sizeLimit of the pod's scratch emptyDir (MiB).")
-    poll_s: float = Field(0.25, gt=0, le=10, description="How often pod status is read while it starts.")
-    require_egress_policy: bool = Field(
-        True, description="Count the 'pod' layer only when a NetworkPolicy denying all egress selects the pod.")
-
-
-class SandboxConfig(BaseModel):
-    """Limits and isolation layers of one sandbox worker (see isolation.py for the layers)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    backend: Literal["process", "kubernetes"] = Field(
-        "process", description="Where workers run: a local child process, or a Kubernetes pod per worker.")
-    cpu_seconds: int = Field(300, ge=1, le=86_400, description="Total CPU seconds of a worker (RLIMIT_CPU).")
-    memory_mb: int = Field(1024, ge=128, le=1 << 20, description="Address-space limit (RLIMIT_AS) in MiB.")
-    file_size_mb: int = Field(16, ge=1, le=1 << 20, description="Largest file the worker may write (RLIMIT_FSIZE).")
-    max_processes: int = Field(0, ge=0, le=4096, description="RLIMIT_NPROC of the sandbox uid; 0 forbids fork.")
-    open_files: int = Field(64, ge=16, le=65_536, description="RLIMIT_NOFILE.")
-    call_timeout_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock deadline of one call.")
-    startup_timeout_s: float = Field(30.0, gt=0, le=600, description="Deadline of the startup handshake.")
-    max_output_kb: int = Field(1024, ge=4, le=1 << 20, description="Largest response line in KiB.")
-    pid_namespace: bool = Field(True, description="Run the worker as pid 1 of its own PID namespace (root only).")
-    network_namespace: bool = Field(True, description="Unshare a network namespace (root or userns).")
-    mount_namespace: bool = Field(True, description="Read-only root except scratch, private /proc (root only).")
-    drop_privileges: bool = Field(True, description="Drop to a sandbox uid when started as root.")
-    uid_base: int = Field(1_000_000, ge=0, le=4_000_000_000, description=(
-        "First uid of the range workers run as (one uid per live worker). 0: every worker runs as nobody "
-        "(65534), and uid_distinct is not in force. The uids must be mapped where the service runs."))
-    uid_count: int = Field(65_536, ge=1, le=1 << 24, description="Size of the uid range.")
-    seccomp: bool = Field(True, description="Install the seccomp filter.")
-    audit_hook: bool = Field(True, description="Install the Python audit hook (typed violation reports).")
-    require_network_isolation: bool = Field(
-        True, description="Refuse a worker in which no kernel layer (netns or seccomp) blocks the network.")
-    allow_weak: bool = Field(False, description=(
-        "Let workers run although a required isolation layer is missing (e.g. a non-root service, a restricted "
-        "pod). The validation report still names the missing layers. Never for untrusted code in production."))
-    plain: bool = Field(False, description="No lockdown at all: benchmark baseline only, never untrusted code.")
-    scratch_root: str = Field("", description="Parent directory of per-worker scratch dirs (default: system tmp).")
-    hash_seed: int = Field(0, ge=0, le=4_294_967_295, description="PYTHONHASHSEED of the worker.")
-    python: str = Field("", description="Interpreter for the worker (default: this one).")
-    pod: PodConfig = Field(default_factory=PodConfig, description="Sandbox pods (backend 'kubernetes').")
-    kubernetes_api: Callable[[], Any] | None = Field(
-        None, exclude=True, repr=False, description="Factory of the kubernetes ApiClient (default: in-cluster "
-        "config, else kubeconfig); tests point it at an emulated API server.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_pod_names(cls, data: Any) -> Any:
-        """Pod fields spelled flat, as the environment settings' variables spell them
-        (TRACE_ENVIRONMENT_SANDBOX_NAMESPACE -> pod.namespace, ..._POD_<FIELD> -> pod.<field>)."""
-        if not isinstance(data, dict):
-            return data
-        flat = [k for k in data if k == "namespace" or k.startswith("pod_")]
-        if not flat:
-            return data
-        data = dict(data)
-        pod = data.get("pod") or {}
-        pod = pod.model_dump() if isinstance(pod, PodConfig) else dict(pod)
-        for k in flat:
-            pod["namespace" if k == "namespace" else k.removeprefix("pod_")] = data.pop(k)
-        data["pod"] = pod
-        return data
-
-    @model_validator(mode="after")
-    def _uids(self) -> SandboxConfig:
-        if self.uid_base and self.uid_base <= NOBODY < self.uid_base + self.uid_count:
-            raise ValueError(f"the sandbox uid range [{self.uid_base}, {self.uid_base + self.uid_count}) contains "
-                             f"nobody ({NOBODY}); move TRACE_ENVIRONMENT_SANDBOX_UID_BASE past it (e.g. 1000000)")
-        return self
-
-    def worker_json(self, scratch: str, uid: int = NOBODY, uid_distinct: bool = False) -> str:
-        return json.dumps({
-            "scratch": scratch,
-            "limits": {"cpu_seconds": self.cpu_seconds, "memory_bytes": self.memory_mb << 20,
-                       "file_size_bytes": self.file_size_mb << 20, "max_processes": self.max_processes,
-                       "open_files": self.open_files},
-            "pid_namespace": self.pid_namespace, "network_namespace": self.network_namespace,
-            "mount_namespace": self.mount_namespace, "drop_privileges": self.drop_privileges,
-            "uid": uid, "uid_distinct": uid_distinct, "seccomp": self.seccomp, "audit_hook": self.audit_hook,
-            "plain": self.plain, "max_output_bytes": self.max_output_kb << 10})
 
 
 class SandboxViolation(ResourceExhausted):
@@ -230,17 +128,6 @@ def _proc_stat(pid: int) -> tuple[str, float] | None:
 def _cpu_seconds(pid: int) -> float | None:
     stat = _proc_stat(pid)
     return stat[1] if stat else None
-
-
-def oom_kills() -> int | None:
-    """The kernel's count of OOM kills since boot (/proc/vmstat oom_kill), None when unreadable."""
-    try:
-        for line in Path("/proc/vmstat").read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def _children(pid: int) -> list[int]:
@@ -427,7 +314,7 @@ class ProcessTransport:
             self.kill()
             code = self.proc.returncode
         end: dict[str, Any] = {}
-        report = _exit_report(self.stderr_tail(8000))
+        report = exit_report(self.stderr_tail(8000))
         if report is not None:
             end.update(report)
         elif code is not None and code < 0:
@@ -473,22 +360,6 @@ class ProcessTransport:
         if self.uid is not None:
             UIDS.give(self.uid)
             self.uid = None
-
-
-def _exit_report(tail: str) -> dict[str, Any] | None:
-    """The PID-namespace supervisor's last EXIT_MARKER line, if it wrote one."""
-    for line in reversed(tail.splitlines()):
-        if line.startswith(EXIT_MARKER):
-            try:
-                data = json.loads(line[len(EXIT_MARKER):])
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
-
-
-def _without_exit_report(tail: str) -> str:
-    return "\n".join(line for line in tail.splitlines() if not line.startswith(EXIT_MARKER)).strip()
 
 
 @dataclass
@@ -680,7 +551,7 @@ class SandboxWorker:
         """The worker ended on its own (or was ended from outside): classify how."""
         end = self.transport.ending()
         kind, detail = classify_ending(end, self.config, killed_by_us=self._killed_by_us)
-        tail = _without_exit_report(self.transport.stderr_tail())
+        tail = without_exit_report(self.transport.stderr_tail())
         if tail:
             detail += f"; stderr: {tail[-300:]}"
         return self._fail(kind, detail, op)
@@ -688,58 +559,3 @@ class SandboxWorker:
     def stderr_tail(self, limit: int = 2000) -> str:
         """The last bytes the worker wrote before lockdown (trusted startup errors)."""
         return self.transport.stderr_tail(limit) if self.transport is not None else ""
-
-
-def classify_ending(end: dict[str, Any], config: SandboxConfig, *, killed_by_us: bool = False) -> tuple[str, str]:
-    """(violation kind, detail) for a worker that ended without answering (module docstring table).
-
-    `end` holds what the transport observed: signal or code, cpu_seconds and max_rss_kb (the
-    supervisor's wait4), oom_kills (OOM kills the kernel counted while it ran), and for pods
-    reason / message (the container's terminated state or the pod's)."""
-    sig = end.get("signal")
-    reason = str(end.get("reason") or "")
-    cpu = end.get("cpu_seconds")
-    rss = end.get("max_rss_kb")
-    facts = []
-    if cpu is not None:
-        facts.append(f"{cpu:.1f} of {config.cpu_seconds} CPU seconds used")
-    if rss is not None:
-        facts.append(f"peak RSS {rss / 1024:.0f} MiB (address-space limit {config.memory_mb} MiB)")
-    facts_text = f" ({', '.join(facts)})" if facts else ""
-    if reason == "OOMKilled":
-        return "memory", f"the sandbox pod's container was OOMKilled (memory limit {config.memory_mb} MiB)"
-    if reason == "PodDeleted":
-        return "killed", "the sandbox pod was deleted from outside the service"
-    if reason == "DeadlineExceeded":
-        return "timeout", f"the sandbox pod ran past its activeDeadlineSeconds ({config.pod.deadline_s} s)"
-    if sig is None:
-        message = str(end.get("message") or "")
-        extra = f" ({reason}{': ' + message if message else ''})" if reason else ""
-        return "crash", f"worker exited with status {end.get('code')}{extra}"
-    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-    if sig == signal.SIGXCPU:
-        return "cpu", f"worker killed by SIGXCPU at its CPU-time limit{facts_text}"
-    if sig == signal.SIGSYS:
-        return "syscall", ("worker killed by SIGSYS: it made a system call the sandbox forbids outright (signalling, "
-                           "tracing or reading another process: kill/tgkill aimed elsewhere, pidfd_open, "
-                           f"pidfd_send_signal, ptrace, process_vm_readv ...){facts_text}")
-    if sig == signal.SIGXFSZ:
-        return "file_size", f"worker killed by SIGXFSZ (file size limit {config.file_size_mb} MiB)"
-    if sig != signal.SIGKILL:
-        return "crash", f"worker killed by {name}{facts_text}"
-    if killed_by_us:
-        return "crash", "worker killed by the service"
-    # RLIMIT_CPU (soft == hard) kills with SIGKILL; the kernel's tick-based limit check runs ahead of
-    # the CPU time wait4 reports (measured here: 0.8-0.97 s reported at a 1 s limit), hence the margin
-    if cpu is not None and cpu >= CPU_LIMIT_MARGIN * config.cpu_seconds - 0.1:
-        return "cpu", f"worker killed by SIGKILL at its CPU-time limit (RLIMIT_CPU){facts_text}"
-    ooms = end.get("oom_kills")
-    if ooms:
-        return "memory", (f"worker killed by SIGKILL while the kernel recorded {ooms} OOM kill(s) (/proc/vmstat "
-                          f"oom_kill): most likely the OOM killer{facts_text}")
-    if ooms == 0:
-        evidence = end.get("oom_evidence") or "the kernel recorded no OOM kill meanwhile (/proc/vmstat oom_kill)"
-        return "killed", (f"worker killed by SIGKILL from outside the sandbox: not by the service, not at its CPU "
-                          f"limit, and {evidence}{facts_text}")
-    return "killed", (f"worker killed by SIGKILL from outside the worker: not by the service and not at its CPU "
-                      f"limit; whether the OOM killer did it is unknown (no OOM-kill counter readable){facts_text}")

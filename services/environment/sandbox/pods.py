@@ -27,7 +27,7 @@ service does per worker (`PodTransport`):
    rlimits and seccomp, which do apply in a container).
 4. On close, delete the pod (grace period 0). When the attach stream ends, how the container
    ended (OOMKilled, exit code / signal, the pod's DeadlineExceeded, a deleted pod) goes to
-   `parent.classify_ending`; the worker's supervisor line (CPU seconds, peak RSS) comes over
+   `endings.classify_ending`; the worker's supervisor line (CPU seconds, peak RSS) comes over
    the stderr channel as it does for a local worker.
 
 What this module cannot check from inside the service: that the cluster's CNI enforces
@@ -47,7 +47,8 @@ from typing import Any
 
 from trace_common.errors import FailedPrecondition, Unavailable
 
-from .parent import SandboxConfig, _exit_report
+from .config import SandboxConfig
+from .endings import exit_report
 
 REQUIRED_POD_LAYERS = ("pod", "rlimits", "seccomp")
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -444,7 +445,7 @@ class PodTransport:
 
         if self._ws is not None:
             self._pump(0)  # the last stderr frames (the supervisor's exit line)
-        end: dict[str, Any] = dict(_exit_report(self._stderr.decode("utf-8", "replace")) or {})
+        end: dict[str, Any] = dict(exit_report(self._stderr.decode("utf-8", "replace")) or {})
         deadline = time.monotonic() + 10
         while True:
             try:

@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from services.environment import library
-from services.environment.sandbox.parent import SandboxConfig
+from services.environment.sandbox.config import SandboxConfig
 from services.environment.targets import TargetInfo, resolve_target
 from services.environment.validation import ValidationConfig
 from trace_common.domains.tau2.data import default_data_root

@@ -222,7 +222,7 @@ def test_hostile_module_is_rejected_or_contained(name, body, sandbox, expect, vi
 def test_signal_sent_from_outside_is_named_as_such():
     """A worker SIGKILLed by another process (not at its limits, no OOM kill) is reported as killed
     from outside the sandbox -- not blamed on the OOM killer."""
-    from services.environment.sandbox.parent import oom_kills
+    from services.environment.sandbox.endings import oom_kills
 
     with SandboxWorker(SandboxConfig(call_timeout_s=15.0), label="killed") as w:
         w.call("load", source=module("import time\n", 0).replace("def solve(seed):\n",

@@ -308,7 +308,7 @@ ENDINGS = [
 
 @pytest.mark.parametrize(("end", "kind", "fragment"), ENDINGS, ids=[f"{e[1]}-{i}" for i, e in enumerate(ENDINGS)])
 def test_a_dead_worker_is_classified_from_what_was_observed(end, kind, fragment):
-    from services.environment.sandbox.parent import classify_ending
+    from services.environment.sandbox.endings import classify_ending
 
     got, detail = classify_ending(end, SandboxConfig())
     assert got == kind and fragment in detail, detail

@@ -31,13 +31,8 @@ import kubernetes_validate
 import pytest
 from kubernetes import client
 
-from services.environment.sandbox.parent import (
-    PROJECT_ROOT,
-    PodConfig,
-    SandboxConfig,
-    SandboxViolation,
-    SandboxWorker,
-)
+from services.environment.sandbox.config import PodConfig, SandboxConfig
+from services.environment.sandbox.parent import PROJECT_ROOT, SandboxViolation, SandboxWorker
 from services.environment.sandbox.pods import (
     LABEL_WORKER,
     WORKER_COMMAND,

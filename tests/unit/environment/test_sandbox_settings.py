@@ -1,4 +1,4 @@
-"""The sandbox limits are declared once (SandboxConfig, PodConfig in sandbox/parent.py) and nested in
+"""The sandbox limits are declared once (SandboxConfig, PodConfig in sandbox/config.py) and nested in
 the environment settings: every TRACE_ENVIRONMENT_SANDBOX_* variable the service read before still
 sets the same field within the same bounds, keywords spelled like the variables still work, and
 fields that are not service settings are refused.
@@ -10,7 +10,7 @@ import annotated_types as at
 import pytest
 from pydantic import ValidationError
 
-from services.environment.sandbox.parent import PodConfig, SandboxConfig
+from services.environment.sandbox.config import PodConfig, SandboxConfig
 from services.environment.settings import NOT_SETTINGS, EnvironmentSettings, sandbox_env_names
 
 
