@@ -10,7 +10,7 @@ model turn must be stored.
 Slow: `micro` is installed from the shipped artifact or built on first use (minutes; cached in
 TRACE_AGENT_CACHE, shared with the pipeline test). `smollm2` gets a 4-step warm start here so CI can afford it: it is the same
 build path as the default agent (`resolve_base_agent("smollm2")`), only shorter. The default
-agents' pass rates are measured by `python -m trace_common.agents.evaluate` (README).
+agents' pass rates are measured by `python -m trace_common.agents.evaluate_cli` (README).
 
 A rollout job whose base agent another process is building waits for that build and says so in
 its progress, which is what a second `tracectl run` shows while the first one builds `micro`."""

@@ -13,7 +13,7 @@ in seconds. Any local HF model directory can replace them.
     model_dir = resolve_base_agent("micro")           # -> Path of an HF model dir
     model_dir = resolve_base_agent("micro", progress=print)   # BuildEvents while built/waited for
 
-Measure one with `python -m trace_common.agents.evaluate micro`; build, ship and check one with
+Measure one with `python -m trace_common.agents.evaluate_cli micro`; build, ship and check one with
 `tracectl agents build|ship|verify`.
 """
 

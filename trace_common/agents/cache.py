@@ -14,7 +14,7 @@ complete (a rename within one filesystem is atomic), so a crashed build never le
 half-written model under the final name. The lock serialises builders of one key: a second
 process does not wait silently, it reports (`BuildEvent` phase "waiting") who builds the entry,
 since when, and that builder's last progress, every `poll_s` seconds, then finds the finished
-directory. A shipped artifact (`shipped.py`) whose build record carries the same key is installed
+directory. A shipped artifact (`shipped_files.py`) whose build record carries the same key is installed
 (sha256-verified copy) instead of building; one with another key is not used, and the reason
 (which digest differs) is part of the build's first progress event.
 """
@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from trace_common.agents.progress import BuildEvent, BuildProgress, default_progress, fmt_seconds
+from trace_common.agents.shipped_files import REBUILD_COMMAND, install_if_matching, read_record
 from trace_common.errors import ArtifactCorrupted
 
 #: Bumped when a change in the build code changes what a config produces and no digest sees it.
@@ -109,8 +110,6 @@ def cached_build(cache_dir: Path, kind: str, config: BaseModel, build: Build, *,
             started = time.perf_counter()
             state = _StateWriter(state_path, kind, key, progress)
             try:
-                from trace_common.agents.shipped import install_if_matching
-
                 installed = install_if_matching(shipped, kind, key, scratch, state) if shipped is not None else None
                 if installed is not None:
                     metrics, source = installed, {"source": "shipped", "shipped_from": str(shipped)}
@@ -156,7 +155,6 @@ def _why(shipped: Path | None, kind: str, key: str, provenance: dict[str, Any] |
     if shipped is None:
         return reason
     from trace_common.agents.provenance import digest_differences
-    from trace_common.agents.shipped import REBUILD_COMMAND, read_record
 
     record = read_record(shipped)
     if record is None:

@@ -2,8 +2,12 @@
 interval, per task type (each tests one planted capability), tool-call well-formedness,
 capability diagnostics, generation speed, and the warm-start wall time from the cache record.
 
-    python -m trace_common.agents.evaluate micro --episodes 200
-    python -m trace_common.agents.evaluate /path/to/hf-model-dir --episodes 40 --json out.json
+    report = await evaluate_model_dir(model_dir, episodes=200)   # an AgentReport
+    print(report.format())
+
+The command line (`python -m trace_common.agents.evaluate_cli micro`) is `evaluate_cli.py`: it
+resolves a base agent by name first, and the builders it reaches (`micro.py`) call back into
+this module for their pass-rate probe, so this module imports no resolver.
 
 Episodes are sampled at temperature 1 with top_k=0 / top_p=1 (the rollout setting): an
 agent that imitates a partially skilled expert shows the skill in a fraction of its
@@ -12,10 +16,6 @@ episodes only under true sampling; greedy decoding would always pick the majorit
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -160,32 +160,3 @@ async def evaluate_model_dir(model_dir: str | Path, *, agent: str | None = None,
     wall = time.perf_counter() - started
     return summarise(agent or str(model_dir), str(model_dir), trajectories, policy.stats.snapshot(), wall,
                      read_meta(Path(model_dir)), temperature)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("agent", help="micro | smollm2 | a local HF model directory")
-    parser.add_argument("--episodes", type=int, default=200, help="test seeds to play (default: all 200)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="base agent cache (default $TRACE_AGENT_CACHE)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    args = parser.parse_args(argv)
-    import torch
-
-    from trace_common.agents.resolve import resolve_base_agent
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model_dir = resolve_base_agent(args.agent, args.cache_dir, log=lambda s: print(s, file=sys.stderr, flush=True))
-    report = asyncio.run(evaluate_model_dir(model_dir, agent=args.agent, episodes=args.episodes, seed=args.seed,
-                                            temperature=args.temperature))
-    print(report.format())
-    if args.json:
-        args.json.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ Build (all steps seeded by the config, so a config reproduces its model):
    chat template, generation_config.json (stop at `<|im_end|>`, plain sampling).
 
 It is the demo's default agent because it is fast: see the measurements in the report of
-`python -m trace_common.agents.evaluate micro`.
+`python -m trace_common.agents.evaluate_cli micro`.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def held_out_episodes(config: MicroConfig) -> int:
 
 def pass_rate_probe(model_dir: Path, episodes: int) -> dict[str, Any]:
     """Greedy pass rate on the first `episodes` test tasks, overall and per task type (the quick
-    check that the agent plays the domain; `python -m trace_common.agents.evaluate` is the full one)."""
+    check that the agent plays the domain; `python -m trace_common.agents.evaluate_cli` is the full one)."""
     import asyncio
 
     from trace_common.agents.evaluate import evaluate_model_dir

@@ -28,7 +28,7 @@ from trace_common.agents.cache import cached_build, config_hash, default_cache_d
 from trace_common.agents.micro import PROBE_EPISODES, MicroConfig, build_micro
 from trace_common.agents.progress import BuildProgress, default_progress
 from trace_common.agents.provenance import code_digests, data_digest
-from trace_common.agents.shipped import shipped_dir
+from trace_common.agents.shipped_files import shipped_dir
 from trace_common.agents.smollm2 import SmolLM2BaseConfig, SmolLM2Config, build_smollm2, smollm2_base_dir
 from trace_common.errors import InvalidArgument, NotFound
 

@@ -15,7 +15,10 @@ spend a quarter of an hour on the warm start before its first result.
   the library versions and CPU it ran on.
 
 `cached_build` installs the artifact (verified copy into the cache) when the current code and
-config produce its key, and builds otherwise, saying which digest differs. `check` (the CI test
+config produce its key, and builds otherwise, saying which digest differs. Where an artifact
+lives, reading its record, verifying and installing its files are `shipped_files.py` (what the
+cache needs, without this module's dependence on the builders); this module makes artifacts
+(`build_fresh`, `write_artifact`) and checks them. `check` (the CI test
 and `tracectl agents verify`) re-derives everything from the current code: file digests, data and
 code digests, and a replay of the build's first `steps` optimizer steps whose losses must equal
 the recorded ones within `LOSS_TOLERANCE`. Any mismatch names the command that rebuilds it
@@ -24,7 +27,6 @@ the recorded ones within `LOSS_TOLERANCE`. Any mismatch names the command that r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -34,92 +36,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trace_common.agents.progress import BuildEvent, BuildProgress
-from trace_common.errors import ArtifactCorrupted, FailedPrecondition, NotFound
+from trace_common.agents.cache import META_NAME, config_hash
+from trace_common.agents.micro import build_micro
+from trace_common.agents.progress import BuildProgress
+from trace_common.agents.provenance import digest_differences
+from trace_common.agents.resolve import CONFIGS, provenance_of, resolve_base_agent
+from trace_common.agents.shipped_files import (
+    REBUILD_COMMAND,
+    RECORD_FORMAT,
+    RECORD_NAME,
+    read_record,
+    sha256_file,
+    shipped_dir,
+    verify_files,
+)
+from trace_common.errors import FailedPrecondition, NotFound
 
-SHIPPED_ROOT = Path(__file__).resolve().parent / "shipped"
-RECORD_NAME = "build_record.json"
-RECORD_FORMAT = 1
-#: The one command that (re)builds a shipped artifact from the current code.
-REBUILD_COMMAND = {"micro": ".venv/bin/tracectl agents ship micro"}
 #: Replayed losses must satisfy |replayed - recorded| <= abs + rel * |recorded| at every step.
 #: Measured here: replays on this machine match the record exactly with the same thread count;
 #: 1 thread against 2 differ by at most ~1e-6 over the first 30 steps (summation order in the kernels).
 LOSS_TOLERANCE = {"abs": 1e-4, "rel": 1e-4}
 
 
-def shipped_dir(kind: str, root: Path = SHIPPED_ROOT) -> Path:
-    return root / kind
-
-
-def read_record(artifact: Path) -> dict[str, Any] | None:
-    path = artifact / RECORD_NAME
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ArtifactCorrupted(f"{path} is not valid JSON ({exc}); rebuild the artifact") from exc
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def verify_files(artifact: Path, record: dict[str, Any]) -> None:
-    """Every file the record lists exists with its recorded sha256 and size, and no other file is there."""
-    kind = record.get("kind", artifact.name)
-    fix = f"rebuild it with: {REBUILD_COMMAND.get(kind, 'tracectl agents ship ' + kind)}"
-    files: dict[str, dict[str, Any]] = record.get("files") or {}
-    if not files:
-        raise ArtifactCorrupted(f"{artifact / RECORD_NAME} lists no files; {fix}")
-    present = {p.name for p in artifact.iterdir() if p.is_file()} - {RECORD_NAME}
-    if present - set(files):
-        raise ArtifactCorrupted(f"{artifact} holds files its build record does not list: "
-                                f"{sorted(present - set(files))}; {fix}")
-    for name, want in sorted(files.items()):
-        path = artifact / name
-        if not path.is_file():
-            raise ArtifactCorrupted(f"{path} is missing; {fix}")
-        got = sha256_file(path)
-        if got != want["sha256"] or path.stat().st_size != want["size"]:
-            raise ArtifactCorrupted(f"{path}: sha256 {got[:16]}... ({path.stat().st_size} bytes), the build record "
-                                    f"says {want['sha256'][:16]}... ({want['size']} bytes); {fix}")
-
-
-def install_if_matching(artifact: Path, kind: str, key: str, dest: Path,
-                        progress: BuildProgress | None = None) -> dict[str, Any] | None:
-    """Copy the shipped artifact of `kind` into `dest` (verified) when its record has cache key `key`;
-    return the record's metrics, or None when there is no artifact or it has another key."""
-    record = read_record(artifact)
-    if record is None or record.get("kind") != kind or record.get("key") != key:
-        return None
-    if progress is not None:
-        progress(BuildEvent(agent=kind, phase="installing",
-                            message=f"installing the shipped {kind} agent from {artifact} (sha256 verified)"))
-    verify_files(artifact, record)
-    for name in record["files"]:
-        shutil.copyfile(artifact / name, dest / name)
-    verify_files_in(dest, record)  # what was copied is what was verified
-    return {**record.get("metrics", {}), "shipped_build_seconds": record.get("build_seconds"),
-            "shipped_built_at": record.get("built_at")}
-
-
-def verify_files_in(directory: Path, record: dict[str, Any]) -> None:
-    for name, want in record["files"].items():
-        if sha256_file(directory / name) != want["sha256"]:
-            raise ArtifactCorrupted(f"{directory / name} changed while it was copied; try again")
-
-
 def write_artifact(model_dir: Path, meta: dict[str, Any], dest: Path) -> dict[str, Any]:
     """Make `dest` a shipped artifact of the cache entry `model_dir` (its record `meta`, from
     `cache.read_meta`): the model files plus `build_record.json`. Replaces `dest` atomically."""
-    from trace_common.agents.cache import META_NAME
-
     metrics = dict(meta.get("metrics") or {})
     files = sorted(p.name for p in model_dir.iterdir() if p.is_file() and p.name != META_NAME)
     tmp = dest.with_name(f".{dest.name}.writing-{os.getpid()}")
@@ -147,8 +88,6 @@ def write_artifact(model_dir: Path, meta: dict[str, Any], dest: Path) -> dict[st
 def build_fresh(kind: str, cache_dir: Path, progress: BuildProgress | None = None) -> Path:
     """Build `kind` with its default config into `cache_dir` from the current code (never
     installing the shipped artifact): what `tracectl agents ship` writes out."""
-    from trace_common.agents.resolve import resolve_base_agent
-
     return resolve_base_agent(kind, cache_dir, progress=progress, use_shipped=False)
 
 
@@ -178,9 +117,6 @@ def check(kind: str, *, artifact: Path | None = None, steps: int = 20, require_d
     files, config (today's default unless `require_default=False`), data and code digests, examples
     digest, and the first `steps` losses. Raises FailedPrecondition (or ArtifactCorrupted for bad
     files, NotFound for none) naming what differs and the rebuild command; returns what was compared."""
-    from trace_common.agents.cache import config_hash
-    from trace_common.agents.provenance import digest_differences
-
     artifact = artifact or shipped_dir(kind)
     fix = f"rebuild it with: {REBUILD_COMMAND.get(kind, 'tracectl agents ship ' + kind)}"
     record = read_record(artifact)
@@ -193,8 +129,6 @@ def check(kind: str, *, artifact: Path | None = None, steps: int = 20, require_d
     verify_files(artifact, record)
     say(f"files: {len(record['files'])} match their sha256")
     config, provenance, trajectories = current_inputs(kind, record, cache_dir=None)  # fresh, never the memo
-    from trace_common.agents.resolve import CONFIGS
-
     if require_default and config != CONFIGS[kind]():
         raise FailedPrecondition(f"the shipped {kind} artifact was built from a config other than today's default "
                                  f"{CONFIGS[kind].__name__}() (what resolve_base_agent({kind!r}) builds), so it is "
@@ -228,8 +162,6 @@ def check(kind: str, *, artifact: Path | None = None, steps: int = 20, require_d
 def current_inputs(kind: str, record: dict[str, Any], cache_dir: Path | None) -> tuple[Any, dict[str, Any], Any]:
     """(the config the record names, validated by today's model; the provenance of that config under
     the current code; the expert trajectories played to digest the data, None when memoised)."""
-    from trace_common.agents.resolve import CONFIGS, provenance_of
-
     config = CONFIGS[kind].model_validate(record["config"])
     provenance, trajectories = provenance_of(kind, config, cache_dir)
     return config, provenance, trajectories
@@ -239,7 +171,6 @@ def replay_losses(kind: str, config: Any, steps: int, trajectories: Any = None) 
     """The first `steps` losses of a fresh build of `config` (nothing saved)."""
     import tempfile
 
-    from trace_common.agents.micro import build_micro
 
     if kind != "micro":
         raise FailedPrecondition(f"no replay for base agent {kind!r}; only micro is shipped")
