@@ -4,7 +4,7 @@ Frozen base + K frozen PEFT LoRA adapters + one gate per decoder layer (Linear(H
 base). See `composed` for the model, `routed_lora` for the per-linear math (reference, grouped
 fast path, gathered small-batch path, dense baseline), `gating` for the gate math, `forcing` for forced routing and traces,
 `export` for per-request adapter choice and merged weights, `soft_routing` for the soft per-trajectory
-ablation (one mixture of the adapters per request).
+ablation (one mixture of the adapters per request; its weights are `soft_mixture.SoftMixture`).
 """
 
 from trace_common.moe.adapters import LoraAdapter, LoraModuleWeights, load_lora_adapter
@@ -34,7 +34,8 @@ from trace_common.moe.routed_lora import (
     routed_lora_reference,
     stack_expert_factors,
 )
-from trace_common.moe.soft_routing import SoftMixture, generate_soft_batch
+from trace_common.moe.soft_mixture import SoftMixture
+from trace_common.moe.soft_routing import generate_soft_batch
 
 __all__ = [
     "ComposedMoEModel",

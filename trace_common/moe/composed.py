@@ -51,7 +51,7 @@ from trace_common.moe.gating import (
     trajectory_mixture,
 )
 from trace_common.moe.routed_lora import LayerRouting, RoutedLoraLinear, RoutingPlan, build_routing_plan
-from trace_common.moe.soft_routing import SoftMixture
+from trace_common.moe.soft_mixture import SoftMixture
 
 _COMPOSED_MARK = "_trace_moe_composed"
 
