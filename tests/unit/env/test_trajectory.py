@@ -55,7 +55,7 @@ def test_corrupt_line_names_its_number(bad_line, line_no):
     assert "\n" not in str(err.value)  # one line, whatever the parser's message looked like
 
 
-@pytest.mark.parametrize("data, where", [(b"\xff\xfe\x00binary", "byte 0"), ("ok".encode() + b"\n\x80", "byte 3")])
+@pytest.mark.parametrize("data, where", [(b"\xff\xfe\x00binary", "byte 0"), (b"ok\n\x80", "byte 3")])
 def test_bytes_that_are_not_utf8_are_a_corrupted_artifact(data, where):
     with pytest.raises(ArtifactCorrupted, match=f"src: not UTF-8 text \\({where}\\)") as err:
         loads_jsonl(data, source="src")
