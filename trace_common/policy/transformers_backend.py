@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from trace_common.errors import InvalidArgument, NotFound, ResourceExhausted, TraceError
+from trace_common.hf_load import load_causal_lm
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.batcher import RequestBatcher
 from trace_common.policy.chat import ChatFormat, Mode
@@ -68,7 +69,7 @@ class TransformersPolicy(Policy):
                  dtype: str = "float32", device: str = "cpu", **kwargs: Any) -> TransformersPolicy:
         """Load a local HF model directory (config + weights + tokenizer), optionally with a
         PEFT adapter directory (merged into this process's copy unless `merge_adapter=False`)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
@@ -77,7 +78,7 @@ class TransformersPolicy(Policy):
         if dtype not in _DTYPES:
             raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=_DTYPES[dtype]).to(device)
+        model = load_causal_lm(model_dir, dtype=_DTYPES[dtype], device=device)
         adapter = None
         if adapter_dir is not None:
             from peft import PeftModel

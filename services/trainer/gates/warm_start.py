@@ -69,6 +69,7 @@ from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import materialize
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
@@ -614,7 +615,7 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
     `PolicyRef.composition_uri` / `load_composition` take. Events: ("iteration", {step, loss}),
     ("checkpoint", {step, uri}), ("result", summary).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     cfg = config if isinstance(config, GateTrainingConfig) else GateTrainingConfig(**dict(config or {}))
     if not adapters:
@@ -624,7 +625,7 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
     names = list(adapters)
     dirs = [materialize(uri, cache_dir=cache / "dirs", s3=s3, field="adapter_uris") for uri in adapters.values()]
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir).to(device).eval()
+    base = load_causal_lm(base_dir, device=device).eval()
     model = ComposedMoEModel.from_adapter_dirs(base, dirs, names=names)
     examples = provenance_examples(tokenizer, provenance, [BASE_SLOT_NAME, *names], cfg)
     trainer = GateTrainer(model, examples, cfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,

@@ -20,6 +20,7 @@ import torch
 
 from trace_common.artifacts import S3Settings
 from trace_common.errors import InvalidArgument, NotFound
+from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import materialize
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -28,7 +29,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Settings | None = None,
               dtype: str = "float32", device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Any, str]:
     """(model, tokenizer, label) with `adapter_ref` merged in if given; the model is in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if dtype not in _DTYPES:
         raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
@@ -36,7 +37,7 @@ def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Setting
     if not (directory / "config.json").is_file():
         raise NotFound(f"{directory} is not a Hugging Face model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=_DTYPES[dtype]).to(device)
+    model = load_causal_lm(directory, dtype=_DTYPES[dtype], device=device)
     label = ref
     if adapter_ref:
         from peft import PeftModel
