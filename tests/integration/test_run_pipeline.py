@@ -6,7 +6,10 @@ the seed is in every failure message), inside a training job once its first chec
 stored -- and re-run after each kill. At the end: the manifest is complete, no stage that had
 committed its output before a kill was redone (same jobs, same artifacts), the killed training
 job continued from its checkpoint, the finished evaluation arm was kept, every artifact the manifest names reads back with its
-sha256 intact, the report is written, and `tracectl report` re-renders it.
+sha256 intact, the report is written, and `tracectl report` re-renders it. Then the evaluation is
+run again uninterrupted (`--from evaluation`): the resumed evaluation's tables -- every arm's
+per-task outcomes, the paired statistics, the budget and the GRPO curve -- are the same as the
+uninterrupted one's (greedy decoding), and so are the report's tables.
 
 Slow: minutes (the `micro` base agent is built on first use and cached in TRACE_AGENT_CACHE)."""
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +37,11 @@ QUICK = REPO / "examples" / "quick.yaml"
 
 
 def tracectl(*args: str, cwd: Path, s3=None, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
+    # One intra-op thread per process (two jobs share CI's 2 cores, as in `make demo`), and a smaller
+    # calibration in the embedded environment service (4 seeds x 4 samples instead of 16 x 8): TRACE's
+    # budget, and with it the GRPO curve the evaluation trains, stays a smoke-test size.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120", "OMP_NUM_THREADS": "1",
+           "TRACE_ENVIRONMENT_VALIDATION_GROUPS": "4", "TRACE_ENVIRONMENT_VALIDATION_GROUP_SIZE": "4"}
     if s3 is not None:
         env.update(TRACE_S3_ACCESS_KEY=s3.access_key, TRACE_S3_SECRET_KEY=s3.secret_key)
     return subprocess.Popen([sys.executable, "-m", "tracectl", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -156,17 +164,31 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
     assert "composition" in after["gates"]["outputs"]
     arms = after["evaluation"]["result"]["arms"]
     assert base_arm and arms["base"]["job"] == base_arm["job"], where   # the arm finished before the kill was kept
-    assert set(arms) == {"base", "best_single", "grpo_target", "trace_routing", "trace_per_request"}
+    assert list(arms) == cfg["evaluation"]["arms"]
     for name, arm in arms.items():
-        assert arm["episodes"] == 24, name  # evaluation.limit of quick.yaml
+        assert arm["episodes"] == 24 == len(arm["outcomes"]), name  # evaluation.limit of quick.yaml
         assert 0.0 <= arm["ci"][0] <= arm["pass_rate"] <= arm["ci"][1] <= 1.0, name
         assert arm["breakdown"], name
-    assert arms["base"]["training_rollouts"] == 0 < arms["trace_routing"]["training_rollouts"]
-    assert arms["grpo_target"]["training_rollouts"] >= 0.9 * arms["trace_routing"]["training_rollouts"]
+        assert arm["probes"]["episodes"] == 8 and arm["probes"]["by_probe"], name   # evaluation.probe_limit
+    # TRACE's budget counts every episode: base rollouts (limit x samples), calibration, adapters, gates
+    ev = after["evaluation"]["result"]
+    budget = ev["budget"]
+    comps = budget["components"]
+    assert comps["rollout"]["episodes"] == 32 * 2 and comps["calibration"]["episodes"] > 0
+    assert comps["adapters"]["episodes"] == sum(m["rollouts_total"] for m in after["adapters"]["result"]["metrics"]
+                                                .values())
+    assert comps["gates"]["episodes"] == after["gates"]["result"]["metrics"]["rollouts_total"] > 0
+    assert budget["total_episodes"] == sum(c["episodes"] for c in comps.values()) == ev["trace_training_rollouts"]
+    assert arms["base"]["training_rollouts"] == 0 < arms["trace_routing"]["training_rollouts"] == budget["total_episodes"]
+    # the curve: one GRPO run, checkpointed at 0.5x and 1x; the 1x point is the grpo_target arm
+    assert [p["multiple"] for p in ev["grpo_curve"]] == [0.5, 1.0] and all("pass_rate" in p for p in ev["grpo_curve"])
+    assert arms["grpo_target"]["training_rollouts"] >= budget["total_episodes"]
+    assert set(ev["paired"]["vs"]) == (set(arms) - {"trace_routing"}) | {"grpo_target@0.5x"}
     usage = after["evaluation"]["result"]["expert_usage"]
     assert usage["experts"][0] == "base" and sum(map(sum, next(iter(usage["rows"].values())))) > 0
     md = read(store, "runs/quick/report/report.md").decode()
     assert "| trace_routing |" in md and "not available" not in md, md
+    assert "| report | this report |" in md and "| report | running |" not in md
     html_before = read(store, "runs/quick/report/report.html")
     assert html_before and after["report"]["outputs"]["html"].startswith(f"s3://{s3_bucket}/")
     assert not (tmp_path / ".trace" / "runs").exists()   # every artifact went to S3
@@ -177,3 +199,35 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     assert read(store, "runs/quick/report/report.html")
+
+    # -- the same evaluation uninterrupted gives the same tables ---------------------------------
+    proc = tracectl("run", "--config", str(config), "--from", "evaluation", cwd=tmp_path, s3=s3_server)
+    out, _ = proc.communicate(timeout=3600)
+    assert proc.returncode == 0, out[-6000:]
+    again = manifest(store)["stages"]
+    assert {s: again[s]["jobs"] for s in STAGES[:5]} == {s: after[s]["jobs"] for s in STAGES[:5]}   # only evaluation
+    assert tables(again["evaluation"]["result"]) == tables(ev), where
+    assert report_tables(read(store, "runs/quick/report/report.md").decode()) == report_tables(md)
+
+
+#: What an evaluation's tables consist of, per arm (job ids, artifact URIs and wall-clock times differ
+#: between two evaluations of the same checkpoints; these must not).
+ARM_TABLE = ("episodes", "successes", "pass_rate", "ci", "outcomes", "task_ids_sha256", "breakdown",
+             "training_rollouts", "training_tokens", "adapter", "iteration")
+
+
+def tables(ev: dict) -> dict:
+    arms = {**ev["arms"], **ev.get("grpo_curve_points", {})}
+    return {"arms": {name: {**{k: a.get(k) for k in ARM_TABLE},
+                            "probes": {k: a.get("probes", {}).get(k) for k in ("outcomes", "by_probe")}}
+                     for name, a in arms.items()},
+            "paired": ev["paired"], "power": ev["power"], "budget": ev["budget"],
+            "curve": [{k: p.get(k) for k in ("multiple", "iteration", "training_rollouts", "pass_rate", "ci")}
+                      for p in ev["grpo_curve"]]}
+
+
+def report_tables(md: str) -> str:
+    """The report's evaluation tables: from the per-arm table to the capability analysis, the per-arm
+    table's wall-clock column dropped."""
+    body = md[md.index("## Held-out pass rate per arm"):md.index("## Capability analysis")]
+    return "\n".join(re.sub(r" \d+ \|$", " |", line) for line in body.splitlines())

@@ -1,6 +1,12 @@
 import pytest
 
-from trace_common.stats import wilson_interval
+from trace_common.stats import (
+    mcnemar_exact,
+    mcnemar_min_detectable,
+    paired_bootstrap_ci,
+    paired_comparison,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize(("s", "n", "lo", "hi"), [
@@ -18,3 +24,85 @@ def test_wilson_matches_reference_values(s, n, lo, hi):
 def test_wilson_rejects_impossible_counts():
     with pytest.raises(ValueError):
         wilson_interval(11, 10)
+
+
+# -- paired comparisons (hand-computed) ------------------------------------------------------------
+@pytest.mark.parametrize(("b", "c", "p"), [
+    (0, 0, 1.0),                      # no discordant pair: no evidence either way
+    (0, 5, 2 / 32),                   # all discordant one way, n=5: 2 * (1/2)^5
+    (6, 0, 2 / 64),                   # ... n=6 (symmetric in b, c)
+    (1, 9, 2 * (1 + 10) / 1024),      # 2 * P(X <= 1), X ~ Bin(10, 1/2)
+    (3, 7, 2 * (1 + 10 + 45 + 120) / 1024),
+    (5, 5, 1.0),                      # the doubled tail exceeds 1: capped
+    (0, 1, 1.0),                      # a single discordant pair: 2 * 1/2
+])
+def test_mcnemar_exact_matches_hand_computed_binomial_tails(b, c, p):
+    assert mcnemar_exact(b, c) == pytest.approx(p, rel=1e-12)
+    assert mcnemar_exact(c, b) == pytest.approx(p, rel=1e-12)
+
+
+def test_mcnemar_exact_stays_finite_for_large_counts():
+    # 2^2000 overflows a float: the exact rational tail must not
+    assert 0.0 <= mcnemar_exact(900, 1100) < 1e-5 and mcnemar_exact(1000, 1000) == 1.0
+
+
+def test_mcnemar_rejects_negative_counts():
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 3)
+
+
+def _pairs(both: int, only_x: int, only_y: int, neither: int) -> tuple[list[bool], list[bool]]:
+    x = [True] * both + [True] * only_x + [False] * only_y + [False] * neither
+    y = [True] * both + [False] * only_x + [True] * only_y + [False] * neither
+    return x, y
+
+
+@pytest.mark.parametrize(("cells", "ci", "tol"), [
+    ((30, 0, 0, 70), (0.0, 0.0), 0.0),          # no discordant pairs: every resample's difference is 0
+    ((0, 40, 0, 0), (1.0, 1.0), 0.0),           # all discordant one way: every resample's difference is 1
+    # normal approximation: diff 0.05, se = sqrt(((b+c)/n - diff^2) / n) = 0.01568 -> 0.05 -+ 0.0307
+    ((200, 60, 30, 310), (0.0193, 0.0807), 0.004),
+])
+def test_paired_bootstrap_interval(cells, ci, tol):
+    x, y = _pairs(*cells)
+    lo, hi = paired_bootstrap_ci(x, y, samples=20_000, seed=3)
+    assert lo == pytest.approx(ci[0], abs=tol) and hi == pytest.approx(ci[1], abs=tol)
+    assert lo <= (cells[1] - cells[2]) / len(x) <= hi
+    assert paired_bootstrap_ci(x, y, samples=20_000, seed=3) == (lo, hi)   # seeded: reproducible
+
+
+def test_paired_bootstrap_one_way_with_concordant_pairs_is_not_degenerate():
+    x, y = _pairs(0, 0, 25, 5)
+    lo, hi = paired_bootstrap_ci(x, y, samples=5000, seed=0)
+    assert -1.0 <= lo < -25 / 30 < hi <= -0.6
+
+
+@pytest.mark.parametrize(("cells", "expected"), [
+    ((200, 60, 30, 310), {"n": 600, "diff": 0.05, "only_x": 60, "only_y": 30, "both": 200, "neither": 310}),
+    ((10, 0, 0, 0), {"n": 10, "diff": 0.0, "p_value": 1.0, "ci": [0.0, 0.0], "pass_rate_x": 1.0}),
+    ((0, 0, 6, 0), {"n": 6, "diff": -1.0, "p_value": 2 / 64, "pass_rate_y": 1.0, "ci": [-1.0, -1.0]}),
+])
+def test_paired_comparison_record(cells, expected):
+    out = paired_comparison(*_pairs(*cells), samples=2000, seed=0)
+    for k, v in expected.items():
+        assert out[k] == pytest.approx(v), k
+
+
+def test_paired_comparison_refuses_unpaired_outcomes():
+    with pytest.raises(ValueError, match="same tasks"):
+        paired_comparison([True, False], [True])
+
+
+@pytest.mark.parametrize(("n", "q", "mdd"), [
+    (10, 0.6, 0.6),      # D=6: only 0-vs-6 (p=2/64) is significant; 1-vs-5 gives p=14/64
+    (10, 0.5, None),     # D=5: even 0-vs-5 gives p=2/32 > 0.05
+    (20, 0.5, 0.4),      # D=10: 1-vs-9 gives p=22/1024 < 0.05; 2-vs-8 gives 112/1024 > 0.05 -> k=8
+    (100, 0.0, None),    # no discordant pairs: nothing is detectable
+])
+def test_min_detectable_difference_hand_computed(n, q, mdd):
+    assert mcnemar_min_detectable(n, q) == (pytest.approx(mdd) if mdd is not None else None)
+
+
+def test_min_detectable_difference_shrinks_with_the_test_size():
+    at = {n: mcnemar_min_detectable(n, 0.2) for n in (100, 300, 600)}
+    assert at[100] > at[300] > at[600] and at[600] < 0.08   # 600 tasks resolve the paper's ~8 points

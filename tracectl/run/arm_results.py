@@ -1,33 +1,232 @@
-"""What one evaluation arm spent and scored, read back from its artifacts.
+"""What an evaluation arm spent and scored, read back from its artifacts and stage records.
 
-Shared by the evaluation stage (`evaluation.py`) and the GEPA arm (`gepa_arm.py`), which both
-turn a rollout job's trajectories into an arm's record.
+Shared by the evaluation stage (`evaluation.py`), the GEPA arm (`gepa_arm.py`) and the report:
+
+* `arm_summary` / `breakdown`: one rollout job's trajectories -> per-task outcomes (for the
+  paired statistics), tokens played, and pass rates per required capability (compound tasks
+  count once for every capability they need) or per probe (a probe's one capability).
+* `trace_budget`: every episode TRACE played before the evaluation, per component, with the
+  tokens beside them wherever a job reports them (DESIGN "Evaluation": a method's budget counts
+  every episode it played). Pure over the run's stage records and the artifacts they name, so a
+  resumed run accounts exactly what an uninterrupted one does: every count comes from what the
+  jobs recorded (trajectories, validation reports, the trainer's running totals), never from how
+  many attempts a stage took.
+
+Budget semantics (`trace_budget`):
+    rollout       episodes and tokens of the rollout stage's trajectories (the base agent's)
+    calibration   per environment candidate (accepted or rejected): the episodes its validation
+                  report's calibration check played (len of every group's rewards); for each
+                  earlier generation attempt (LLM mode retries), groups x group_size of the
+                  report's config unless the attempt stopped before calibrating (a failed
+                  extract/static/loads/deterministic/oracle check) -- a bound from above,
+                  because the report keeps no per-attempt count. No tokens: the environment
+                  service reports none for calibration.
+    adapters      per adapter job: the trainer's rollouts_total, prompt_tokens_total,
+                  completion_tokens_total (guided and resampled episodes included)
+    gates         the gates job's rollouts_total (warm-start provenance + GRPO; warm_start_rollouts
+                  is the provenance part) and its token totals
+    total         sum of the components' episodes; tokens summed over the components that report them
+A job whose metrics lack rollouts_total (an older trainer) is counted from its config
+(max_steps x groups_per_batch x num_generations, plus the provenance for gates) and marked
+"estimated": never silently.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trace_common.env import loads_jsonl
+from trace_common.env import Trajectory, loads_jsonl
+from trace_common.errors import NotFound
 from trace_common.stats import wilson_interval
+from tracectl.run.jobs import StageFailed
+
+#: A validation that fails one of these checks stops before the calibration check (validation.py).
+STOPS_BEFORE_CALIBRATION = ("extract", "static", "loads", "deterministic", "oracle")
 
 
-def training_rollouts(metrics: dict[str, float], config: dict[str, Any]) -> int:
+def _finite(v: Any) -> float | None:
+    """A metric value as a float, None when absent or not finite (a NaN a stage record kept, or JSON null)."""
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def training_rollouts(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     """Rollouts a training job spent: reported by the trainer, else derived from its config."""
-    if metrics.get("rollouts_total"):
-        return int(metrics["rollouts_total"])
+    reported = _finite(metrics.get("rollouts_total"))
+    if reported:
+        return int(reported)
     return int(config.get("max_steps", 100) * config.get("groups_per_batch", 4) * config.get("num_generations", 8))
 
 
-def breakdown(store, uri: str) -> dict[str, dict[str, float]]:
-    """Pass rate per capability/task type, read from the arm's trajectories."""
+# -- one rollout job's trajectories ----------------------------------------------------------------
+def read_trajectories(store, uri: str) -> list[Trajectory]:
+    return loads_jsonl(store.get_bytes(store.key_of(uri)), source=uri)
+
+
+def trajectory_tokens(trajs: Iterable[Trajectory]) -> tuple[int | None, int | None]:
+    """(prompt tokens, completion tokens) as the trainer counts them (every assistant turn's full
+    prompt, and its completion); None when no turn recorded token ids (an HTTP backend may not)."""
+    prompt = completion = 0
+    recorded = False
+    for tr in trajs:
+        for r in tr.turns:
+            if r.prompt_token_ids is not None or r.completion_token_ids is not None:
+                recorded = True
+            prompt += len(r.prompt_token_ids or [])
+            completion += len(r.completion_token_ids or [])
+    return (prompt, completion) if recorded else (None, None)
+
+
+def _groups(trajs: Iterable[Trajectory]) -> dict[str, list[bool]]:
     groups: dict[str, list[bool]] = defaultdict(list)
-    for tr in loads_jsonl(store.get_bytes(store.key_of(uri))):
-        cap = tr.info.get("capability") or tr.info.get("task_type") or "all"
-        groups[str(cap)].append(tr.success)
+    for tr in trajs:
+        if tr.info.get("capability"):              # a probe: its one capability
+            keys = [str(tr.info["capability"])]
+        elif tr.info.get("capabilities"):          # a compound task: every capability it needs
+            keys = [str(c) for c in tr.info["capabilities"]]
+        else:
+            keys = [str(tr.info.get("task_type") or "all")]
+        for k in keys:
+            groups[k].append(tr.success)
+    return groups
+
+
+def rates(groups: Mapping[str, list[bool]]) -> dict[str, dict[str, Any]]:
     out = {}
-    for cap, xs in sorted(groups.items()):
+    for key, xs in sorted(groups.items()):
         lo, hi = wilson_interval(sum(xs), len(xs))
-        out[cap] = {"n": len(xs), "pass_rate": sum(xs) / len(xs), "ci": [lo, hi]}
+        out[key] = {"n": len(xs), "pass_rate": sum(xs) / len(xs), "ci": [lo, hi]}
     return out
+
+
+def breakdown(store, uri: str) -> dict[str, dict[str, Any]]:
+    """Pass rate per required capability (compound tasks: each capability they need; probes: their
+    one capability; otherwise the task type), read from the arm's trajectories."""
+    return rates(_groups(read_trajectories(store, uri)))
+
+
+def task_ids_digest(task_ids: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()[:16]
+
+
+def arm_summary(store, uri: str) -> dict[str, Any]:
+    """What the evaluation keeps of one arm's trajectories: `breakdown`, the per-task outcomes
+    (a '0'/'1' string over the tasks sorted by seed, with the digest of that task order, so two
+    arms pair only on the same tasks), and the tokens played. One sample per task is assumed (the
+    evaluation plays one); a task played twice is an error."""
+    trajs = sorted(read_trajectories(store, uri), key=lambda tr: (tr.seed, tr.task_id))
+    ids = [tr.task_id for tr in trajs]
+    if len(set(ids)) != len(ids):
+        raise StageFailed(f"{uri}: a task was played more than once; the evaluation pairs one outcome per task")
+    prompt, completion = trajectory_tokens(trajs)
+    return {"breakdown": rates(_groups(trajs)), "outcomes": "".join("1" if tr.success else "0" for tr in trajs),
+            "task_ids_sha256": task_ids_digest(ids), "prompt_tokens": prompt, "completion_tokens": completion}
+
+
+def outcomes(arm: Mapping[str, Any]) -> list[bool]:
+    return [c == "1" for c in arm["outcomes"]]
+
+
+# -- TRACE's budget ---------------------------------------------------------------------------------
+def _component(episodes: int, prompt: float | None, completion: float | None, source: str, **extra) -> dict[str, Any]:
+    return {"episodes": int(episodes), "prompt_tokens": None if prompt is None else int(prompt),
+            "completion_tokens": None if completion is None else int(completion), "source": source, **extra}
+
+
+def _sum_tokens(parts: Iterable[Mapping[str, Any]], key: str) -> int | None:
+    vals = [p[key] for p in parts]
+    return None if any(v is None for v in vals) else int(sum(vals))
+
+
+def calibration_episodes(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Calibration episodes one validation report accounts for (module docstring)."""
+    final = 0
+    for check in report.get("checks", []):
+        if check.get("name") == "calibration":
+            final += sum(len(g) for g in (check.get("details") or {}).get("rewards", []))
+    cfg = report.get("config") or {}
+    per_attempt = int(cfg.get("groups", 16)) * int(cfg.get("group_size", 8))
+    earlier = list(report.get("attempts") or [])[:-1]
+    ran = [a for a in earlier
+           if not any(str(r).split(":", 1)[0].strip() in STOPS_BEFORE_CALIBRATION for r in a.get("reasons", []))]
+    return {"episodes": final + per_attempt * len(ran), "final_attempt": final, "earlier_attempts": len(earlier),
+            "earlier_attempt_episodes_bound": per_attempt * len(ran)}
+
+
+def _job_component(metrics: Mapping[str, Any], estimate: int, what: str, **extra) -> dict[str, Any]:
+    reported = _finite(metrics.get("rollouts_total"))
+    if reported is None:
+        return _component(estimate, None, None, f"estimated from the config ({what} reported no rollouts_total)",
+                          estimated=True, **extra)
+    return _component(int(reported), _finite(metrics.get("prompt_tokens_total")),
+                      _finite(metrics.get("completion_tokens_total")), "trainer rollouts_total", **extra)
+
+
+def trace_budget(store, stages: Mapping[str, Any], grpo: Mapping[str, Any], gates: Mapping[str, Any]) -> dict[str, Any]:
+    """Every episode TRACE played before the evaluation (module docstring), from the stage records
+    (`Manifest.stages`) and the artifacts they name. `grpo`, `gates`: the run config's
+    training.grpo and gates.config (only for jobs that report no totals)."""
+    roll = stages["rollout"]
+    uri = roll.outputs.get("trajectories")
+    if not uri:
+        raise StageFailed("the budget needs the rollout stage's trajectories; the rollout stage recorded none")
+    trajs = read_trajectories(store, uri)
+    prompt, completion = trajectory_tokens(trajs)
+    components: dict[str, dict[str, Any]] = {
+        "rollout": _component(len(trajs), prompt, completion, "rollout stage trajectories")}
+
+    per_env: dict[str, dict[str, Any]] = {}
+    for rec in stages["environments"].result.get("environments", []):
+        report_uri = (rec.get("validation_report") or {}).get("uri")
+        name = rec.get("capability") or rec.get("name", "?")
+        if not report_uri:
+            raise StageFailed(f"environment {name!r} has no validation report: its calibration episodes cannot be "
+                              "counted (re-run the environments stage)")
+        try:
+            report = json.loads(store.get_bytes(store.key_of(report_uri)))
+        except NotFound:
+            raise StageFailed(f"the validation report of environment {name!r} ({report_uri}) is gone: its "
+                              "calibration episodes cannot be counted; re-run from the environments stage") from None
+        per_env[name] = {**calibration_episodes(report), "status": rec.get("status", "")}
+    bound = any(e["earlier_attempt_episodes_bound"] for e in per_env.values())
+    components["calibration"] = _component(
+        sum(e["episodes"] for e in per_env.values()), None, None,
+        "validation reports" + (" (earlier attempts: bound from above)" if bound else ""),
+        per_environment=per_env, tokens_note="the environment service reports no tokens for calibration")
+
+    ad = stages["adapters"]
+    per_adapter = {cap: _job_component(ad.result.get("metrics", {}).get(cap, {}), training_rollouts({}, grpo),
+                                       f"adapter job {cap}") for cap in sorted(ad.outputs)}
+    components["adapters"] = _component(
+        sum(a["episodes"] for a in per_adapter.values()), _sum_tokens(per_adapter.values(), "prompt_tokens"),
+        _sum_tokens(per_adapter.values(), "completion_tokens"),
+        "trainer rollouts_total" if not any(a.get("estimated") for a in per_adapter.values())
+        else "trainer rollouts_total, some estimated", per_adapter=per_adapter)
+
+    gm = stages["gates"].result.get("metrics", {})
+    warm_estimate = len(ad.outputs) * int(gates.get("warm_start_episodes", 16)) if gates.get("warm_start_steps", 100) \
+        else 0
+    grpo_estimate = int(gates.get("max_steps", 20)) * int(gates.get("groups_per_batch", 4)) * \
+        int(gates.get("num_generations", 8))
+    gc = _job_component(gm, warm_estimate + grpo_estimate, "the gates job")
+    warm = _finite(gm.get("warm_start_rollouts"))
+    warm_n = int(warm) if warm is not None and not gc.get("estimated") else warm_estimate
+    gc.update(warm_start_episodes=warm_n, grpo_episodes=gc["episodes"] - warm_n)
+    components["gates"] = gc
+
+    parts = list(components.values())
+    return {"components": components, "total_episodes": sum(c["episodes"] for c in parts),
+            "training_episodes": components["adapters"]["episodes"] + gc["episodes"],
+            "total_prompt_tokens": sum(c["prompt_tokens"] or 0 for c in parts),
+            "total_completion_tokens": sum(c["completion_tokens"] or 0 for c in parts),
+            "tokens_missing": [k for k, c in components.items() if c["prompt_tokens"] is None]}

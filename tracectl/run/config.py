@@ -1,8 +1,10 @@
 """The `tracectl run` configuration file (YAML), validated once here.
 
-Every section maps onto one stage and one service; fields a service validates itself
-(GRPO hyper-parameters, gate training) pass through as dictionaries and are checked by that
-service's pydantic model when the job is created, so a typo fails the run before any work.
+Every section maps onto one stage and one service. The GRPO configs (`training.grpo`,
+`gates.config`) stay mappings here, because their models belong to the trainer and tracectl
+does not import it: `Pipeline.check` sends them to the trainer's ValidateTrainingConfig before
+the first stage, so a typo there fails the run before any work, as a typo anywhere else does
+here (`load_config`: every wrong field named by its dotted path, with the closest valid name).
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trace_common.config import SERVICE_NAMES
 from trace_common.errors import InvalidArgument
+from trace_common.suggest import did_you_mean, error_lines
+from tracectl.inputs import read_yaml_mapping
 
-Arm = Literal["base", "best_single", "grpo_target", "gepa", "trace_routing", "trace_per_request"]
+Arm = Literal["base", "best_single", "grpo_target", "gepa", "trace_routing", "trace_per_request", "trace_soft"]
 
 
 class Section(BaseModel):
@@ -24,9 +27,13 @@ class Section(BaseModel):
 
 
 class LlmSection(Section):
-    base_url: str = Field(description="OpenAI-compatible endpoint, e.g. http://vllm:8000/v1.")
+    base_url: str = Field(description="OpenAI-compatible endpoint, e.g. http://vllm:8000/v1. Requests carry only "
+                          "this URL: a deployed service must have it in an endpoint profile (TRACE_<SERVICE>_ENDPOINTS); "
+                          "for embedded services tracectl makes the profile (tracectl/run/endpoints.py).")
     model: str = Field(description="Served model name.")
-    api_key_env: str = ""
+    api_key_env: str = Field("", description="Variable of tracectl's environment holding the key: the key of the "
+                             "embedded services' profile (and of the GEPA reflection calls, made by tracectl). A "
+                             "deployed service uses its own profile's key; this name is never sent.")
 
 
 class StoreSection(Section):
@@ -35,6 +42,20 @@ class StoreSection(Section):
     s3_access_key_env: str = Field("TRACE_S3_ACCESS_KEY", description="Env var holding the S3 access key.")
     s3_secret_key_env: str = Field("TRACE_S3_SECRET_KEY", description="Env var holding the S3 secret key.")
     s3_secure: bool = False
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        if not v.startswith(("file://", "s3://")):
+            raise ValueError(f"{v!r}: give file:///abs/dir (file://./dir is relative to where tracectl runs) or "
+                             "s3://bucket[/prefix]")
+        return v
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> StoreSection:
+        if self.root.startswith("s3://") and not self.s3_endpoint:
+            raise ValueError("store.root is s3:// but store.s3_endpoint is unset: give the S3 server's host:port")
+        return self
 
 
 class TargetSection(Section):
@@ -96,27 +117,69 @@ class EnvironmentsSection(Section):
 class TrainingSection(Section):
     executor: Literal["local", "kubernetes"] = "local"
     parallel: int = Field(2, ge=1, description="Adapters trained at once.")
-    grpo: dict[str, Any] = Field(default_factory=dict, description="GRPO config (TRL names), per adapter.")
+    grpo: dict[str, Any] = Field(default_factory=dict, description="GRPO config (TRL names), per adapter: "
+                                 "services/trainer/grpo/config.py GRPOConfig, checked by the trainer before stage 1.")
 
 
 class GatesSection(Section):
-    config: dict[str, Any] = Field(default_factory=dict, description="Gate training config.")
+    config: dict[str, Any] = Field(default_factory=dict, description="Gate training config: services/trainer/"
+                                   "gates/grpo.py GateGRPOConfig, checked by the trainer before stage 1.")
 
 
 class EvaluationSection(Section):
-    split: str = "test"
-    limit: int = Field(200, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
+    """Every arm on the same held-out tasks, greedy (tracectl/run/evaluation.py). Fixed before any
+    run: nothing here is tuned on the test split."""
+
+    split: str = Field("test", description="Held-out split every arm plays.")
+    limit: int = Field(0, ge=0, description="Tasks of `split` per arm; 0 = the whole split (the store's test split "
+                       "is 600 compound tasks, where exact McNemar resolves a 4-point difference when 20 % of the tasks are "
+                       "discordant; the report states it for the run).")
+    dev_limit: int = Field(0, ge=0, description="Dev-split tasks each adapter plays to choose best_single; 0 = the "
+                           "whole dev split.")
+    probe_limit: int | None = Field(
+        None, ge=0, description="Probe tasks each arm also plays (the per-capability breakdown): tasks of the probe "
+        "env's `split`, i.e. the target with `probe_params`. None: 100 for the built-in store target (25 per probe "
+        "type), 0 (no probes) for any other target; 0 turns them off.")
+    probe_params: dict[str, str] = Field(default_factory=lambda: {"task_types": "probes"},
+                                         description="Target params that select the probe env.")
+    temperature: float = Field(0.0, ge=0.0, description="Decoding temperature of every arm (0: greedy).")
     arms: list[Arm] = Field(default_factory=lambda: ["base", "best_single", "grpo_target", "trace_routing",
-                                                     "trace_per_request"])
+                                                     "trace_per_request", "trace_soft"])
+    grpo_budgets: list[float] = Field(
+        default_factory=lambda: [0.5, 1.0, 2.0, 4.0],
+        description="GRPO on the target at these multiples of TRACE's total budget (every episode TRACE played): "
+        "one run to the largest, checkpointed at each, every point evaluated on `split`; the grpo_target arm is "
+        "the 1x point, so the list must hold 1.")
+    parallel: int = Field(2, ge=1, le=16, description="Arms evaluated at once (each its own rollout or training "
+                          "job); finished arms are kept by a killed run either way.")
+    bootstrap_samples: int = Field(10_000, ge=100, le=1_000_000,
+                                   description="Resamples of the paired bootstrap interval (seeded by `seed`).")
     gepa: LlmSection | None = Field(None, description="Reflection LLM for the GEPA prompt-optimization arm.")
 
+    @field_validator("grpo_budgets")
+    @classmethod
+    def _budgets(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < m <= 64 for m in v):
+            raise ValueError(f"grpo_budgets={v}: give multiples of TRACE's budget in (0, 64], e.g. [0.5, 1, 2, 4]")
+        return sorted(set(float(m) for m in v))
+
     @model_validator(mode="after")
-    def _gepa(self) -> EvaluationSection:
+    def _arms(self) -> EvaluationSection:
         if "gepa" in self.arms and self.gepa is None:
             raise ValueError("evaluation.arms includes 'gepa' but evaluation.gepa (a reflection LLM endpoint) is "
                              "missing; add it or drop the arm")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"evaluation.arms lists an arm twice: {self.arms}")
+        if "grpo_target" in self.arms and 1.0 not in self.grpo_budgets:
+            raise ValueError(f"evaluation.grpo_budgets={self.grpo_budgets} lacks 1: the grpo_target arm is GRPO at "
+                             "TRACE's own budget; add 1 to the list")
         return self
+
+    def probes_for(self, target_env: str) -> int:
+        """Probe tasks per arm for a run on `target_env` (`probe_limit`, None resolved)."""
+        if self.probe_limit is not None:
+            return self.probe_limit
+        return 100 if target_env == "store" else 0
 
 
 class RunConfig(Section):
@@ -147,7 +210,8 @@ class RunConfig(Section):
     def _services(cls, v: dict[str, str]) -> dict[str, str]:
         unknown = set(v) - set(SERVICE_NAMES)
         if unknown:
-            raise ValueError(f"services: unknown {sorted(unknown)}; known: {', '.join(SERVICE_NAMES)}")
+            hints = "".join(did_you_mean(u, SERVICE_NAMES) for u in sorted(unknown))
+            raise ValueError(f"unknown {sorted(unknown)}; known: {', '.join(SERVICE_NAMES)}{hints}")
         return v
 
     def section(self, stage: str) -> dict[str, Any]:
@@ -159,17 +223,24 @@ class RunConfig(Section):
 
 
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> RunConfig:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as err:
-        raise InvalidArgument(field="--config", expected="a readable YAML file", got=str(path),
-                              fix="see examples/demo.yaml") from err
-    except yaml.YAMLError as err:
-        raise InvalidArgument(f"{path}: not valid YAML: {err}") from err
+    """The run config in `path` (YAML), or InvalidArgument: one line for a file that is not a YAML
+    mapping (tracectl/inputs.py), one line per wrong field otherwise, each naming the field by its
+    dotted path with the closest valid name for a mistyped key or choice."""
+    data = read_yaml_mapping(path, "--config", fix="A run config is a YAML mapping of sections; see "
+                             "examples/demo.yaml")
     data.update(overrides or {})
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        lines = [f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
-                 for e in err.errors()]
-        raise InvalidArgument(f"{path}: invalid run config:\n  " + "\n  ".join(lines)) from None
+        lines = error_lines(err, RunConfig)
+        sep = " " if len(lines) == 1 else "\n  "
+        raise InvalidArgument(f"{path}: invalid run config:{sep}" + "\n  ".join(lines)) from None
+
+
+def grpo_target_config(grpo: dict[str, Any]) -> dict[str, Any]:
+    """The adapters' GRPO settings as the grpo_target arm trains with them: unguided, because the
+    target supplies no hints (asking would fail the job), and never stopped early: the arm plays its
+    whole budget, as TRACE did. On a target where the base passes nothing every group is
+    uninformative, and the adapters' early stop would fail the job; here the policy simply stays where
+    it started, which is the result to report. evaluation.py adds max_steps and checkpoint_at."""
+    return {**grpo, "guidance_fraction": 0.0, "early_stop_uninformative_iterations": 0}

@@ -1,104 +1,341 @@
-"""The evaluation stage: every arm on the held-out split under the same budget rules.
+"""The evaluation stage: every arm on the same held-out tasks, paired comparisons, budgets.
 
-Arms (each a rollout job on `evaluation.split`, greedy unless configured otherwise):
+Arms (each a rollout job on `evaluation.split`, `evaluation.limit` tasks -- 0: the whole split --,
+greedy unless configured otherwise; the same tasks for every arm):
   base               the base agent
   best_single        the capability adapter with the best pass rate on the *dev* split
                      (chosen without looking at the test split), evaluated on test
-  grpo_target        GRPO directly on the target's training tasks with the same number of
-                     training rollouts as TRACE spent (adapters + gates), then evaluated;
-                     the adapters' GRPO config without guided rollouts (the target has no hints)
+  grpo_target        GRPO directly on the target's training tasks at TRACE's total budget: the
+                     1x point of the budget curve below
   gepa               the base agent with a system prompt optimised by the `gepa` package
-                     (reflection LLM required; same rollout budget)
+                     (reflection LLM required; TRACE's total budget in episodes)
   trace_routing      base + adapters + gates, token-level top-1 routing
-  trace_per_request  the same composition exported as one adapter per request
+  trace_per_request  the same composition, one adapter per request (routing "per_request")
+  trace_soft         the same gates applied softly per trajectory (routing "soft_trajectory",
+                     the reference code's default; an ablation). A service without that mode
+                     fails the arm, saying so: it is never skipped
+Each arm also plays `probe_limit` tasks of the probe env (the target with `probe_params`:
+single-capability tasks) for the per-probe breakdown; the compound tasks give the breakdown per
+required capability (arm_results.py).
 
-Every arm records pass rate with a 95 % Wilson interval, per-capability breakdown (from the
-trajectories' task metadata), training rollouts spent and wall time. Each arm (and each dev
-rollout, and the GRPO arm's training job) is a unit of the stage (`Pipeline.unit`): recorded in
-the manifest when it finishes, so a run killed in the middle of the evaluation keeps the arms
-it finished.
+Budget (arm_results.trace_budget): TRACE's budget B counts every episode TRACE played -- base
+rollouts, calibration, adapter training, gate training -- with tokens beside them. The budget
+curve is ONE GRPO run on the target's training tasks (the adapters' GRPO config, unguided: the
+target supplies no hints) trained to the largest point, checkpointed at every point
+(`curve_iterations`; the trainer's `checkpoint_at`), each checkpoint evaluated on the test split;
+its x is the trainer's own rollouts_total at that iteration.
+
+Paired statistics: TRACE routing against every other arm and every curve point, on the same
+tasks (per-task outcomes): exact McNemar p and a paired bootstrap 95 % interval of the
+difference (trace_common.stats), and the minimum detectable difference at this test size.
+
+Units (`Pipeline.unit`): every arm, its probe run, each dev rollout, the curve's training job and
+each curve point is recorded in the manifest when it finishes, so a run killed in the middle of
+the evaluation keeps what it finished, and a resumed evaluation builds the same tables (greedy
+decoding; the same recorded outcomes). Arms run `evaluation.parallel` at a time; the tables are
+assembled in `evaluation.arms` order whatever order they finish in.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from trace_common.grpc.client import messages
-from tracectl.run.arm_results import breakdown, training_rollouts
+from trace_common.stats import mcnemar_min_detectable, paired_comparison
+from tracectl.run.arm_results import arm_summary, outcomes, read_trajectories, trace_budget, trajectory_tokens
+from tracectl.run.config import grpo_target_config
 from tracectl.run.jobs import StageFailed
 
 T = messages("trainer")
 
+#: Composition arms -> PolicyRef.routing.
+ROUTING = {"trace_routing": "token", "trace_per_request": "per_request", "trace_soft": "soft_trajectory"}
+#: The arm every other arm is compared with.
+REFERENCE = "trace_routing"
+#: Discordant-pair fractions the report states the minimum detectable difference for.
+DISCORDANCE = (0.1, 0.2, 0.3)
+ALPHA = 0.05
 
-def evaluate(p) -> dict[str, Any]:
-    ev = p.cfg.evaluation
-    m = p.manifest
-    adapters: dict[str, str] = m.stages["adapters"].outputs
-    adapter_metrics = m.stages["adapters"].result.get("metrics", {})
-    trace_budget = sum(training_rollouts(adapter_metrics.get(c, {}), p.cfg.training.grpo) for c in adapters)
-    gates_out = m.stages["gates"].outputs
-    trace_budget += training_rollouts(m.stages["gates"].result.get("metrics", {}), p.cfg.gates.config)
-    arms: dict[str, dict[str, Any]] = {}
-    jobs: list[str] = []
 
-    def test_arm(name: str, policy, spent: int, extra: dict[str, Any] | None = None) -> None:
+def per_iteration(grpo: dict[str, Any]) -> int:
+    """Episodes one GRPO iteration plays without resampling (GRPOConfig defaults 4 x 8)."""
+    return int(grpo.get("groups_per_batch", 4)) * int(grpo.get("num_generations", 8))
+
+
+def curve_iterations(multiples: list[float], budget: int, grpo: dict[str, Any]) -> dict[float, int]:
+    """The GRPO iteration of each budget point.
+
+    Semantics:
+        per_iteration = groups_per_batch x num_generations          (nominal: resampled groups add more)
+        it(m) = max(1, ceil(m x budget / per_iteration))            for each multiple m
+    The trainer's rollouts_total at it(m) is the point's actual x (>= m x budget unless the run
+    resamples less than nominal, which it never does)."""
+    per = per_iteration(grpo)
+    return {m: max(1, math.ceil(round(m * budget / per, 9))) for m in multiples}
+
+
+def point_name(multiple: float) -> str:
+    return "grpo_target" if multiple == 1.0 else f"grpo_target@{multiple:g}x"
+
+
+def _checkpoint_adapter(uri: str) -> str:
+    """A checkpoint's checkpoint.json URI -> the URI of its PEFT adapter beside it."""
+    return uri.rsplit("/", 1)[0] + "/adapter_model.safetensors"
+
+
+class Evaluation:
+    """One evaluation stage run over a Pipeline `p` (module docstring)."""
+
+    def __init__(self, p):
+        self.p = p
+        self.ev = p.cfg.evaluation
+        m = p.manifest
+        self.adapters: dict[str, str] = m.stages["adapters"].outputs
+        self.gates_out: dict[str, str] = m.stages["gates"].outputs
+        self.budget = trace_budget(p.store, m.stages, p.cfg.training.grpo, p.cfg.gates.config)
+        self.B = self.budget["total_episodes"]
+        self.probe_limit = self.ev.probes_for(p.cfg.target.env)
+
+    # -- one arm ------------------------------------------------------------------------------
+    @staticmethod
+    def spent(episodes: int, tokens: int | None, tokens_missing: list[str] | None = None, **parts) -> dict[str, Any]:
+        """An arm's method budget: training episodes (the key keeps its old name), tokens (prompt +
+        completion) of the parts that report them, and the parts that do not."""
+        return {"training_rollouts": int(episodes), "training_tokens": None if tokens is None else int(tokens),
+                "training_tokens_missing": list(tokens_missing or []), **parts}
+
+    def trace_spent(self) -> dict[str, Any]:
+        b = self.budget
+        return self.spent(self.B, b["total_prompt_tokens"] + b["total_completion_tokens"], b["tokens_missing"])
+
+    def play(self, name: str, policy, spent: dict[str, Any], *, extra: dict[str, Any] | None = None,
+             system_prompt: str = "", probes: bool = True) -> dict[str, Any]:
+        """The arm `name` on the test split (and its probes), each a unit."""
+        ev, p = self.ev, self.p
+
         def work() -> dict[str, Any]:
             started = time.time()
-            res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}")
-            res.update(training_rollouts=spent, breakdown=breakdown(p.store, res["uri"]), **(extra or {}))
+            res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}", system_prompt=system_prompt)
+            res.update(arm_summary(p.store, res["uri"]), **spent, **(extra or {}))
             res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
             return res
-        arms[name] = p.unit("evaluation", f"arm {name}", work)   # an arm a killed attempt finished is kept
-        jobs.append(arms[name]["job"])
+        arm = dict(p.unit("evaluation", f"arm {name}", work))
+        if probes and self.probe_limit:
+            arm["probes"] = self.probe(name, policy, system_prompt)
+        return arm
 
-    for arm in ev.arms:
-        if arm == "base":
-            test_arm("base", p.base_policy(), 0)
-        elif arm == "best_single":
-            dev = {cap: p.unit("evaluation", f"dev {cap}",
-                               lambda cap=cap, uri=uri: p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.limit, 1,
-                                                                  ev.temperature, f"dev {cap}"))["pass_rate"]
-                   for cap, uri in adapters.items()}
-            best = max(sorted(dev), key=lambda c: dev[c])
-            test_arm("best_single", p.base_policy(adapter_uri=adapters[best]),
-                     training_rollouts(adapter_metrics.get(best, {}), p.cfg.training.grpo),
-                     {"adapter": best, "dev_pass_rates": dev})
-        elif arm == "grpo_target":
-            # the adapters' GRPO settings, unguided: the target supplies no hints (asking would fail the job)
-            cfg = {**p.cfg.training.grpo, "guidance_fraction": 0.0}
-            per_step = cfg.get("groups_per_batch", 4) * cfg.get("num_generations", 8)
-            cfg["max_steps"] = max(1, math.ceil(trace_budget / per_step))
+    def probe(self, name: str, policy, system_prompt: str = "") -> dict[str, Any]:
+        ev, p = self.ev, self.p
 
-            def train(cfg=cfg) -> dict[str, Any]:
-                started = time.time()
-                resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
-                return {"job": resp.job.job_id, "uri": next(o.uri for o in resp.job.outputs if o.kind == "adapter"),
-                        "rollouts": training_rollouts(dict(resp.job.metrics), cfg),
-                        "train_seconds": time.time() - started}
-            trained = p.unit("evaluation", "train grpo_target", train)
-            test_arm("grpo_target", p.base_policy(adapter_uri=trained["uri"]), trained["rollouts"],
-                     {"adapter_uri": trained["uri"], "train_seconds": trained["train_seconds"]})
-            jobs.append(trained["job"])
-        elif arm in ("trace_routing", "trace_per_request"):
-            comp = gates_out.get("composition")
-            if not comp:
-                raise StageFailed("gate training produced no composition artifact; cannot evaluate TRACE")
-            routing = "token" if arm == "trace_routing" else "per_request"
-            test_arm(arm, p.base_policy(composition_uri=comp, routing=routing), trace_budget)
-        elif arm == "gepa":
-            from tracectl.run.gepa_arm import run_gepa
+        def work() -> dict[str, Any]:
+            res = p.rollout(policy, ev.split, self.probe_limit, 1, ev.temperature, f"probes {name}",
+                            env_params=ev.probe_params, system_prompt=system_prompt)
+            summary = arm_summary(p.store, res["uri"])
+            return {**{k: res[k] for k in ("job", "uri", "episodes", "successes", "pass_rate", "ci")},
+                    "by_probe": summary.pop("breakdown"), **summary}
+        return p.unit("evaluation", f"probe {name}", work)
 
-            res = p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=trace_budget))
-            arms["gepa"] = res
-            jobs.extend(res.get("jobs", []))
-    result: dict[str, Any] = {"arms": arms, "trace_training_rollouts": trace_budget}
-    if "trace_routing" in arms and gates_out.get("composition"):
-        from tracectl.run.routing import routing_usage
+    @staticmethod
+    def jobs_of(arm: dict[str, Any]) -> list[str]:
+        return [*arm.get("jobs", [arm["job"]]), *([arm["probes"]["job"]] if "probes" in arm else [])]
 
-        usage = routing_usage(p.runner.conn.stub("inference"), p.store, gates_out["composition"],
-                              arms["trace_routing"]["uri"], name=f"{p.cfg.run_id}-moe")
-        result["routed_example"] = usage.pop("routed_example")
-        result["expert_usage"] = usage
-    return {"jobs": jobs, "result": result}
+    # -- the arms -----------------------------------------------------------------------------
+    def base(self) -> dict[str, Any]:
+        arm = self.play("base", self.p.base_policy(), self.spent(0, 0))
+        return {"arms": {"base": arm}, "jobs": self.jobs_of(arm)}
+
+    def best_single(self) -> dict[str, Any]:
+        """Each adapter on the dev split, the best one on test. Its budget: what it took to have the
+        adapters (rollout, calibration, every adapter's training) plus the dev episodes choosing one."""
+        p, ev = self.p, self.ev
+
+        def dev_run(cap: str, uri: str) -> dict[str, Any]:
+            res = p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.dev_limit, 1, ev.temperature, f"dev {cap}")
+            prompt, completion = trajectory_tokens(read_trajectories(p.store, res["uri"]))
+            return {**res, "tokens": None if prompt is None else prompt + (completion or 0)}
+
+        dev = {cap: p.unit("evaluation", f"dev {cap}", lambda cap=cap, uri=uri: dev_run(cap, uri))
+               for cap, uri in sorted(self.adapters.items())}
+        rates = {cap: r["pass_rate"] for cap, r in dev.items()}
+        best = max(sorted(rates), key=lambda c: rates[c])
+        c = self.budget["components"]
+        parts = ("rollout", "calibration", "adapters")
+        dev_episodes = sum(r["episodes"] for r in dev.values())
+        episodes = sum(c[k]["episodes"] for k in parts) + dev_episodes
+        tokens = sum((c[k]["prompt_tokens"] or 0) + (c[k]["completion_tokens"] or 0) for k in parts) + \
+            sum(r.get("tokens") or 0 for r in dev.values())
+        missing = [k for k in parts if c[k]["prompt_tokens"] is None] + \
+            (["dev"] if any(r.get("tokens") is None for r in dev.values()) else [])
+        arm = self.play("best_single", p.base_policy(adapter_uri=self.adapters[best]),
+                        self.spent(episodes, tokens, missing, dev_episodes=dev_episodes),
+                        extra={"adapter": best, "dev_pass_rates": rates})
+        return {"arms": {"best_single": arm}, "jobs": [*(r["job"] for r in dev.values()), *self.jobs_of(arm)]}
+
+    def train_curve(self) -> dict[str, Any]:
+        """The curve's one GRPO run (a unit): checkpoints at every point, the trainer's per-iteration
+        totals, the final adapter."""
+        p = self.p
+        cfg = grpo_target_config(p.cfg.training.grpo)
+        points = curve_iterations(self.ev.grpo_budgets, self.B, cfg)
+        cfg.update(max_steps=max(points.values()), checkpoint_at=sorted(set(points.values())))
+
+        def work() -> dict[str, Any]:
+            started = time.time()
+            resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
+            outs = {o.kind: o.uri for o in resp.job.outputs}
+            listed = p.runner.conn.stub("trainer").ListCheckpoints(T.ListCheckpointsRequest(job_id=resp.job.job_id))
+            history: dict[str, dict[str, float]] = {}
+            if "training_metrics" in outs:
+                for line in p.store.get_bytes(p.store.key_of(outs["training_metrics"])).decode().splitlines():
+                    if line.strip():
+                        row = json.loads(line)
+                        history[str(int(row["iteration"]))] = {
+                            k: row[k] for k in ("rollouts_total", "prompt_tokens_total", "completion_tokens_total")
+                            if row.get(k) is not None}
+            return {"job": resp.job.job_id, "uri": outs["adapter"], "train_seconds": time.time() - started,
+                    "max_steps": cfg["max_steps"], "checkpoint_at": cfg["checkpoint_at"],
+                    "per_iteration": per_iteration(cfg), "metrics": dict(resp.job.metrics),
+                    "checkpoints": {str(int(c.iteration)): _checkpoint_adapter(c.artifact.uri)
+                                    for c in listed.checkpoints},
+                    "history": history, "iterations": max((int(k) for k in history), default=cfg["max_steps"])}
+        trained = p.unit("evaluation", "train grpo_target", work)
+        return {"points": points, "trained": trained}
+
+    def grpo_curve(self) -> dict[str, Any]:
+        p = self.p
+        out = self.train_curve()
+        trained, points = out["trained"], out["points"]
+        curve, arms, jobs = [], {}, [trained["job"]]
+        for multiple, it in sorted(points.items()):
+            point: dict[str, Any] = {"multiple": multiple, "iteration": it, "name": point_name(multiple)}
+            adapter = trained["checkpoints"].get(str(it))
+            if adapter is None and it == trained["iterations"]:
+                adapter = trained["uri"]
+            if it > trained["iterations"]:
+                point["skipped"] = (f"the GRPO run stopped early at iteration {trained['iterations']} (no "
+                                    "informative group for early_stop_uninformative_iterations), before this point")
+            elif adapter is None:
+                point["skipped"] = (f"no checkpoint at iteration {it}: the GRPO job resumed from checkpoints "
+                                    "written before this point was asked for")
+            if "skipped" in point:
+                if multiple == 1.0:
+                    raise StageFailed(f"grpo_target: {point['skipped']}. Delete runs/{p.cfg.run_id}/adapters/"
+                                      "target_grpo/ and re-run the evaluation (--from evaluation)")
+                curve.append(point)
+                continue
+            totals = trained["history"].get(str(it), {})
+            episodes = totals.get("rollouts_total")
+            point["estimated"] = episodes is None
+            episodes = int(episodes) if episodes is not None else it * trained["per_iteration"]
+            known = "prompt_tokens_total" in totals and "completion_tokens_total" in totals
+            spent = self.spent(episodes, totals["prompt_tokens_total"] + totals["completion_tokens_total"]
+                               if known else None, [] if known else ["grpo"])
+            arm = self.play(point["name"], p.base_policy(adapter_uri=adapter), spent,
+                            extra={"adapter_uri": adapter, "iteration": it, "budget_multiple": multiple,
+                                   "train_seconds": trained["train_seconds"] if multiple == 1.0 else 0.0},
+                            probes=multiple == 1.0)
+            jobs += self.jobs_of(arm)
+            point.update({k: arm[k] for k in ("pass_rate", "ci", "episodes", "successes", "training_rollouts",
+                                              "training_tokens")})
+            curve.append(point)
+            if multiple == 1.0:
+                arms["grpo_target"] = arm
+            else:
+                arms[point["name"]] = arm
+        return {"arms": arms, "curve": curve, "jobs": jobs, "curve_training": {
+            k: trained[k] for k in ("job", "max_steps", "checkpoint_at", "per_iteration", "iterations",
+                                    "train_seconds")}}
+
+    def composition(self, arm: str) -> dict[str, Any]:
+        comp = self.gates_out.get("composition")
+        if not comp:
+            raise StageFailed("gate training produced no composition artifact; cannot evaluate TRACE")
+        routing = ROUTING[arm]
+        try:
+            rec = self.play(arm, self.p.base_policy(composition_uri=comp, routing=routing), self.trace_spent())
+        except Exception as err:
+            if arm != "trace_soft":
+                raise
+            detail = err.details() if hasattr(err, "details") else str(err)
+            raise StageFailed(f"arm trace_soft needs the composition routing mode 'soft_trajectory' (soft "
+                              f"per-trajectory routing, the ablation arm); the services refused or failed it: "
+                              f"{detail}. Update the rollout/inference services, or drop 'trace_soft' from "
+                              "evaluation.arms") from err
+        return {"arms": {arm: rec}, "jobs": self.jobs_of(rec)}
+
+    def gepa(self) -> dict[str, Any]:
+        from tracectl.run.gepa_arm import run_gepa
+
+        p = self.p
+        res = dict(p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=self.B)))
+        res.update(arm_summary(p.store, res["uri"]))    # a read of what the unit recorded: the same on resume
+        res.update(training_tokens=None, training_tokens_missing=["gepa rollouts (not counted)"])
+        if self.probe_limit:
+            res["probes"] = self.probe("gepa", p.base_policy(), system_prompt=res["prompt"])
+        jobs = [*res.get("jobs", []), *([res["probes"]["job"]] if "probes" in res else [])]
+        return {"arms": {"gepa": res}, "jobs": jobs}
+
+    def item(self, arm: str) -> Callable[[], dict[str, Any]]:
+        if arm in ROUTING:
+            return lambda: self.composition(arm)
+        return {"base": self.base, "best_single": self.best_single, "grpo_target": self.grpo_curve,
+                "gepa": self.gepa}[arm]
+
+    # -- the stage -----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        ev = self.ev
+        with ThreadPoolExecutor(max(1, min(ev.parallel, len(ev.arms)))) as pool:
+            futures = [pool.submit(self.item(arm)) for arm in ev.arms]
+            wait(futures)   # every arm runs to its end (and is recorded) even when another one failed
+        for f in futures:
+            if f.exception() is not None:
+                raise f.exception()
+        done = [f.result() for f in futures]
+        arms = {name: rec for d in done for name, rec in d["arms"].items() if not name.startswith("grpo_target@")}
+        points = {name: rec for d in done for name, rec in d["arms"].items() if name.startswith("grpo_target@")}
+        result: dict[str, Any] = {"arms": arms, "budget": self.budget, "trace_training_rollouts": self.B,
+                                  "grpo_curve": next((d["curve"] for d in done if "curve" in d), []),
+                                  "grpo_curve_points": points}
+        training = next((d["curve_training"] for d in done if "curve_training" in d), None)
+        if training:
+            result["grpo_curve_training"] = training
+        result.update(self.paired({**arms, **points}))
+        if REFERENCE in arms and self.gates_out.get("composition"):
+            from tracectl.run.routing import routing_usage
+
+            ref = arms[REFERENCE]
+            usage = routing_usage(self.p.runner.conn.stub("inference"), self.p.store, self.gates_out["composition"],
+                                  ref.get("probes", {}).get("uri") or ref["uri"], name=f"{self.p.cfg.run_id}-moe")
+            result["routed_example"] = usage.pop("routed_example")
+            result["expert_usage"] = usage
+        return {"jobs": [j for d in done for j in d["jobs"]], "result": result}
+
+    def paired(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """TRACE routing vs every other arm (and curve point) on the same tasks, and the test's power."""
+        if REFERENCE not in arms:
+            return {}
+        ref = arms[REFERENCE]
+        x = outcomes(ref)
+        paired = {}
+        for name, arm in arms.items():
+            if name == REFERENCE:
+                continue
+            if arm["task_ids_sha256"] != ref["task_ids_sha256"]:
+                raise StageFailed(f"arms {REFERENCE} and {name} played different tasks ({ref['episodes']} vs "
+                                  f"{arm['episodes']} episodes): a paired comparison needs the same tasks")
+            paired[name] = paired_comparison(x, outcomes(arm), samples=self.ev.bootstrap_samples,
+                                             seed=self.p.cfg.seed)
+        n = len(x)
+        power = {"n": n, "alpha": ALPHA,
+                 "min_detectable": {f"{q:g}": mcnemar_min_detectable(n, q, ALPHA) for q in DISCORDANCE} if n else {},
+                 "observed_discordance": {k: (v["only_x"] + v["only_y"]) / n for k, v in paired.items()} if n else {}}
+        return {"paired": {"reference": REFERENCE, "vs": paired}, "power": power}
+
+
+def evaluate(p) -> dict[str, Any]:
+    return Evaluation(p).run()

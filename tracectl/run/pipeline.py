@@ -5,35 +5,53 @@
     environments one validated environment per retained capability   -> environment records
     adapters     one GRPO LoRA adapter per capability (parallel jobs) -> adapter URIs
     gates        gate-only training of the MoE over frozen adapters   -> composition
-    evaluation   every arm on the held-out split, same budget rules   -> pass rates with CIs
+    evaluation   every arm on the same held-out tasks (and probes);   -> pass rates with CIs, paired
+                 GRPO on the target at several budgets                   statistics, TRACE's budget
     report       markdown + self-contained HTML with plots            -> report files
 
 Each stage reads what earlier stages recorded in the manifest, and records its own outputs
 there (see manifest.py for the resume rule). Nothing here computes a model: all work is done
-by the services through their gRPC APIs.
+by the services through their gRPC APIs. `check`, run by `tracectl run` before the first stage
+(and alone by `tracectl run --check`), has the trainer parse the GRPO configs of the run, so a
+mistake there is reported before any work starts, as one anywhere else in the config is.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
+import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 from rich.console import Console
 
 from trace_common.artifacts import ArtifactStore
+from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
-from tracectl.run.config import RunConfig
+from trace_common.suggest import closest
+from tracectl.run.config import RunConfig, grpo_target_config
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest, config_hash
 
 console = Console(stderr=True)
 R, A, E, T = (messages(s) for s in ("rollout", "analysis", "environment", "trainer"))
+
+
+def config_struct(name: str, config: dict[str, Any]) -> t.Config:
+    """`config` as a proto Config, or InvalidArgument naming `name` when a value has no JSON form
+    (a YAML date or timestamp, a set...)."""
+    try:
+        return _struct(config)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgument(field=name, expected="JSON-like values (numbers, strings, booleans, lists, "
+                              "mappings)", reason=str(err), fix="quote the value in the YAML file") from None
 
 
 def _struct(d: dict[str, Any]) -> t.Config:
@@ -48,6 +66,8 @@ class Pipeline:
     runner: JobRunner
     store: ArtifactStore
     manifest: Manifest
+    #: Serialises `unit` bookkeeping: the evaluation runs its arms on several threads.
+    _units_lock: threading.Lock = dataclass_field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     # -- shared pieces ---------------------------------------------------------------------
     def target_ref(self, **params: str) -> t.EnvironmentRef:
@@ -55,6 +75,9 @@ class Pipeline:
         uri = tg.uri if (not tg.uri or tg.uri.startswith(("file://", "s3://"))) else f"file://{tg.uri}"
         return t.EnvironmentRef(name=tg.env, uri=uri, params={**tg.params, **params})
 
+    # Endpoints go out as base URLs only, never a key variable: the service maps a URL to one of its
+    # endpoint profiles (tracectl's own for embedded services: tracectl/run/endpoints.py; the
+    # operator's TRACE_<SERVICE>_ENDPOINTS for deployed ones), whose key applies.
     def base_policy(self, **kw: str) -> t.PolicyRef:
         b = self.cfg.base_agent
         backend = t.POLICY_BACKEND_OPENAI_HTTP if b.backend == "http" else t.POLICY_BACKEND_IN_PROCESS
@@ -62,14 +85,18 @@ class Pipeline:
 
     def user_simulator(self) -> t.LlmEndpoint | None:
         u = self.cfg.target.user_simulator
-        return t.LlmEndpoint(base_url=u.base_url, model=u.model, api_key_env=u.api_key_env) if u else None
+        return t.LlmEndpoint(base_url=u.base_url, model=u.model) if u else None
 
     def rollout(self, policy: t.PolicyRef, split: str, limit: int, samples: int, temperature: float,
-                label: str, seed: int = 0) -> dict[str, Any]:
-        spec = R.RolloutSpec(environment=self.target_ref(), policy=policy,
+                label: str, seed: int = 0, *, env_params: dict[str, str] | None = None,
+                system_prompt: str = "") -> dict[str, Any]:
+        """One rollout job on the target (`env_params` added to its params: the probe env is the target
+        with task_types=probes); `system_prompt` replaces the environment's own (the GEPA arm's)."""
+        spec = R.RolloutSpec(environment=self.target_ref(**(env_params or {})), policy=policy,
                              tasks=R.TaskSelection(split=split, limit=limit), samples_per_task=samples,
                              sampling=t.SamplingParams(temperature=temperature, seed=seed),
-                             concurrency=self.cfg.rollout.concurrency, seed=seed + self.cfg.seed)
+                             concurrency=self.cfg.rollout.concurrency, seed=seed + self.cfg.seed,
+                             system_prompt=system_prompt)
         if self.cfg.target.user_simulator:
             spec.user_simulator.CopyFrom(self.user_simulator())
         resp = self.runner.run("rollout", spec, self.cfg.run_id, label, labels={"stage": label[:60]})
@@ -82,14 +109,18 @@ class Pipeline:
     def unit(self, stage: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """`work()` once per stage attempt chain: its result is recorded in the manifest as soon as it
         returns, and a re-run of the stage after a kill or failure (same config) reuses it instead of
-        running it again (manifest.py: `partial`). The result must be JSON-serialisable."""
+        running it again (manifest.py: `partial`). The result must be JSON-serialisable. Safe to call
+        from several threads at once (distinct keys): the record and the manifest save are locked,
+        `work()` is not."""
         rec = self.manifest.stages[stage]
-        if key in rec.partial:
-            console.print(f"[dim]{stage}: {key} done earlier, reused[/]")
-            return rec.partial[key]
+        with self._units_lock:
+            if key in rec.partial:
+                console.print(f"[dim]{stage}: {key} done earlier, reused[/]")
+                return rec.partial[key]
         out = work()
-        rec.partial[key] = out
-        self.manifest.save(self.store)
+        with self._units_lock:
+            rec.partial[key] = out
+            self.manifest.save(self.store)
         return out
 
     # -- stages ------------------------------------------------------------------------------
@@ -105,7 +136,7 @@ class Pipeline:
                               min_coverage=a.min_coverage, min_gap=a.min_gap, seed=self.cfg.seed,
                               mode=A.ANALYST_MODE_LLM if a.mode == "llm" else A.ANALYST_MODE_DIAGNOSTICS)
         if a.llm:
-            spec.llm.CopyFrom(t.LlmEndpoint(base_url=a.llm.base_url, model=a.llm.model, api_key_env=a.llm.api_key_env))
+            spec.llm.CopyFrom(t.LlmEndpoint(base_url=a.llm.base_url, model=a.llm.model))
         resp = self.runner.run("analysis", spec, self.cfg.run_id, "contrastive analysis")
         results = [MessageToDict(r, preserving_proto_field_name=True) for r in resp.results]
         retained = sorted((r for r in results if r.get("retained")), key=lambda r: -r.get("coverage_mean", 0.0))
@@ -130,7 +161,7 @@ class Pipeline:
             calibration_policy=self.base_policy(), calibration_reward_min=e.calibration_reward_min,
             calibration_reward_max=e.calibration_reward_max)
         if e.llm:
-            spec.llm.CopyFrom(t.LlmEndpoint(base_url=e.llm.base_url, model=e.llm.model, api_key_env=e.llm.api_key_env))
+            spec.llm.CopyFrom(t.LlmEndpoint(base_url=e.llm.base_url, model=e.llm.model))
         if e.calibration_min_informative is not None:
             spec.calibration_min_informative = e.calibration_min_informative
         resp = self.runner.run("environment", spec, self.cfg.run_id, "environment synthesis")
@@ -173,12 +204,18 @@ class Pipeline:
         return {"outputs": adapters, "jobs": jobs, "result": {"metrics": metrics, "curves": curves}}
 
     def stage_gates(self) -> dict[str, Any]:
+        """Gate training over the frozen adapters: each capability's environment (the warm start's
+        provenance for its slot), the target with split=train (GRPO on the gates plays only its
+        training tasks), and the base agent's own trajectories of the rollout stage (the target's
+        training tasks: slot 0's provenance, `base_provenance_uris`)."""
         adapters = self.manifest.stages["adapters"].outputs
         envs = self.manifest.stages["environments"].result["environments"]
         refs = [t.EnvironmentRef(name=r["name"], version=r.get("version", ""))
                 for r in sorted(envs, key=lambda r: r["capability"]) if r["capability"] in adapters]
         refs.append(self.target_ref(split="train"))
-        resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, self.cfg.gates.config,
+        config = {**self.cfg.gates.config,
+                  "base_provenance_uris": [self.manifest.stages["rollout"].outputs["trajectories"]]}
+        resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, config,
                           "gate training", adapter_uris=adapters)
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
                 "result": {"metrics": dict(resp.job.metrics)}}
@@ -192,6 +229,91 @@ class Pipeline:
         from tracectl.run.report import write_report
 
         return write_report(self.cfg, self.manifest, self.store)
+
+    # -- start-up check -------------------------------------------------------------------------
+    def trainer_configs(self) -> list[tuple[str, str, int, dict[str, Any]]]:
+        """(what it is, its field in the run config, TrainingKind, config) of every config this run's
+        training jobs get: the adapters' `training.grpo`, the grpo_target arm's variant of it
+        (evaluation.py trains that arm unguided; its max_steps follows TRACE's budget, known only
+        after the gates stage) and `gates.config`."""
+        grpo = self.cfg.training.grpo
+        out = [("training.grpo", "training.grpo", T.TRAINING_KIND_ADAPTER, grpo)]
+        if "grpo_target" in self.cfg.evaluation.arms:
+            out.append(("training.grpo as the grpo_target arm trains it (unguided)", "training.grpo",
+                        T.TRAINING_KIND_ADAPTER, grpo_target_config(grpo)))
+        out.append(("gates.config", "gates.config", T.TRAINING_KIND_GATES, self.cfg.gates.config))
+        return out
+
+    def check(self) -> list[str]:
+        """Every part of the run config that only a service can parse, checked before the first stage;
+        nothing is created (no job, no manifest). The GRPO configs go to the trainer's
+        ValidateTrainingConfig, which parses them with its own models; the target environment and
+        its splits are looked up in the rollout service's list (`_check_target`); a tau2 target's
+        data directory is looked up here when the rollout service runs embedded (same machine,
+        same files). Raises InvalidArgument naming the field; returns the names of what was checked.
+        A deployed trainer that predates the RPC (UNIMPLEMENTED) checks its configs when their
+        jobs are created, as before: said once on the console."""
+        checked = self._check_tau2_data() + self._check_target()
+        stub = self.runner.conn.stub("trainer")
+        for label, field, kind, config in self.trainer_configs():
+            request = T.ValidateTrainingConfigRequest(kind=kind, config=config_struct(field, config), field_path=field)
+            try:
+                stub.ValidateTrainingConfig(request)
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    prefix = "" if label == field else f"{label}: "
+                    raise InvalidArgument(prefix + (err.details() or "refused by the trainer")) from None
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    console.print("[yellow]this trainer cannot check configs ahead (no ValidateTrainingConfig): "
+                                  "training.grpo and gates.config are checked when their jobs start[/]")
+                    return checked
+                raise
+            checked.append(label)
+        return checked
+
+    def _check_target(self) -> list[str]:
+        """target.env is one the rollout service plays; with no params and no data directory given
+        (the service's own instance of it), rollout.split and evaluation.split are among its splits."""
+        tg = self.cfg.target
+        try:
+            listed = self.runner.conn.stub("rollout").ListRolloutEnvironments(R.ListRolloutEnvironmentsRequest())
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return []
+            raise
+        envs = {e.name: e for e in listed.environments}
+        if tg.env not in envs:
+            raise InvalidArgument(field="target.env", expected=f"an environment the rollout service plays "
+                                  f"({', '.join(sorted(envs))})", got=tg.env,
+                                  fix=f"Did you mean {near!r}?" if (near := closest(tg.env, envs)) else None)
+        sizes = dict(envs[tg.env].split_sizes)
+        if not sizes or tg.params or tg.uri:
+            return ["target.env"]
+        for field, split in (("rollout.split", self.cfg.rollout.split), ("evaluation.split", self.cfg.evaluation.split)):
+            if split not in sizes:
+                raise InvalidArgument(field=field, expected=f"a split of {tg.env} ({', '.join(sorted(sizes))})",
+                                      got=split, fix=f"Did you mean {near!r}?" if (near := closest(split, sizes))
+                                      else None)
+        return ["target.env", "rollout.split", "evaluation.split"]
+
+    def _check_tau2_data(self) -> list[str]:
+        tg = self.cfg.target
+        if not tg.env.startswith("tau2-") or "rollout" in self.cfg.services:
+            return []   # a deployed rollout service reads its own files: its job reports what is missing
+        from trace_common.domains.tau2.data import DATA_ENV_VAR, resolve_domain_dir
+        from trace_common.errors import NotFound
+
+        data = tg.uri.removeprefix("file://") or None
+        try:
+            resolve_domain_dir(data, tg.env.removeprefix("tau2-"))
+        except NotFound as err:
+            looked = (str(err).split("; ")[0]).removeprefix("no tau2 tasks.json under ")
+            raise InvalidArgument(field="target.uri", expected="a tau2 data directory (holding tasks.json, or "
+                                  f"a {tg.env.removeprefix('tau2-')}/ folder with it)",
+                                  got=tg.uri or f"${DATA_ENV_VAR} / the default ({looked})",
+                                  fix=f"set target.uri in the run config, or ${DATA_ENV_VAR}, to tau2-bench's "
+                                      "data/tau2/domains directory or one domain inside it") from None
+        return ["target.uri"]
 
     # -- driver -------------------------------------------------------------------------------
     def run(self, from_stage: str | None = None, until: str | None = None,

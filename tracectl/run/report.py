@@ -2,6 +2,14 @@
 
 Every number comes from the manifest (which points at the jobs and artifacts that made it).
 Sections whose inputs a run does not have say so explicitly instead of disappearing.
+
+Evaluation sections (tracectl/run/evaluation.py produces their data): pass rate per arm with
+each method's budget; the paired comparison of TRACE routing with every other arm (exact McNemar,
+paired bootstrap interval) and the smallest difference the test size resolves; GRPO on the target
+at several budgets and the sample-efficiency plot (pass rate vs training episodes: the GRPO
+curve from its checkpoints, TRACE at its budget, the base at 0); the budget table (every episode
+TRACE played, per component, tokens beside); the per-probe and per-required-capability pass
+rates. The stage table shows the report's own stage as "this report" while it is being written.
 """
 
 from __future__ import annotations
@@ -18,11 +26,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from trace_common.artifacts import ArtifactStore  # noqa: E402
+from trace_common.stats import mcnemar_min_detectable  # noqa: E402
 from tracectl.run.config import RunConfig  # noqa: E402
 from tracectl.run.manifest import Manifest  # noqa: E402
 
 SECTIONS = ("pass_rate_per_arm", "candidates", "training_curves", "sample_efficiency", "expert_usage",
             "routed_example")
+#: Table sections of the evaluation (each says "not available" when the run has no data for it).
+TABLES = ("paired_comparison", "grpo_budget_curve", "budget", "per_probe", "per_capability")
+#: The difference the paper reports (DESIGN "Evaluation": the test size must resolve it).
+PAPER_DIFFERENCE = 0.08
+TRACE_ARMS = ("trace_routing", "trace_per_request", "trace_soft")
 
 
 def _png(fig) -> bytes:
@@ -88,18 +102,41 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], x: str, y: str, title
     return _png(fig)
 
 
-def plot_sample_efficiency(arms: dict[str, dict[str, Any]]) -> bytes | None:
-    if not arms:
+def _err(a: dict[str, Any]) -> list[list[float]]:
+    return [[a["pass_rate"] - a["ci"][0]], [a["ci"][1] - a["pass_rate"]]]
+
+
+def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str, Any]] | None = None,
+                           budget: int | None = None) -> bytes | None:
+    """Held-out pass rate (95 % CI) vs training episodes: the GRPO-on-target curve (one run, its
+    checkpoints), each TRACE arm at TRACE's budget, the other arms at theirs (the base at 0)."""
+    points = [pt for pt in curve or [] if "pass_rate" in pt]
+    if not arms and not points:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if points:
+        xs = [pt["training_rollouts"] for pt in points]
+        ax.errorbar(xs, [pt["pass_rate"] for pt in points],
+                    yerr=[[pt["pass_rate"] - pt["ci"][0] for pt in points], [pt["ci"][1] - pt["pass_rate"] for pt in points]],
+                    fmt="-o", capsize=4, color="#c0392b", label="GRPO on the target (checkpoints)")
+        for pt, x in zip(points, xs, strict=True):
+            ax.annotate(f"{pt['multiple']:g}x", (x, pt["pass_rate"]), fontsize=7, xytext=(4, -10),
+                        textcoords="offset points")
+    markers = {"trace_routing": ("*", "#2a9d4b", 14), "trace_per_request": ("D", "#3b7dd8", 7),
+               "trace_soft": ("s", "#8e44ad", 7), "base": ("o", "#888", 7), "best_single": ("^", "#e67e22", 8),
+               "gepa": ("v", "#16a085", 8)}
     for name, a in arms.items():
-        ax.errorbar([a.get("training_rollouts", 0)], [a["pass_rate"]],
-                    yerr=[[a["pass_rate"] - a["ci"][0]], [a["ci"][1] - a["pass_rate"]]], fmt="o", capsize=4,
-                    label=name)
-    ax.set_xlabel("training rollouts spent")
-    ax.set_ylabel("held-out pass rate")
+        if name == "grpo_target" and points:
+            continue   # it is the curve's 1x point
+        marker, colour, size = markers.get(name, ("o", "#555", 6))
+        ax.errorbar([a.get("training_rollouts", 0)], [a["pass_rate"]], yerr=_err(a), fmt=marker, ms=size,
+                    capsize=4, color=colour, label=name)
+    if budget:
+        ax.axvline(budget, ls=":", color="#2a9d4b", lw=1)
+    ax.set_xlabel("training episodes (every episode the method played)")
+    ax.set_ylabel("held-out pass rate (95% CI)")
     ax.set_ylim(0, 1)
-    ax.set_title("Reward vs rollouts (sample efficiency)")
+    ax.set_title("Sample efficiency: pass rate vs episodes")
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -150,7 +187,7 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
         "pass_rate_per_arm": plot_arms(arms),
         "candidates": plot_candidates(an.get("candidates", []), cfg.analysis.min_coverage, cfg.analysis.min_gap),
         "training_curves": plot_curves(curves, "iteration", "reward_mean", "Training reward per adapter"),
-        "sample_efficiency": plot_sample_efficiency(arms),
+        "sample_efficiency": plot_sample_efficiency(arms, ev.get("grpo_curve"), ev.get("trace_training_rollouts")),
         "expert_usage": plot_expert_usage(usage),
     }
     missing = {k: "this run has no data for it" for k, v in plots.items() if v is None}
@@ -166,22 +203,154 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
     return {"outputs": outputs, "result": {"missing_sections": missing}}
 
 
+def _n(v: Any) -> str:
+    """A count with thousands separators, '–' when unknown."""
+    return "–" if v is None else f"{int(v):,}"
+
+
+def _tokens(a: dict[str, Any]) -> str:
+    t = a.get("training_tokens")
+    missing = a.get("training_tokens_missing") or []
+    if t is None:
+        return "–"
+    return _n(t) + (f" (+ {', '.join(missing)}: not reported)" if missing and t else "")
+
+
+def _ci(ci: list[float], signed: bool = False) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(ci[0])} – {f.format(ci[1])}"
+
+
+def _rate(b: dict[str, Any] | None) -> str:
+    return f"{b['pass_rate']:.2f} ({b['n']})" if b else "–"
+
+
+def _not_available(missing: dict[str, str], name: str, why: str = "this run has no data for it") -> list[str]:
+    missing[name] = why
+    return ["", f"- {name}: not available ({why})"]
+
+
+def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+    lines = ["", "## Paired comparison: TRACE routing vs each arm (same tasks)", ""]
+    paired = (ev.get("paired") or {}).get("vs")
+    if not paired:
+        return lines[:-1] + _not_available(missing, "paired_comparison", "needs the trace_routing arm and per-task "
+                                           "outcomes (an evaluation of this version)")
+    ref = ev["paired"].get("reference", "trace_routing")
+    lines += [f"| arm | tasks | {ref} | arm | difference | 95% CI (paired bootstrap) | only {ref} | only arm | "
+              "exact McNemar p |", "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for name, c in paired.items():
+        lines.append(f"| {name} | {c['n']} | {c['pass_rate_x']:.3f} | {c['pass_rate_y']:.3f} | {c['diff']:+.3f} | "
+                     f"{_ci(c['ci'], signed=True)} | {c['only_x']} | {c['only_y']} | {c['p_value']:.3g} |")
+    power = ev.get("power") or {}
+    n, mdd = power.get("n", 0), power.get("min_detectable", {})
+    if n and mdd:
+        parts = [f"{'none' if v is None else f'{v:.3f}'} when {float(q):.0%} of the tasks are discordant"
+                 for q, v in mdd.items()]
+        lines += ["", f"Power: with {n} paired tasks, the smallest difference exact McNemar (two-sided, α = "
+                  f"{power.get('alpha', 0.05):g}) calls significant is " + ", ".join(parts) + "."]
+        disc = power.get("observed_discordance") or {}
+        if disc:
+            q = disc.get("grpo_target", sorted(disc.values())[len(disc) // 2])
+            at = mcnemar_min_detectable(n, q, power.get("alpha", 0.05))
+            which = "against grpo_target" if "grpo_target" in disc else "median over the arms"
+            verdict = ("resolvable" if at is not None and at <= PAPER_DIFFERENCE else "NOT resolvable")
+            lines.append(f"Observed discordance {which}: {q:.0%}, where the smallest significant difference is "
+                         f"{'none' if at is None else f'{at:.3f}'}: the paper's ≈ {PAPER_DIFFERENCE:.2f} difference is "
+                         f"{verdict} at this test size.")
+    return lines
+
+
+def curve_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+    lines = ["", "## GRPO on the target at several budgets (one run, its checkpoints)", ""]
+    curve = ev.get("grpo_curve") or []
+    if not curve:
+        return lines[:-1] + _not_available(missing, "grpo_budget_curve", "needs the grpo_target arm")
+    budget = ev.get("trace_training_rollouts")
+    paired = (ev.get("paired") or {}).get("vs", {})
+    lines += [f"Multiples of TRACE's total budget ({_n(budget)} episodes); x = the trainer's own episode count at the "
+              "checkpoint.", "", "| budget | iteration | training episodes | training tokens | pass rate | 95% CI | "
+              "vs trace_routing: difference (p) |", "|---|---:|---:|---:|---:|---|---|"]
+    for pt in curve:
+        if "pass_rate" not in pt:
+            lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | – | – | – | – | not evaluated: {pt['skipped']} |")
+            continue
+        c = paired.get(pt["name"])
+        vs = f"{-c['diff']:+.3f} (p {c['p_value']:.3g})" if c else "–"
+        est = " (estimated)" if pt.get("estimated") else ""
+        lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | {_n(pt['training_rollouts'])}{est} | "
+                     f"{_n(pt.get('training_tokens'))} | {pt['pass_rate']:.3f} | {_ci(pt['ci'])} | {vs} |")
+    ref = ev.get("arms", {}).get("trace_routing")
+    if ref:
+        lines += ["", f"TRACE routing: {ref['pass_rate']:.3f} ({_ci(ref['ci'])}) at {_n(budget)} episodes."]
+    return lines
+
+
+def budget_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+    lines = ["", "## Budget: every episode TRACE played", ""]
+    b = ev.get("budget")
+    if not b:
+        return lines[:-1] + _not_available(missing, "budget", "an evaluation of this version records it")
+    lines += ["| component | episodes | prompt tokens | completion tokens | source |", "|---|---:|---:|---:|---|"]
+    c = b["components"]
+    for name, comp in c.items():
+        lines.append(f"| {name} | {_n(comp['episodes'])} | {_n(comp['prompt_tokens'])} | "
+                     f"{_n(comp['completion_tokens'])} | {comp['source']} |")
+        for env, e in (comp.get("per_environment") or {}).items():
+            extra = (f"; {e['earlier_attempts']} earlier attempt(s), bound {e['earlier_attempt_episodes_bound']}"
+                     if e.get("earlier_attempts") else "")
+            lines.append(f"| &nbsp;&nbsp;{env} ({e.get('status', '').removeprefix('VALIDATION_STATUS_').lower()}) | "
+                         f"{_n(e['episodes'])} | – | – | final attempt {e['final_attempt']}{extra} |")
+        for cap, a in (comp.get("per_adapter") or {}).items():
+            lines.append(f"| &nbsp;&nbsp;{cap} | {_n(a['episodes'])} | {_n(a['prompt_tokens'])} | "
+                         f"{_n(a['completion_tokens'])} | {a['source']} |")
+        if name == "gates" and "warm_start_episodes" in comp:
+            lines += [f"| &nbsp;&nbsp;warm start (provenance) | {_n(comp['warm_start_episodes'])} | | | |",
+                      f"| &nbsp;&nbsp;GRPO on the gates | {_n(comp['grpo_episodes'])} | | | |"]
+    lines.append(f"| **total** | **{_n(b['total_episodes'])}** | {_n(b['total_prompt_tokens'])} | "
+                 f"{_n(b['total_completion_tokens'])} | tokens without {', '.join(b['tokens_missing']) or 'nothing'} |")
+    return lines
+
+
+def breakdown_lines(arms: dict[str, dict[str, Any]], missing: dict[str, str]) -> list[str]:
+    lines = ["", "## Per probe (single-capability tasks, pass rate (tasks))", ""]
+    probed = {n: a["probes"] for n, a in arms.items() if a.get("probes")}
+    if probed:
+        caps = sorted({c for pr in probed.values() for c in pr.get("by_probe", {})})
+        lines += ["| arm | all probes | " + " | ".join(caps) + " |", "|---|---:|" + "---:|" * len(caps)]
+        for name, pr in probed.items():
+            lines.append(f"| {name} | {pr['pass_rate']:.2f} ({pr['episodes']}) | "
+                         + " | ".join(_rate(pr.get("by_probe", {}).get(c)) for c in caps) + " |")
+    else:
+        lines = lines[:-1] + _not_available(missing, "per_probe", "no arm played the probe split "
+                                            "(evaluation.probe_limit 0, or a target without probes)")
+    lines += ["", "## Per required capability (held-out tasks needing it, pass rate (tasks))", ""]
+    caps = sorted({c for a in arms.values() for c in a.get("breakdown", {})})
+    if not caps:
+        return lines[:-1] + _not_available(missing, "per_capability")
+    lines += ["| arm | " + " | ".join(caps) + " |", "|---|" + "---:|" * len(caps)]
+    for name, a in arms.items():
+        b = a.get("breakdown", {})
+        lines.append(f"| {name} | " + " | ".join(_rate(b.get(c)) for c in caps) + " |")
+    return lines
+
+
 def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing) -> str:
+    ev = m.stages["evaluation"].result
     lines = [f"# TRACE run `{cfg.run_id}`", "", f"Target: `{cfg.target.env}`; base agent: `{cfg.base_agent.name}`; "
              f"analyst: `{an.get('mode', cfg.analysis.mode)}`; environments: `{cfg.environments.mode}`.", "",
              "## Held-out pass rate per arm", "",
-             "| arm | pass rate | 95% CI | episodes | training rollouts | wall s |", "|---|---:|---|---:|---:|---:|"]
+             "Training episodes: every episode the method played (TRACE: its whole budget, below).", "",
+             "| arm | pass rate | 95% CI | tasks | training episodes | training tokens | wall s |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for name, a in arms.items():
         lines.append(f"| {name} | {a['pass_rate']:.3f} | {a['ci'][0]:.3f}–{a['ci'][1]:.3f} | {a['episodes']} | "
-                     f"{a.get('training_rollouts', 0)} | {a.get('wall_seconds_total', a.get('wall_seconds', 0)):.0f} |")
-    caps = sorted({c for a in arms.values() for c in a.get("breakdown", {})})
-    if caps:
-        lines += ["", "### Per capability (task type)", "", "| arm | " + " | ".join(caps) + " |",
-                  "|---|" + "---:|" * len(caps)]
-        for name, a in arms.items():
-            b = a.get("breakdown", {})
-            lines.append(f"| {name} | " + " | ".join(f"{b[c]['pass_rate']:.2f}" if c in b else "–" for c in caps)
-                         + " |")
+                     f"{_n(a.get('training_rollouts', 0))} | {_tokens(a)} | "
+                     f"{a.get('wall_seconds_total', a.get('wall_seconds', 0)):.0f} |")
+    lines += paired_lines(ev, missing)
+    lines += curve_lines(ev, missing)
+    lines += budget_lines(ev, missing)
+    lines += breakdown_lines(arms, missing)
     lines += ["", "## Capability analysis", "", "| candidate | retained | coverage | Δ | passing runs | reason |",
               "|---|---|---:|---:|---:|---|"]
     for c in an.get("candidates", []):
@@ -191,7 +360,8 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing) -> st
     lines += ["", "## Stages", "", "| stage | status | seconds | jobs |", "|---|---|---:|---|"]
     for name, rec in m.stages.items():
         secs = (rec.finished_at - rec.started_at) if rec.finished_at and rec.started_at else 0
-        lines.append(f"| {name} | {rec.status} | {secs:.0f} | {', '.join(rec.jobs[:4])} |")
+        status = "this report" if name == "report" and rec.status == "running" else rec.status
+        lines.append(f"| {name} | {status} | {secs:.0f} | {', '.join(rec.jobs[:4])} |")
     lines += ["", "## Plots", ""]
     for name in SECTIONS:
         if name in missing:

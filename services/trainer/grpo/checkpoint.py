@@ -12,6 +12,9 @@ Layout (DESIGN "Data contracts"), under `runs/<run_id>/adapters/<cap>/`:
 Weights other than a LoRA adapter (e.g. the gates of an MoE composition, `trainable.py`) go under
 their own file names (`weights_file`, `config_file`), which the manifest records so loading finds them.
 
+Which iterations get one (`checkpoint_due`): every `save_steps`-th, those `checkpoint_at` lists
+(the points of a budget curve), and the last.
+
 Each object is written atomically with its sha256 by the store; a checkpoint exists only once
 its `checkpoint.json` does, and loading re-checks every listed file's recorded digest (the
 store verifies the bytes on read). A job that dies while writing leaves an incomplete
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +128,16 @@ def save_checkpoint(store: ArtifactStore, prefix: str, *, state: TrainerState, a
         manifest["weights_file"] = weights_file
     info = store.put_bytes(f"{base}/{MANIFEST}", json.dumps(manifest, sort_keys=True, indent=1).encode())
     return CheckpointInfo(iteration=state.iteration, key=info.key, uri=info.uri, sha256=info.sha256, size=info.size)
+
+
+def checkpoint_due(iteration: int, save_steps: int, checkpoint_at: Collection[int] = ()) -> bool:
+    """Whether the loop checkpoints after `iteration` (the last iteration is always checkpointed
+    by the loop itself, whatever this says).
+
+    Semantics:
+        due <=> (save_steps > 0 and iteration % save_steps == 0) or iteration in checkpoint_at
+    """
+    return (save_steps > 0 and iteration % save_steps == 0) or iteration in checkpoint_at
 
 
 def list_checkpoints(store: ArtifactStore, prefix: str) -> list[CheckpointInfo]:

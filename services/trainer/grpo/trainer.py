@@ -27,7 +27,8 @@ Semantics (one iteration; DESIGN "GRPO" is normative):
             is = min(C, exp(old - behaviour)) on guided tokens, 1 elsewhere
             loss(micro-batch).backward()                        # normalised by the batch total
         all-reduce grads (DDP); clip; AdamW step; LR scheduler step; publish the new version
-    checkpoint every save_steps iterations (adapter, optimiser, scheduler, RNG, cursor, history)
+    checkpoint every save_steps iterations and at each of checkpoint_at (adapter, optimiser,
+    scheduler, RNG, cursor, history)
 
 Metrics of an iteration (the "iteration" event's values; `history`; metrics.jsonl). Over the
 iteration's first round of groups (the batch the seed schedule drew): reward_mean, reward_std,
@@ -234,7 +235,7 @@ class GRPOTrainer:
                     break
                 self.step()
                 it = self.state.iteration
-                if cfg.save_steps and it % cfg.save_steps == 0 and it < cfg.max_steps:
+                if ckpt.checkpoint_due(it, cfg.save_steps, cfg.checkpoint_at) and it < cfg.max_steps:
                     self.save_checkpoint()
             if not self._reported and self.state.history:
                 # resumed with nothing left to run: the job's metrics still carry its totals

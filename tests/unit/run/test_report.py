@@ -12,7 +12,7 @@ import pytest
 from trace_common.artifacts import open_store
 from tracectl.run.config import RunConfig
 from tracectl.run.manifest import Manifest
-from tracectl.run.report import SECTIONS, write_report
+from tracectl.run.report import SECTIONS, TABLES, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -47,9 +47,13 @@ def _manifest(store, *, with_routing: bool) -> tuple[RunConfig, Manifest]:
     return cfg, m
 
 
+#: What a manifest from before the paired statistics, budget curve and probes lacks.
+OLD_EVALUATION = {"paired_comparison", "grpo_budget_curve", "budget", "per_probe"}
+
+
 @pytest.mark.parametrize("with_routing, missing", [
-    (True, set()),
-    (False, {"expert_usage"}),
+    (True, OLD_EVALUATION),
+    (False, {"expert_usage"} | OLD_EVALUATION),
 ])
 def test_report_sections_and_missing_data(tmp_path, with_routing, missing):
     store = open_store(tmp_path.as_uri())
@@ -58,10 +62,39 @@ def test_report_sections_and_missing_data(tmp_path, with_routing, missing):
     assert set(out["result"]["missing_sections"]) == missing
     md = store.get_bytes("runs/rep/report/report.md").decode()
     assert "| trace_routing | 0.450 |" in md and "| tool_call_precision | no |" in md
-    for name in SECTIONS:
-        if name in missing:
-            assert f"- {name}: not available" in md
+    for name in (*SECTIONS, *TABLES):
+        assert (f"- {name}: not available" in md) is (name in missing), name
     assert set(out["outputs"]) >= {"markdown", "html", "pass_rate_per_arm", "training_curves"}
+
+
+def test_report_of_a_full_evaluation(tmp_path, monkeypatch):
+    """Every evaluation section renders from what the evaluation stage records (stand-in services),
+    and the report's own stage shows as this report while it is being written, not as running."""
+    from tests.unit.run import test_evaluation as te
+
+    monkeypatch.setattr(te.routing, "routing_usage", lambda *a, **kw: {
+        "experts": ["base", "x"], "rows": {"precondition_check": [[2, 1]]}, "episodes": 1,
+        "routed_example": {"experts": ["base", "x"], "tokens": [{"text": "hi", "expert_index": 1, "expert": "x"}]}})
+    p = te.pipeline(tmp_path).setup()
+    p.manifest.stages["evaluation"].result = te.evaluate(p)["result"]
+    p.manifest.stages["report"].status = "running"
+    out = write_report(p.cfg, p.manifest, p.store)
+    md = p.store.get_bytes("runs/ev/report/report.md").decode()
+    # (this manifest has no analysis candidates or adapter curves: those two plots are the only gaps)
+    assert set(out["result"]["missing_sections"]) == {"candidates", "training_curves"}
+    assert md.count("not available") == 2
+    ev = p.manifest.stages["evaluation"].result
+    for name, c in ev["paired"]["vs"].items():   # one row per compared arm, its McNemar p and interval
+        assert f"| {name} | 40 | {c['pass_rate_x']:.3f} | {c['pass_rate_y']:.3f} | {c['diff']:+.3f} |" in md
+        assert f"| {c['only_x']} | {c['only_y']} | {c['p_value']:.3g} |" in md
+    assert "Power: with 40 paired tasks" in md and "resolvable at this test size" in md
+    for pt in ev["grpo_curve"]:
+        assert f"| {pt['multiple']:g}x | {pt['iteration']} | {pt['training_rollouts']:,} |" in md
+    assert "| **total** | **124** |" in md and "| &nbsp;&nbsp;warm start (provenance) | 6 |" in md
+    for header in ("## Per probe", "## Per required capability", "## Budget: every episode TRACE played",
+                   "## GRPO on the target at several budgets", "## Paired comparison"):
+        assert header in md
+    assert "| report | this report |" in md and "| report | running |" not in md
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/install_tools.sh installs it)")

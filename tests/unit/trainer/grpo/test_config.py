@@ -54,6 +54,7 @@ def test_valid_config(values, check):
 
 @pytest.mark.parametrize("changed, same_resume_digest", [
     ({"max_steps": 99, "save_steps": 7}, True),                                  # how long, how often
+    ({"max_steps": 99, "checkpoint_at": [5, 40]}, True),                         # ... and where else to save
     ({"gradient_accumulation_steps": 8, "gradient_checkpointing": True}, True),  # memory layout
     ({"learning_rate": 1e-3}, False),                                             # what is trained
 ])
@@ -64,7 +65,9 @@ def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
 def test_checkpoints_of_older_versions_still_resume():
     """Before the memory-layout fields became neutral, the recorded digest covered them."""
     cfg = GRPOConfig(gradient_accumulation_steps=8)
-    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in {"max_steps", "save_steps"}}
+    # (checkpoint_at came after that version: its model_dump had no such key)
+    data = {k: v for k, v in cfg.model_dump(mode="json").items()
+            if k not in {"max_steps", "save_steps", "checkpoint_at"}}
     legacy = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert legacy != cfg.resume_digest() and legacy in cfg.resumable_digests()
     assert legacy not in GRPOConfig(gradient_accumulation_steps=4).resumable_digests()
