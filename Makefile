@@ -69,8 +69,14 @@ test-fast: setup
 # environments -> adapters -> gates -> evaluation -> report) with the five services in-process.
 # Re-running resumes after the last completed stage; the report lands in .trace/runs/demo/report/.
 # Installs the runtime only: no test tools, no dev extra.
+# OMP_NUM_THREADS=1: the demo runs two jobs at a time (adapters, evaluation arms) on this 2-core
+# machine, and two-thread torch kernels then wait on each other: one batched micro turn (32 rows x 40
+# tokens) took 14.3 s with 2 threads beside other work and 2.7 s with 1.
+# TRACE_ENVIRONMENT_VALIDATION_GROUPS=8: the embedded environment service calibrates each capability
+# environment on 8 seeds x 8 samples (its default is 16 x 8); calibration counts in TRACE's budget,
+# and so in the GRPO-on-target arm's, which dominates the demo's time.
 demo: runtime
-	$(VENV)/bin/tracectl run --config examples/demo.yaml
+	OMP_NUM_THREADS=1 TRACE_ENVIRONMENT_VALIDATION_GROUPS=8 $(VENV)/bin/tracectl run --config examples/demo.yaml
 
 # Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~15 min on 2 cores) after a
 # change to its build code or to the store domain; `tracectl agents verify micro` checks the result.
