@@ -23,6 +23,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
         p = s/n; d = 1 + z²/n
         centre = (p + z²/2n) / d ; half = z·sqrt(p(1-p)/n + z²/4n²) / d
         -> (max(0, centre-half), min(1, centre+half)); (0, 1) when n == 0
+    At s = 0 the lower bound is exactly 0 and at s = n the upper bound exactly 1 (in floating point
+    centre - half lands ~1e-17 above 0, and a plot's error bar below the rate turns negative).
     """
     if n <= 0:
         return 0.0, 1.0
@@ -32,7 +34,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     d = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / d
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def mcnemar_exact(b: int, c: int) -> float:

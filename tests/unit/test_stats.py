@@ -21,6 +21,14 @@ def test_wilson_matches_reference_values(s, n, lo, hi):
     assert got == pytest.approx((lo, hi), abs=5e-4)
 
 
+@pytest.mark.parametrize("n", [1, 3, 8, 24, 500, 600])
+def test_wilson_bounds_are_exact_at_none_and_all(n):
+    # never a hair beyond the rate: a report's error bar (rate - lower) must not be negative
+    assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+    lo, hi = wilson_interval(0, n)
+    assert 0.0 - lo <= 0.0 and hi > 0.0
+
+
 def test_wilson_rejects_impossible_counts():
     with pytest.raises(ValueError):
         wilson_interval(11, 10)

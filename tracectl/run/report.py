@@ -51,10 +51,8 @@ def plot_arms(arms: dict[str, dict[str, Any]]) -> bytes | None:
         return None
     names = list(arms)
     rates = [arms[n]["pass_rate"] for n in names]
-    lo = [r - arms[n]["ci"][0] for n, r in zip(names, rates, strict=True)]
-    hi = [arms[n]["ci"][1] - r for n, r in zip(names, rates, strict=True)]
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.bar(names, rates, yerr=[lo, hi], capsize=5, color=["#888" if n == "base" else "#3b7dd8" for n in names])
+    ax.bar(names, rates, yerr=ci_errors([arms[n] for n in names]), capsize=5, color=["#888" if n == "base" else "#3b7dd8" for n in names])
     ax.set_ylabel("held-out pass rate (95% CI)")
     ax.set_ylim(0, 1)
     ax.set_title("Pass rate per arm")
@@ -102,8 +100,15 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], x: str, y: str, title
     return _png(fig)
 
 
+def ci_errors(rows: list[dict[str, Any]]) -> list[list[float]]:
+    """matplotlib's yerr ([below], [above]) for rows with `pass_rate` and `ci`, never negative
+    (matplotlib refuses a negative error; a stored interval may come from an older run whose Wilson
+    bound at 0 successes was 1e-17 above the rate)."""
+    return [[max(0.0, r["pass_rate"] - r["ci"][0]) for r in rows], [max(0.0, r["ci"][1] - r["pass_rate"]) for r in rows]]
+
+
 def _err(a: dict[str, Any]) -> list[list[float]]:
-    return [[a["pass_rate"] - a["ci"][0]], [a["ci"][1] - a["pass_rate"]]]
+    return ci_errors([a])
 
 
 def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str, Any]] | None = None,
@@ -117,7 +122,7 @@ def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str
     if points:
         xs = [pt["training_rollouts"] for pt in points]
         ax.errorbar(xs, [pt["pass_rate"] for pt in points],
-                    yerr=[[pt["pass_rate"] - pt["ci"][0] for pt in points], [pt["ci"][1] - pt["pass_rate"] for pt in points]],
+                    yerr=ci_errors(points),
                     fmt="-o", capsize=4, color="#c0392b", label="GRPO on the target (checkpoints)")
         for pt, x in zip(points, xs, strict=True):
             ax.annotate(f"{pt['multiple']:g}x", (x, pt["pass_rate"]), fontsize=7, xytext=(4, -10),

@@ -128,3 +128,23 @@ def test_html_report_renders_in_chromium(tmp_path, with_routing):
     assert {alt for alt, _, _ in sizes} == expected
     assert all(done and width > 100 for _, done, width in sizes)   # every plot decoded
     assert spans == (["base", "precondition_verification"] if with_routing else [])
+
+
+@pytest.mark.parametrize(("rows", "below", "above"), [
+    ([{"pass_rate": 0.0, "ci": [1.4e-17, 0.138]}], [0.0], [0.138]),       # a stored bound 1e-17 above 0 successes
+    ([{"pass_rate": 1.0, "ci": [0.862, 1.0 + 1e-16]}], [pytest.approx(0.138)], [0.0]),
+    ([{"pass_rate": 0.5, "ci": [0.3, 0.7]}, {"pass_rate": 0.0, "ci": [0.0, 0.2]}],
+     [pytest.approx(0.2), 0.0], [pytest.approx(0.2), 0.2]),
+])
+def test_error_bars_are_never_negative(rows, below, above):
+    from tracectl.run.report import ci_errors
+
+    assert ci_errors(rows) == [below, above]
+
+
+def test_arms_that_pass_nothing_plot():
+    from trace_common.stats import wilson_interval
+    from tracectl.run.report import plot_arms
+
+    arms = {name: {"pass_rate": 0.0, "ci": list(wilson_interval(0, 24))} for name in ("base", "trace_routing")}
+    assert plot_arms(arms)[:8] == b"\x89PNG\r\n\x1a\n"
