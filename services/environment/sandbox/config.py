@@ -67,7 +67,10 @@ class SandboxConfig(BaseModel):
         "Let workers run although a required isolation layer is missing (e.g. a non-root service, a restricted "
         "pod). The validation report still names the missing layers. Never for untrusted code in production."))
     plain: bool = Field(False, description="No lockdown at all: benchmark baseline only, never untrusted code.")
-    scratch_root: str = Field("", description="Parent directory of per-worker scratch dirs (default: system tmp).")
+    scratch_root: str = Field("", description=(
+        "Parent directory of per-worker scratch dirs; every directory above it must be searchable by other "
+        "users (o+x), since the worker runs under a uid of its own. Default: the system temp dir, or the first "
+        "of /tmp, /var/tmp, /dev/shm when the temp dir is private (0700), said in the log (`scratch.py`)."))
     hash_seed: int = Field(0, ge=0, le=4_294_967_295, description="PYTHONHASHSEED of the worker.")
     python: str = Field("", description="Interpreter for the worker (default: this one).")
     pod: PodConfig = Field(default_factory=PodConfig, description="Sandbox pods (backend 'kubernetes').")

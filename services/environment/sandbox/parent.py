@@ -63,6 +63,7 @@ from .. import metrics as m
 from .config import SandboxConfig
 from .endings import classify_ending, exit_report, oom_kills, without_exit_report
 from .isolation import NOBODY, REQUIRED_LAYERS, missing_layers
+from .scratch import scratch_parent
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -223,15 +224,17 @@ class ProcessTransport:
         self._worker_pid: int | None = None
 
     def open(self) -> None:
-        root = self.config.scratch_root or tempfile.gettempdir()
-        os.makedirs(root, exist_ok=True)
+        drops = os.geteuid() == 0 and self.config.drop_privileges and not self.config.plain
+        if self.config.scratch_root:
+            os.makedirs(self.config.scratch_root, exist_ok=True)
+        root = scratch_parent(self.config.scratch_root, others_must_reach=drops)
         self.scratch = tempfile.mkdtemp(prefix=f"trace-sbx-{self.label[:20]}-", dir=root)
         work = os.path.join(self.scratch, "work")
         os.mkdir(work)
         os.chmod(self.scratch, 0o711)  # the worker (a sandbox uid) must traverse it to reach work/
         self._stderr_path = os.path.join(self.scratch, "worker.stderr")
         uid, distinct = NOBODY, False
-        if os.geteuid() == 0 and self.config.drop_privileges and not self.config.plain:
+        if drops:
             uid, distinct = UIDS.take(self.config.uid_base, self.config.uid_count)
             self.uid = uid if distinct else None
         cmd = [self.config.python or sys.executable, "-s", "-B", "-m", "services.environment.sandbox.worker",

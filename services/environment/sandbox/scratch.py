@@ -1,0 +1,84 @@
+"""Where a local worker's scratch directory may live.
+
+A worker runs under a uid of its own (`isolation.py`, layer `uid`), so it reaches its scratch
+dir only if every directory above it lets other users search it (mode o+x). A private temp dir
+(`mktemp -d` makes mode 0700, as CI and many job schedulers do for TMPDIR) does not: the
+worker would start, lock down, and fail on its first file ("Permission denied").
+
+    scratch_parent("", others_must_reach=True)
+        tempdir = tempfile.gettempdir()
+        if reachable_by_others(tempdir): return tempdir
+        return first reachable of FALLBACKS (/tmp, /var/tmp, /dev/shm), said in the log
+    scratch_parent(configured, True)
+        configured, or FailedPrecondition naming the directory that blocks it and the fix
+
+Only the worker's own scratch dir (mode 0711, its work/ owned by the worker's uid) is opened to
+others; nothing above it is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+
+from trace_common.errors import FailedPrecondition
+
+log = logging.getLogger(__name__)
+
+FALLBACKS = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - world-searchable by convention
+_warned: set[str] = set()
+
+
+def blocking_dir(path: str) -> str | None:
+    """The first directory from / down to `path` that other users cannot search (or that does
+    not exist); None when every one of them is o+x."""
+    chain = [os.path.realpath(path)]
+    while chain[-1] != os.sep:
+        chain.append(os.path.dirname(chain[-1]))
+    for current in reversed(chain):
+        try:
+            mode = os.stat(current).st_mode
+        except OSError:
+            return current
+        if not (stat.S_ISDIR(mode) and mode & stat.S_IXOTH):
+            return current
+    return None
+
+
+def _mode(path: str) -> str:
+    try:
+        return oct(stat.S_IMODE(os.stat(path).st_mode))
+    except OSError:
+        return "missing"
+
+
+def scratch_parent(configured: str, others_must_reach: bool) -> str:
+    """The directory to make per-worker scratch dirs in (see the module docstring)."""
+    if configured:
+        blocked = blocking_dir(configured) if others_must_reach else None
+        if blocked is not None:
+            raise FailedPrecondition(
+                f"TRACE_ENVIRONMENT_SANDBOX_SCRATCH_ROOT={configured!r}: the sandbox uid cannot reach it "
+                f"({blocked} is mode {_mode(blocked)}, not searchable by other users); choose a directory "
+                "whose every parent is o+x (e.g. /var/tmp/trace-sandbox), or unset it for the default")
+        return configured
+    default = tempfile.gettempdir()
+    if not others_must_reach:
+        return default
+    blocked = blocking_dir(default)
+    if blocked is None:
+        return default
+    for candidate in FALLBACKS:
+        if blocking_dir(candidate) is None and os.access(candidate, os.W_OK | os.X_OK):
+            if default not in _warned:
+                _warned.add(default)
+                log.warning("sandbox scratch: the temp dir %s is not reachable by the sandbox uid (%s is mode %s); "
+                            "scratch dirs go to %s instead (set TRACE_ENVIRONMENT_SANDBOX_SCRATCH_ROOT to choose)",
+                            default, blocked, _mode(blocked), candidate)
+            return candidate
+    raise FailedPrecondition(
+        f"no scratch directory the sandbox uid can reach: the temp dir {default} is blocked at {blocked} "
+        f"(mode {_mode(blocked)}) and none of {', '.join(FALLBACKS)} is usable; set "
+        "TRACE_ENVIRONMENT_SANDBOX_SCRATCH_ROOT to a directory whose every parent is o+x")
