@@ -1,10 +1,10 @@
 """The outbound endpoints a service may call, as its operator allows them (`TRACE_<SERVICE>_ENDPOINTS`).
 
 Trust boundary (DESIGN, "Trust boundaries"): a request never chooses an outbound URL or a
-credential. A service that calls OpenAI-compatible endpoints (analysis, environment, rollout)
-is given a map of *profiles* by its operator, as one JSON setting (the chart renders it from
-values and Secret references; `tracectl run` builds it from the run config for its embedded
-services):
+credential. A service that calls OpenAI-compatible endpoints (analysis, environment, rollout; the
+trainer for vLLM rollouts) is given a map of *profiles* by its operator, as one JSON setting (the
+chart renders it from values and Secret references; `tracectl run` builds it from the run config
+for its embedded services):
 
     TRACE_ANALYSIS_ENDPOINTS='{"analyst": {"base_url": "https://llm.example.com/v1",
                                            "api_key_env": "ANALYST_API_KEY",
@@ -15,11 +15,12 @@ filled from a Kubernetes Secret); its value goes out as `Authorization: Bearer <
 profile's `base_url` and nowhere else. `models` (optional, fnmatch patterns) bounds the model
 names a request may send there.
 
-What a request may say, and what happens (`Endpoints.llm` / `Endpoints.policy`):
+What a request may say, and what happens (`Endpoints.llm` / `Endpoints.policy` / `Endpoints.server`):
 
-    LlmEndpoint.profile, PolicyRef.endpoint_profile   a profile name -> that profile
-    LlmEndpoint.base_url, PolicyRef.endpoint          accepted only when equal (trailing '/' ignored)
-                                                      to a profile's base_url -> that profile
+    LlmEndpoint.profile, PolicyRef.endpoint_profile,  a profile name -> that profile
+      the trainer's config.vllm.profile
+    LlmEndpoint.base_url, PolicyRef.endpoint,         accepted only when equal (trailing '/' ignored)
+      the trainer's config.vllm.base_url              to a profile's base_url -> that profile
     LlmEndpoint.api_key_env                           always refused
     environment params named *_url, *_api_key, ...    always refused (`refuse_outbound_params`)
 
@@ -220,6 +221,12 @@ class Endpoints:
                                    f"(allowed: {', '.join(p.models)})", field=f"{field}.model",
                                    fix="Use an allowed model, or ask the operator to allow it")
         return ResolvedEndpoint(profile=name, base_url=p.base_url, model=endpoint.model, api_key_env=p.api_key_env)
+
+    def server(self, profile: str, base_url: str, field: str) -> ResolvedEndpoint:
+        """The profile behind a request's `{profile, base_url}` pair at `field` (e.g. "spec.config.vllm")
+        for a server called without a request-chosen model (the trainer's vLLM)."""
+        name, p = self._choose(profile, base_url, profile_field=f"{field}.profile", url_field=f"{field}.base_url")
+        return ResolvedEndpoint(profile=name, base_url=p.base_url, model="", api_key_env=p.api_key_env)
 
     def policy(self, ref: PolicyRefModel, field: str) -> PolicyRefModel:
         """`ref` with its endpoint decided by a profile (OPENAI_HTTP), ready for `open_policy`; other

@@ -7,8 +7,9 @@ A job is cheap to reject and expensive to run, so everything checkable without l
 model is checked in `create_job` before a job exists: the kind, the capability name, one
 environment that is registered (and accepts its parameters and the training split), the
 GRPO config (messages say how to fix), that a config asking for guided rollouts gets hints from
-that environment (`check_guidance`), the policy reference, the executor's settings and the
-resume URI. `validate_config` parses a config alone, for clients that check theirs before any
+that environment (`check_guidance`), the policy reference, the executor's settings, the vLLM
+server and adapter directory of vLLM rollouts against the operator's settings (`outbound.py`) and
+the resume URI. `validate_config` parses a config alone, for clients that check theirs before any
 work starts (configs.py). Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
 """
 
@@ -26,7 +27,7 @@ from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
-from trace_common.endpoints import refuse_outbound_params
+from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output
 from trace_common.model_refs import check_model_ref
@@ -37,6 +38,7 @@ from .executors import LocalExecutor
 from .gates.job import gates_prefix, validate_gates
 from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
 from .metrics import M
+from .outbound import check_vllm
 from .settings import TrainerSettings, environment_token
 from .specs import TrainingSpecModel
 
@@ -57,6 +59,7 @@ class Training:
         self.jobs = JobManager("trainer", M, max_concurrent=settings.max_concurrent_jobs)
         self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
         self.local = LocalExecutor(settings)
+        self.endpoints = Endpoints(settings.endpoints, "TRACE_TRAINER_ENDPOINTS")
         self._kube_api_client = kube_api_client
         self._kube = None
         self.iterations: dict[str, deque[IterationRecord]] = {}
@@ -100,7 +103,8 @@ class Training:
                                       "config.vllm={'base_url': ..., 'adapter_dir': ...}")
         check_model_ref(spec.policy.model)
         self._check_executor(spec)
-        return config
+        # the vLLM server and the adapter directory are the operator's (outbound.py), never the request's
+        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root)
 
     def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "") -> GRPOConfig:
         """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py)."""

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.endpoints import EndpointMap, EndpointProfile
 
 
 class TrainerSettings(ServiceSettings):
@@ -32,6 +33,14 @@ class TrainerSettings(ServiceSettings):
         None, description="Bearer token the trainer and its workers send to the environment service "
         "(TRACE_TRAINER_ENVIRONMENT_TOKEN); unset = the trainer's own auth_token (one shared Secret, as the "
         "chart deploys). The embedded stack sets it to the environment service's token.")
+    # -- vLLM rollouts (config.rollout_backend='vllm'; outbound.py) ----------------------------------------
+    endpoints: EndpointMap = Field(default_factory=dict, description=(
+        "The vLLM servers training jobs may roll out on, as a JSON map profile name -> {\"base_url\": "
+        "\"http://vllm:8000/v1\", \"models\": [...]}; a job names a profile (config.vllm.profile) or its exact "
+        "base_url. No api_key_env: the trainer sends no key to vLLM (trace_common/endpoints.py)."))
+    vllm_adapter_root: str = Field("", description=(
+        "Directory (a volume the vLLM server reads too) inside which jobs save the adapter versions the server "
+        "hot-loads; config.vllm.adapter_dir must lie inside it. Empty: vLLM rollouts are refused."))
     env_modules: list[str] = Field(default_factory=list, description="Python modules imported by the service "
                                    "and every worker before environments are resolved, so that environments they "
                                    "register (trace_common.env.register) can be trained on (JSON list).")
@@ -59,6 +68,16 @@ class TrainerSettings(ServiceSettings):
     job_extra_env: dict[str, str] = Field(default_factory=dict, description="Extra environment of Job pods (JSON).")
     job_poll_seconds: float = Field(5.0, gt=0, le=600, description="How often a Kubernetes Job's status and "
                                     "progress are read.")
+
+    @field_validator("endpoints")
+    @classmethod
+    def _no_keys(cls, v: dict[str, EndpointProfile]) -> dict[str, EndpointProfile]:
+        keyed = sorted(n for n, p in v.items() if p.api_key_env)
+        if keyed:
+            raise ValueError(f"TRACE_TRAINER_ENDPOINTS profile(s) {', '.join(keyed)} name an api_key_env, but the "
+                             "trainer sends no key to its vLLM server; remove api_key_env (serve vLLM inside the "
+                             "cluster, unauthenticated, reachable only by the trainer and its jobs)")
+        return v
 
     @field_validator("job_image_pull_policy")
     @classmethod

@@ -72,9 +72,15 @@ class VLLMRolloutConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base_url: str = Field(description="OpenAI-compatible base URL of the server, e.g. http://vllm:8000/v1.")
+    profile: str = Field("", description="The trainer operator's endpoint profile of the server "
+                         "(TRACE_TRAINER_ENDPOINTS); a job sent to the trainer service names this or the "
+                         "profile's exact base_url.")
+    base_url: str = Field("", description="OpenAI-compatible base URL of the server, e.g. http://vllm:8000/v1; "
+                          "through the trainer service it must be a profile's base_url (empty: the profile's).")
     adapter_dir: str = Field(description="Directory the server can read where each adapter version is "
-                             "saved before it is loaded (a shared volume in a cluster).")
+                             "saved before it is loaded (a shared volume in a cluster); through the trainer "
+                             "service, inside its TRACE_TRAINER_VLLM_ADAPTER_ROOT (a relative path is taken "
+                             "from there).")
     request_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of one HTTP call.")
     load_retries: int = Field(3, ge=0, le=20, description="Retries of a failed load/verify before the job fails.")
     retry_backoff_s: float = Field(1.0, ge=0, le=60, description="First retry delay (doubles each retry).")
@@ -85,9 +91,16 @@ class VLLMRolloutConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
+        if v and not v.startswith(("http://", "https://")):
             raise ValueError(f"vllm.base_url {v!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _where(self) -> VLLMRolloutConfig:
+        if not (self.profile or self.base_url):
+            raise ValueError("vllm needs the server: name the operator's endpoint profile (vllm.profile) or its "
+                             "base_url (vllm.base_url, e.g. http://vllm:8000/v1)")
+        return self
 
 
 class GRPOConfig(BaseModel):
@@ -207,7 +220,7 @@ class GRPOConfig(BaseModel):
                              "must be at least the lower one (DAPO's clip-higher); e.g. epsilon=0.2, epsilon_high=0.28")
         if self.rollout_backend == "vllm" and self.vllm is None:
             raise ValueError("rollout_backend='vllm' needs a vllm block: "
-                             "{'base_url': 'http://vllm:8000/v1', 'adapter_dir': '/shared/adapters'}")
+                             "{'profile': 'vllm', 'adapter_dir': 'adapters'}")
         if self.top_k == 1:
             raise ValueError("top_k=1 is greedy decoding: every episode of a group would be identical; "
                              "use top_k=0 (true sampling) or a value >= 2")

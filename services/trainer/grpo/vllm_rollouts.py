@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 
 from trace_common.env import PolicyInfo
-from trace_common.errors import Unavailable
+from trace_common.errors import FailedPrecondition, Unavailable
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.errors import PolicyUnavailable
@@ -61,6 +61,9 @@ class VLLMAdapterManager:
 
     def __init__(self, config: VLLMRolloutConfig, *, client: httpx.AsyncClient | None = None,
                  observe: Any = None, on_unloaded: Any = None):
+        if not config.base_url:
+            raise FailedPrecondition(f"vllm.profile={config.profile!r} is resolved to a base_url by the trainer "
+                                     "service (TRACE_TRAINER_ENDPOINTS); called in-process, set vllm.base_url")
         self.config = config
         self.client = client or httpx.AsyncClient(timeout=config.request_timeout_s)
         self._owns_client = client is None

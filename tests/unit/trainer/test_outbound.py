@@ -1,0 +1,108 @@
+"""The trainer's vLLM rollouts stay inside what the operator allows (`services/trainer/outbound.py`):
+the server is a TRACE_TRAINER_ENDPOINTS profile, adapter versions go inside
+TRACE_TRAINER_VLLM_ADAPTER_ROOT. Each refusal happens in `validate`, before a job exists and
+before anything connects (a listener on loopback sees nothing)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from pydantic import ValidationError
+
+from services.trainer.service import Training
+from services.trainer.settings import TrainerSettings
+from services.trainer.specs import TrainingSpecModel
+from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+
+PROFILE_URL = "http://vllm.internal:8000/v1"
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def connected(srv: socket.socket) -> bool:
+    try:
+        srv.accept()[0].close()
+        return True
+    except BlockingIOError:
+        return False
+
+
+def spec(vllm: dict) -> TrainingSpecModel:
+    return TrainingSpecModel.model_validate(dict(
+        kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+        environments=[{"name": "store", "params": {"task_types": "precondition_check"}}],
+        policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro"},
+        config={"max_steps": 2, "rollout_backend": "vllm", "vllm": vllm}))
+
+
+@pytest.fixture
+def domain(tmp_path):
+    root = tmp_path / "adapters"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", root / "escape")
+    settings = TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root=str(root),
+                               endpoints={"vllm": {"base_url": PROFILE_URL}})
+    return Training(settings), root
+
+
+@pytest.mark.parametrize(("vllm", "error", "fragments"), [
+    # a URL of the request's own: refused, naming the field and the configured profiles
+    ({"base_url": "LISTENER", "adapter_dir": "a"}, PermissionDenied,
+     ["spec.config.vllm.base_url", "not an endpoint the operator allows", "vllm (http://vllm.internal:8000/v1)",
+      "TRACE_TRAINER_ENDPOINTS"]),
+    ({"profile": "other", "adapter_dir": "a"}, PermissionDenied, ["spec.config.vllm.profile", "'other'"]),
+    ({"profile": "vllm", "base_url": "LISTENER", "adapter_dir": "a"}, PermissionDenied,
+     ["spec.config.vllm.base_url", "not the base_url of profile 'vllm'"]),
+    ({"profile": "Bad Name", "adapter_dir": "a"}, InvalidArgument, ["spec.config.vllm.profile"]),
+    # a directory outside the operator's root: absolute, '..', or a symlink out of it
+    ({"profile": "vllm", "adapter_dir": "/etc/cron.d"}, PermissionDenied,
+     ["spec.config.vllm.adapter_dir", "outside the trainer's adapter root"]),
+    ({"profile": "vllm", "adapter_dir": "../elsewhere"}, PermissionDenied, ["spec.config.vllm.adapter_dir"]),
+    ({"profile": "vllm", "adapter_dir": "escape/x"}, PermissionDenied, ["spec.config.vllm.adapter_dir"]),
+])
+def test_a_job_cannot_choose_the_server_or_the_adapter_directory(domain, listener, vllm, error, fragments):
+    training, _ = domain
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    vllm = {k: (url if v == "LISTENER" else v) for k, v in vllm.items()}
+    with pytest.raises(error) as err:
+        training.validate(spec(vllm))
+    for fragment in fragments:
+        assert fragment in str(err.value)
+    assert not connected(listener)
+    assert training.jobs.list()[0] == []
+
+
+@pytest.mark.parametrize(("vllm", "base_url", "sub"), [
+    ({"profile": "vllm", "adapter_dir": "cap"}, PROFILE_URL, "cap"),             # the profile decides the URL
+    ({"base_url": PROFILE_URL + "/", "adapter_dir": "cap/v"}, PROFILE_URL, "cap/v"),  # its exact base_url
+    ({"profile": "vllm", "adapter_dir": "ROOT/abs"}, PROFILE_URL, "abs"),        # absolute, inside the root
+])
+def test_an_allowed_server_and_directory_are_resolved_for_the_worker(domain, vllm, base_url, sub):
+    training, root = domain
+    vllm = {k: v.replace("ROOT", str(root)) for k, v in vllm.items()}
+    config = training.validate(spec(vllm))
+    assert config.vllm.base_url == base_url and config.vllm.profile == "vllm"
+    assert config.vllm.adapter_dir == os.path.join(os.path.realpath(root), sub)
+
+
+def test_vllm_rollouts_without_an_adapter_root_are_refused(tmp_path):
+    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), endpoints={"vllm": {"base_url": PROFILE_URL}}))
+    with pytest.raises(FailedPrecondition, match="TRACE_TRAINER_VLLM_ADAPTER_ROOT"):
+        training.validate(spec({"profile": "vllm", "adapter_dir": "cap"}))
+
+
+def test_a_trainer_profile_with_a_key_is_refused_when_the_settings_load(tmp_path):
+    with pytest.raises(ValidationError, match="trainer sends no key"):
+        TrainerSettings(artifact_root=tmp_path.as_uri(),
+                        endpoints={"vllm": {"base_url": PROFILE_URL, "api_key_env": "VLLM_KEY"}})
