@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -169,10 +171,14 @@ class OpenAIServer:
     """The aiohttp server around the domain (built by app.py, started by the service's on_start hook).
 
     `token`: the bearer token every request but /health must carry; None = no auth (the
-    embedded default on loopback; the service logs that it runs without auth)."""
+    embedded default on loopback; the service logs that it runs without auth). `tls`: (certificate
+    chain, private key) PEM files -- the service's own TLS settings, so with TLS on the token never
+    crosses the network in the clear on either port; None = plain HTTP."""
 
-    def __init__(self, domain: Inference, host: str, port: int, token: str | None = None):
+    def __init__(self, domain: Inference, host: str, port: int, token: str | None = None,
+                 tls: tuple[Path, Path] | None = None):
         self.domain, self.host, self.port = domain, host, port
+        self._tls = tls
         self._token = BearerToken(token) if token is not None else None
         self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._auth])
         self.app.add_routes([web.post("/v1/chat/completions", self.chat_completions),
@@ -181,7 +187,7 @@ class OpenAIServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{'https' if self._tls else 'http'}://{self.host}:{self.port}/v1"
 
     @property
     def auth(self) -> bool:
@@ -209,13 +215,17 @@ class OpenAIServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        context = None
+        if self._tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(str(self._tls[0]), str(self._tls[1]))
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port when port=0
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        log.info("inference OpenAI-compatible API on %s (%s)", self.url,
-                 "bearer token required" if self.auth else "no auth")
+        log.info("inference OpenAI-compatible API on %s (%s, %s)", self.url,
+                 "bearer token required" if self.auth else "no auth", "TLS" if self._tls else "plain HTTP")
 
     async def stop(self) -> None:
         if self._runner is not None:

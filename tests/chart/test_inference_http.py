@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import ssl
 
 import httpx
 import pytest
 
 from tests.chart.helm import FULLNAME, NAMESPACE, SERVICES, VALUE_SETS, Rendered, render
+from tests.support.tls import self_signed, trusting
 
 SETS = sorted(VALUE_SETS)
 INFERENCE = f"{FULLNAME}-inference"
@@ -91,12 +93,17 @@ def _kubelet_env(r: Rendered, c: dict) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("value_set", ["defaults", "gpu-off", "tls"])
-def test_rendered_inference_http_requires_the_secret_token(value_set, monkeypatch):
+def test_rendered_inference_http_requires_the_secret_token(value_set, monkeypatch, tmp_path):
     from services.inference.app import create_service
     from services.inference.settings import InferenceSettings
 
     r = render(value_set)
     env = _kubelet_env(r, _container(r, "inference"))
+    verify: bool | ssl.SSLContext = True
+    if "TRACE_INFERENCE_TLS_CERT_FILE" in env:  # the mounted Secret's files, stood in for by a fresh pair
+        cert, key = self_signed(tmp_path)
+        env["TRACE_INFERENCE_TLS_CERT_FILE"], env["TRACE_INFERENCE_TLS_KEY_FILE"] = str(cert), str(key)
+        verify = trusting(cert)
     for k in list(os.environ):
         if k.startswith("TRACE_"):
             monkeypatch.delenv(k)
@@ -111,7 +118,8 @@ def test_rendered_inference_http_requires_the_secret_token(value_set, monkeypatc
     async def go() -> list[int]:
         await definition.http.start()
         try:
-            async with httpx.AsyncClient(base_url=definition.http_url, timeout=30) as client:
+            assert definition.http_url.startswith("https://" if value_set == "tls" else "http://")
+            async with httpx.AsyncClient(base_url=definition.http_url, timeout=30, verify=verify) as client:
                 return [(await client.get("/models")).status_code,
                         (await client.get("/models", headers={"Authorization": "Bearer wrong"})).status_code,
                         (await client.post("/chat/completions", json={"model": "m", "messages": []})).status_code,

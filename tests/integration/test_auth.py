@@ -29,6 +29,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.stack import TOKEN
+from tests.support.tls import self_signed, trusting
 from trace_common.config import SERVICE_NAMES
 from trace_common.grpc.client import Endpoint, messages, open_channel
 from tracectl.commands.stack import AUTH_PROBES
@@ -246,6 +247,32 @@ def test_grpc_auth_standalone(standalone_inference, header, code, fragment):
                          ids=[f"{c[0]}{c[1]}-{c[2]!r}" for c in HTTP_CASES])
 def test_http_auth_standalone(standalone_inference, method, path, header, body, status, what):
     _check_http(_http(standalone_inference[0]["http"], method, path, header, body), status, what)
+
+
+@pytest.mark.slow
+def test_with_tls_the_http_api_is_served_over_tls_only(tmp_path):
+    """The token is a bearer secret: with the service's TLS settings on, the OpenAI-compatible API is
+    HTTPS on the same certificate, and nothing answers in plain HTTP on its port."""
+    cert, key = self_signed(tmp_path)
+    proc, fields, _ = _start("inference", _clean_env(
+        TRACE_INFERENCE_AUTH_TOKEN=TOKEN, TRACE_INFERENCE_ARTIFACT_ROOT=tmp_path.as_uri(),
+        TRACE_INFERENCE_TLS_CERT_FILE=str(cert), TRACE_INFERENCE_TLS_KEY_FILE=str(key)))
+    try:
+        url = urlsplit(fields["http"])
+        assert url.scheme == "https", fields
+        context = trusting(cert)
+        for header, status in [(f"Bearer {TOKEN}", 200), (None, 401)]:
+            conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=30, context=context)
+            conn.request("GET", "/v1/models", headers={"Authorization": header} if header else {})
+            assert conn.getresponse().status == status
+            conn.close()
+        plain = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            plain.request("GET", "/v1/models", headers={"Authorization": f"Bearer {TOKEN}"})
+            plain.getresponse()
+        plain.close()
+    finally:
+        assert _stop(proc) == 0
 
 
 @pytest.mark.slow
