@@ -8,9 +8,10 @@ TRACE_TRAINER_VLLM_ADAPTER_ROOT (a shared volume); a request never picks either.
     check_vllm(config, endpoints, root)
         config.rollout_backend != "vllm"          -> config unchanged
         server = endpoints.server(vllm.profile, vllm.base_url)   PermissionDenied unless a profile
+        executor is Kubernetes                    -> FailedPrecondition (Job pods mount no shared volume)
         root empty                                -> FailedPrecondition naming the setting
-        dir = realpath(join(root, vllm.adapter_dir))             (relative: under root)
-        dir not inside realpath(root)             -> PermissionDenied naming the field
+        dir = normpath(join(root, vllm.adapter_dir))             (relative: under root)
+        dir not inside root, lexically and with symlinks resolved -> PermissionDenied naming the field
         -> config with vllm.base_url = server.base_url, vllm.adapter_dir = dir
 
 The trainer sends no key to its vLLM server (an in-cluster server), so a trainer profile with
@@ -22,28 +23,43 @@ from __future__ import annotations
 import os
 
 from trace_common.endpoints import Endpoints
-from trace_common.errors import FailedPrecondition, PermissionDenied
+from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
 from .grpo.config import GRPOConfig
 
 FIELD = "spec.config.vllm"
 
 
-def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str) -> GRPOConfig:
-    """`config` with its vLLM server and adapter directory decided by the operator (module docstring)."""
+def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, field: str = FIELD,
+               executor: str = "EXECUTOR_LOCAL") -> GRPOConfig:
+    """`config` with its vLLM server and adapter directory decided by the operator (module docstring).
+    `field`: how the caller's input names the vllm block (e.g. "training.grpo.vllm")."""
     if config.rollout_backend != "vllm" or config.vllm is None:
         return config
     vllm = config.vllm
-    server = endpoints.server(vllm.profile, vllm.base_url, FIELD)
+    server = endpoints.server(vllm.profile, vllm.base_url, field)
+    if executor == "EXECUTOR_KUBERNETES":
+        raise FailedPrecondition(
+            "rollout_backend='vllm' under the Kubernetes executor: training Job pods mount no volume the vLLM "
+            "server reads, so adapter versions could not reach it; use rollout_backend='in_process' (the Job's "
+            "own GPUs) or the local executor")
     if not adapter_root:
         raise FailedPrecondition(
             "rollout_backend='vllm' needs the directory the trainer saves adapter versions to for the vLLM server: "
             "the operator sets TRACE_TRAINER_VLLM_ADAPTER_ROOT (a volume both can read); it is unset")
-    root = os.path.realpath(adapter_root)
-    wanted = os.path.realpath(os.path.join(root, vllm.adapter_dir))
-    if os.path.commonpath([root, wanted]) != root:
-        raise PermissionDenied(f"{vllm.adapter_dir!r} is outside the trainer's adapter root {root}",
-                               field=f"{FIELD}.adapter_dir",
+    if "\x00" in vllm.adapter_dir:
+        raise InvalidArgument(field=f"{field}.adapter_dir", expected="a path without NUL bytes",
+                              got=vllm.adapter_dir, fix="give a relative path such as 'adapters/<capability>'")
+    configured = os.path.normpath(adapter_root)
+    wanted = os.path.normpath(os.path.join(configured, vllm.adapter_dir))
+    # contained lexically and after every symlink is resolved; the path handed on keeps the configured
+    # root's spelling (the vLLM server mounts that path, not necessarily what it resolves to here)
+    real_root = os.path.realpath(configured)
+    inside = (os.path.commonpath([configured, wanted]) == configured
+              and os.path.commonpath([real_root, os.path.realpath(wanted)]) == real_root)
+    if not inside:
+        raise PermissionDenied(f"{vllm.adapter_dir!r} is outside the trainer's adapter root {configured}",
+                               field=f"{field}.adapter_dir",
                                fix="Give a path inside TRACE_TRAINER_VLLM_ADAPTER_ROOT, e.g. a relative one such "
                                    "as 'adapters/<capability>'")
     return config.model_copy(update={"vllm": vllm.model_copy(update={

@@ -104,11 +104,14 @@ class Training:
         check_model_ref(spec.policy.model)
         self._check_executor(spec)
         # the vLLM server and the adapter directory are the operator's (outbound.py), never the request's
-        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root)
+        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor)
 
     def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "") -> GRPOConfig:
-        """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py)."""
-        return validate_training_config(kind, values, field_path)
+        """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py), with
+        its vLLM server and adapter directory checked against the operator's settings as a job's are."""
+        config = validate_training_config(kind, values, field_path)
+        field = f"{field_path}.vllm" if field_path else "config.vllm"
+        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, field=field)
 
     def _check_executor(self, spec: TrainingSpecModel) -> None:
         if spec.executor == "EXECUTOR_KUBERNETES" and not self.settings.job_image:

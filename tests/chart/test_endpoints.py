@@ -1,5 +1,5 @@
 """The chart renders the services' outbound endpoint profiles (values `endpoints` and `llm`) as
-TRACE_<SVC>_ENDPOINTS for the three calling services, each key as an env var taken from its Secret
+TRACE_<SVC>_ENDPOINTS for the three calling services and the trainer (vLLM rollouts, no key), each key as an env var taken from its Secret
 by name, and the services' real settings models read what it renders (trace_common/endpoints.py).
 """
 
@@ -14,9 +14,11 @@ import yaml
 from services.analysis.settings import AnalysisSettings
 from services.environment.settings import EnvironmentSettings
 from services.rollout.settings import RolloutSettings
+from services.trainer.settings import TrainerSettings
 from tests.chart.helm import FULLNAME, VALUES_DIR, render, template
 
-SETTINGS = {"analysis": AnalysisSettings, "environment": EnvironmentSettings, "rollout": RolloutSettings}
+SETTINGS = {"analysis": AnalysisSettings, "environment": EnvironmentSettings, "rollout": RolloutSettings,
+            "trainer": TrainerSettings}
 VLLM = f"http://{FULLNAME}-vllm:8000/v1"
 OPENAI = ["--set", "endpoints.profiles.openai.baseUrl=https://api.openai.com/v1",
           "--set", "endpoints.profiles.openai.apiKeySecret.name=openai-key",
@@ -55,6 +57,12 @@ CASES = [
         "base_url": "https://llm.example.com/v1", "api_key_env": "TRACE_ENDPOINT_KEY_LLM", "models": ["qwen3-8b"]}},
      {"TRACE_ENDPOINT_KEY_LLM": ("llm-api-key", "api-key")}),
     (["-f", str(VALUES_DIR / "gpu-off.yaml")], "rollout", {}, {}),  # llm is the agents' (analysis, environment)
+    # the trainer (vLLM rollouts): the in-chart server and profiles that name it, never a key
+    ([], "trainer", {"vllm": {"base_url": VLLM}}, {}),
+    (OPENAI, "trainer", {"vllm": {"base_url": VLLM}}, {}),
+    (["--set", "endpoints.profiles.pool.baseUrl=http://vllm-pool:8000/v1", "--set",
+      "endpoints.profiles.pool.services={trainer}"], "trainer",
+     {"vllm": {"base_url": VLLM}, "pool": {"base_url": "http://vllm-pool:8000/v1"}}, {}),
 ]
 
 
@@ -74,7 +82,7 @@ def test_profiles_and_their_keys_are_rendered(args, service, profiles, keys, mon
     assert {n: p.base_url for n, p in read.items()} == {n: p["base_url"].rstrip("/") for n, p in profiles.items()}
 
 
-@pytest.mark.parametrize("service", ["trainer", "inference"])
+@pytest.mark.parametrize("service", ["inference"])
 def test_services_that_call_no_endpoint_get_none(service):
     assert not any("ENDPOINT" in n and n != f"TRACE_{service.upper()}_S3_ENDPOINT"
                    for n in _env(render("defaults").docs, service))
@@ -83,8 +91,10 @@ def test_services_that_call_no_endpoint_get_none(service):
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--set", "endpoints.profiles.Bad_Name.baseUrl=http://x/v1"], "endpoints.profiles"),
     (["--set", "endpoints.profiles.x.baseUrl=x.example.com"], "endpoints.profiles.x.baseUrl"),
-    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={trainer}"],
+    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={inference}"],
      "endpoints.profiles.x.services"),
+    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={trainer},"
+      "endpoints.profiles.x.apiKeySecret.name=s,endpoints.profiles.x.apiKeySecret.key=k"], "the trainer sends no key"),
     (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.apiKey=sk-1"], "apiKey"),
     (["--set", "endpoints.profiles.vllm.baseUrl=http://x/v1"], "taken by the in-chart vLLM profile"),
     (["--set", "llm.baseUrl=http://x/v1,endpoints.profiles.llm.baseUrl=http://y/v1"], "taken by the chart's own"),

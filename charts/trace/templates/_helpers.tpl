@@ -273,14 +273,8 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" $peer)) (int $pv.service.port) | quote }}
 {{- end }}
 {{- end }}
-{{- if has .name (list "analysis" "environment" "rollout") }}
+{{- if has .name (list "analysis" "environment" "rollout" "trainer") }}
 {{ include "trace.endpointsEnv" (dict "root" $root "name" .name) }}
-{{- end }}
-{{- if and $root.Values.vllm.enabled (has .name (list "rollout" "trainer")) }}
-- name: TRACE_{{ $P }}_VLLM_BASE_URL
-  value: {{ include "trace.vllmBaseUrl" $root | quote }}
-- name: TRACE_{{ $P }}_VLLM_MODEL
-  value: {{ include "trace.vllmModelName" $root | quote }}
 {{- end }}
 {{- if eq .name "inference" }}
 - name: TRACE_INFERENCE_HTTP_PORT
@@ -343,7 +337,8 @@ A memory quantity (Mi, Gi, M or G) in whole MiB, for settings that take MiB; oth
 {{- end -}}
 
 {{/*
-The outbound endpoints a calling service (analysis, environment, rollout) may use; input: dict
+The outbound endpoints a calling service (analysis, environment, rollout; the trainer for vLLM
+rollouts, which gets "vllm" and only the profiles whose `services` name it) may use; input: dict
 root, name. Renders TRACE_<SVC>_ENDPOINTS, the JSON map profile -> {base_url, api_key_env, models}
 that trace_common/endpoints.py reads, and one TRACE_ENDPOINT_KEY_<PROFILE> per profile with a key,
 by secretKeyRef (the JSON names that variable, never the key). Profiles: "vllm" (the in-chart
@@ -373,6 +368,7 @@ server, endpoints.vllm), "llm" (llm.baseUrl, for analysis and environment) and e
 {{- $p := dict "base_url" $e.baseUrl -}}
 {{- with $e.models }}{{- $_ := set $p "models" . -}}{{- end -}}
 {{- $secret := $e.apiKeySecret | default dict -}}
+{{- if and $secret.name (eq $svc "trainer") -}}{{- fail (printf "endpoints.profiles.%s: the trainer sends no key to its vLLM server; remove trainer from services or the apiKeySecret" $name) -}}{{- end -}}
 {{- if $secret.name -}}
 {{- $var := printf "TRACE_ENDPOINT_KEY_%s" (upper (regexReplaceAll "[^a-zA-Z0-9]" $name "_")) -}}
 {{- $_ := set $p "api_key_env" $var -}}

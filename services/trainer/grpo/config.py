@@ -252,7 +252,11 @@ class GRPOConfig(BaseModel):
     #: not what is trained: a checkpoint written under one value continues under another ("train
     #: longer" resumes; so does a re-run with more micro-batches after the worker ran out of memory).
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset(
-        {"max_steps", "save_steps", "checkpoint_at", "gradient_accumulation_steps", "gradient_checkpointing"})
+        {"max_steps", "save_steps", "checkpoint_at", "gradient_accumulation_steps", "gradient_checkpointing",
+         "vllm"})  # vllm: where rollouts are served (server, adapter directory), not what is trained
+
+    #: RESUME_NEUTRAL before `vllm` joined it (checkpoints written then still continue).
+    _PREVIOUS_RESUME_NEUTRAL: ClassVar[frozenset[str]] = RESUME_NEUTRAL - {"vllm"}
 
     #: RESUME_NEUTRAL before the memory-layout fields joined it: checkpoints written then carry a
     #: digest over those fields, and still continue under the same values (`resumable_digests`).
@@ -270,7 +274,8 @@ class GRPOConfig(BaseModel):
     def resumable_digests(self) -> frozenset[str]:
         """Digests of the checkpoints this config continues: today's, and the one an older TRACE
         recorded for the same values (so an upgrade mid-training does not restart it)."""
-        return frozenset({self.resume_digest(), self._digest_without(self._LEGACY_RESUME_NEUTRAL)})
+        return frozenset({self.resume_digest(), self._digest_without(self._PREVIOUS_RESUME_NEUTRAL),
+                          self._digest_without(self._LEGACY_RESUME_NEUTRAL)})
 
 
 def parse_config(values: dict[str, Any] | None, model: type[GRPOConfig] = GRPOConfig) -> GRPOConfig:

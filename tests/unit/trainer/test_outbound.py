@@ -70,6 +70,7 @@ def domain(tmp_path):
      ["spec.config.vllm.adapter_dir", "outside the trainer's adapter root"]),
     ({"profile": "vllm", "adapter_dir": "../elsewhere"}, PermissionDenied, ["spec.config.vllm.adapter_dir"]),
     ({"profile": "vllm", "adapter_dir": "escape/x"}, PermissionDenied, ["spec.config.vllm.adapter_dir"]),
+    ({"profile": "vllm", "adapter_dir": "a\x00b"}, InvalidArgument, ["spec.config.vllm.adapter_dir", "NUL"]),
 ])
 def test_a_job_cannot_choose_the_server_or_the_adapter_directory(domain, listener, vllm, error, fragments):
     training, _ = domain
@@ -93,7 +94,40 @@ def test_an_allowed_server_and_directory_are_resolved_for_the_worker(domain, vll
     vllm = {k: v.replace("ROOT", str(root)) for k, v in vllm.items()}
     config = training.validate(spec(vllm))
     assert config.vllm.base_url == base_url and config.vllm.profile == "vllm"
-    assert config.vllm.adapter_dir == os.path.join(os.path.realpath(root), sub)
+    assert config.vllm.adapter_dir == os.path.join(root, sub)
+
+
+def test_the_config_check_applies_the_same_rules(domain, listener):
+    """ValidateTrainingConfig (a run's pre-flight) refuses what CreateTrainingJob would, naming the
+    caller's field, and returns what the job would train with."""
+    training, root = domain
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    values = {"rollout_backend": "vllm", "vllm": {"base_url": url, "adapter_dir": "a"}}
+    with pytest.raises(PermissionDenied, match="training.grpo.vllm.base_url"):
+        training.validate_config("TRAINING_KIND_ADAPTER", values, "training.grpo")
+    assert not connected(listener)
+    ok = training.validate_config("TRAINING_KIND_ADAPTER", {"rollout_backend": "vllm", "vllm": {
+        "profile": "vllm", "adapter_dir": "a"}}, "training.grpo")
+    assert ok.vllm.base_url == PROFILE_URL and ok.vllm.adapter_dir == str(root / "a")
+
+
+def test_kubernetes_jobs_cannot_roll_out_on_vllm(tmp_path):
+    (tmp_path / "adapters").mkdir()
+    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root=str(tmp_path / "adapters"),
+                                        endpoints={"vllm": {"base_url": PROFILE_URL}}, job_image="trace-trainer:1"))
+    job = spec({"profile": "vllm", "adapter_dir": "a"}).model_copy(update={"executor": "EXECUTOR_KUBERNETES"})
+    with pytest.raises(FailedPrecondition, match="Kubernetes executor"):
+        training.validate(job)
+
+
+def test_a_symlinked_root_keeps_its_configured_spelling(tmp_path):
+    """The vLLM server mounts the configured path; the trainer hands that on, resolved only to check."""
+    (tmp_path / "volume").mkdir()
+    os.symlink(tmp_path / "volume", tmp_path / "shared")
+    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root=str(tmp_path / "shared"),
+                                        endpoints={"vllm": {"base_url": PROFILE_URL}}))
+    config = training.validate(spec({"profile": "vllm", "adapter_dir": "cap/"}))
+    assert config.vllm.adapter_dir == str(tmp_path / "shared" / "cap")
 
 
 def test_vllm_rollouts_without_an_adapter_root_are_refused(tmp_path):

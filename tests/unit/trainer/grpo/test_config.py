@@ -56,6 +56,7 @@ def test_valid_config(values, check):
     ({"max_steps": 99, "save_steps": 7}, True),                                  # how long, how often
     ({"max_steps": 99, "checkpoint_at": [5, 40]}, True),                         # ... and where else to save
     ({"gradient_accumulation_steps": 8, "gradient_checkpointing": True}, True),  # memory layout
+    ({"vllm": {"base_url": "http://v:8000/v1", "adapter_dir": "/a"}}, True),     # where rollouts are served
     ({"learning_rate": 1e-3}, False),                                             # what is trained
 ])
 def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
@@ -71,6 +72,14 @@ def test_checkpoints_of_older_versions_still_resume():
     legacy = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert legacy != cfg.resume_digest() and legacy in cfg.resumable_digests()
     assert legacy not in GRPOConfig(gradient_accumulation_steps=4).resumable_digests()
+
+
+def test_checkpoints_from_before_vllm_was_neutral_still_resume():
+    cfg = GRPOConfig(learning_rate=3e-4)
+    data = {k: v for k, v in cfg.model_dump(mode="json").items()
+            if k not in GRPOConfig.RESUME_NEUTRAL - {"vllm"}}      # the digest then kept "vllm": null
+    previous = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert previous != cfg.resume_digest() and previous in cfg.resumable_digests()
 
 
 def test_digest_changes_with_values():
