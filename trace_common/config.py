@@ -83,6 +83,8 @@ class ServiceSettings(BaseSettings):
     def _pairs(self) -> ServiceSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together: set both to enable TLS, or neither")
+        if self.tls_cert_file is not None and self.tls_key_file is not None:
+            _check_tls_pair(self.tls_cert_file, self.tls_key_file)
         if self.artifact_root.startswith("s3://") and not self.s3_endpoint:
             raise ValueError(f"artifact_root is {self.artifact_root} but s3_endpoint is unset; "
                              f"set TRACE_{self.service_name.upper()}_S3_ENDPOINT=host:port")
@@ -144,3 +146,18 @@ def settings_class(service: str) -> type[ServiceSettings]:
         "model_config": SettingsConfigDict(env_prefix=prefix, extra="ignore", validate_default=True),
         "__doc__": f"Settings of the {service} service, from {prefix}* environment variables.",
     })
+
+
+def _check_tls_pair(cert: Path, key: Path) -> None:
+    """Load the pair the way the servers will (gRPC and the inference HTTP API), so a missing file,
+    an encrypted or mismatched key is a settings error at start-up, not a failed bind later."""
+    import ssl
+
+    for name, path in (("tls_cert_file", cert), ("tls_key_file", key)):
+        if not path.is_file():
+            raise ValueError(f"{name} {str(path)!r} is not a readable file; point it at a PEM file")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key), password=lambda: b"")
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"tls_cert_file {str(cert)!r} and tls_key_file {str(key)!r} do not load as a TLS pair "
+                         f"({exc}); give a PEM certificate chain and its unencrypted private key") from None

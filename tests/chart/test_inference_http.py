@@ -128,3 +128,12 @@ def test_rendered_inference_http_requires_the_secret_token(value_set, monkeypatc
             await definition.http.stop()
 
     assert asyncio.run(go()) == [401, 401, 401, 200]
+
+
+@pytest.mark.parametrize("value_set", SETS)
+def test_the_http_port_says_https_when_tls_is_on(value_set):
+    r = render(value_set)
+    if not _enabled(value_set):
+        return
+    (port,) = [p for p in r.get("Service", INFERENCE)["spec"]["ports"] if p["name"] == "http"]
+    assert port["appProtocol"] == ("https" if value_set == "tls" else "http")

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.chart.helm import CHART, FULLNAME, NAMESPACE, SERVICES, render, template
+from tests.support.tls import self_signed
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -126,8 +127,7 @@ def _settings_class(service: str):
 
 
 #: Env names the chart renders that are not (yet) settings fields: peers and templates.
-CHART_ONLY_ENV = re.compile(r"^(ROLLOUT|ANALYSIS|ENVIRONMENT|TRAINER|INFERENCE)_ADDRESS$"
-                            r"|^VLLM_(BASE_URL|MODEL)$|^JOB_TEMPLATE$")
+CHART_ONLY_ENV = re.compile(r"^(ROLLOUT|ANALYSIS|ENVIRONMENT|TRAINER|INFERENCE)_ADDRESS$|^JOB_TEMPLATE$")
 
 
 def _reads(cls, name: str) -> bool:
@@ -144,8 +144,10 @@ def _reads(cls, name: str) -> bool:
 
 @pytest.mark.parametrize("value_set", ["defaults", "external-minio", "gpu-off", "tls"])
 @pytest.mark.parametrize("service", SERVICES)
-def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, monkeypatch):
+def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, monkeypatch, tmp_path):
     r = render(value_set)
+    # the mounted TLS Secret's files (the settings load the pair), stood in for by a fresh one
+    cert, key = self_signed(tmp_path) if value_set == "tls" else (None, None)
     (c,) = r.get("Deployment", f"{FULLNAME}-{service}")["spec"]["template"]["spec"]["containers"]
     prefix = f"TRACE_{service.upper()}_"
     cls = _settings_class(service)
@@ -156,6 +158,9 @@ def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, mo
     for e in c["env"]:
         if "valueFrom" in e:  # resolved by the kubelet: stand-ins of the right kind
             value = NAMESPACE if "fieldRef" in e["valueFrom"] else "from-secret-" + "x" * 16
+        elif e["name"].endswith(("_TLS_CERT_FILE", "_TLS_KEY_FILE")):
+            assert e["value"].startswith("/etc/trace/tls/"), e
+            value = str(cert if e["name"].endswith("_CERT_FILE") else key)
         else:
             value = e["value"]
         monkeypatch.setenv(e["name"], value)

@@ -1,9 +1,12 @@
 """Domain errors' messages and service settings validation."""
 
+import subprocess
+
 import pytest
 from pydantic import ValidationError
 
 from services.launch import build
+from tests.support.tls import self_signed
 from trace_common import errors
 from trace_common.config import SERVICE_NAMES
 
@@ -73,3 +76,41 @@ def test_generated_code_never_imports_stdlib_trace():
             "trace_common.grpc.client; print('trace' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _tls_files(where, case: str) -> tuple[str, str]:
+    """A (cert, key) pair for each way TLS settings go wrong, and one that is right."""
+    cert, key = self_signed(where)
+    (where / "other").mkdir()
+    _, other_key = self_signed(where / "other")
+    if case == "missing key":
+        return str(cert), str(where / "absent.key")
+    if case == "not PEM":
+        (where / "junk.pem").write_text("not a certificate\n")
+        return str(where / "junk.pem"), str(key)
+    if case == "mismatched":
+        return str(cert), str(other_key)
+    if case == "encrypted key":
+        enc = where / "enc.key"
+        subprocess.run(["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(enc)],
+                       check=True, capture_output=True)
+        return str(cert), str(enc)
+    return str(cert), str(key)
+
+
+@pytest.mark.parametrize(("case", "needle"), [
+    ("missing key", "is not a readable file"),
+    ("not PEM", "do not load as a TLS pair"),
+    ("mismatched", "do not load as a TLS pair"),
+    ("encrypted key", "unencrypted private key"),
+    ("good", None),
+])
+def test_tls_files_are_checked_when_the_settings_load(tmp_path, case, needle):
+    cert, key = _tls_files(tmp_path, case)
+    if needle is None:
+        settings, _ = build("rollout", tls_cert_file=cert, tls_key_file=key)
+        assert str(settings.tls_cert_file) == cert
+        return
+    with pytest.raises(ValidationError) as info:
+        build("rollout", tls_cert_file=cert, tls_key_file=key)
+    assert needle in str(info.value) and "Traceback" not in str(info.value)
