@@ -63,7 +63,7 @@ from .. import metrics as m
 from .config import SandboxConfig
 from .endings import classify_ending, exit_report, oom_kills, without_exit_report
 from .isolation import NOBODY, REQUIRED_LAYERS, missing_layers
-from .scratch import scratch_parent
+from .scratch import make_searchable_dirs, scratch_parent
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -226,11 +226,12 @@ class ProcessTransport:
     def open(self) -> None:
         drops = os.geteuid() == 0 and self.config.drop_privileges and not self.config.plain
         if self.config.scratch_root:
-            os.makedirs(self.config.scratch_root, exist_ok=True)
+            make_searchable_dirs(self.config.scratch_root)
         root = scratch_parent(self.config.scratch_root, others_must_reach=drops)
         self.scratch = tempfile.mkdtemp(prefix=f"trace-sbx-{self.label[:20]}-", dir=root)
         work = os.path.join(self.scratch, "work")
-        os.mkdir(work)
+        os.mkdir(work, 0o700)  # the worker's own (chowned to its uid): no other worker can list or read it
+        os.chmod(work, 0o700)
         os.chmod(self.scratch, 0o711)  # the worker (a sandbox uid) must traverse it to reach work/
         self._stderr_path = os.path.join(self.scratch, "worker.stderr")
         uid, distinct = NOBODY, False

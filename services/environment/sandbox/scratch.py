@@ -47,6 +47,20 @@ def blocking_dir(path: str) -> str | None:
     return None
 
 
+def make_searchable_dirs(path: str) -> None:
+    """`os.makedirs(path)`, each directory it creates made 0711 whatever the umask (under umask 077
+    the service would otherwise create the very directory that blocks its workers); existing
+    directories keep their modes."""
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    for directory in reversed(missing):
+        os.mkdir(directory)
+        os.chmod(directory, 0o711)
+
+
 def _mode(path: str) -> str:
     try:
         return oct(stat.S_IMODE(os.stat(path).st_mode))

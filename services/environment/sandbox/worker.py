@@ -49,6 +49,7 @@ from __future__ import annotations
 
 # Pre-imported before lockdown: after the uid drop the interpreter's stdlib directory may be
 # unreadable, so environment code may import exactly these (validation checks it statically).
+import _strptime  # noqa: F401 - datetime.strptime imports it on first use
 import abc  # noqa: F401
 import argparse
 import bisect  # noqa: F401

@@ -327,3 +327,20 @@ def test_no_seccomp_table_is_an_error_not_a_silent_allow():
 
     with pytest.raises(OSError, match="no seccomp table"):
         seccomp_program("riscv64")
+
+
+@pytest.mark.parametrize("code", [
+    "import datetime\nx = datetime.datetime.strptime('2026-01-02', '%Y-%m-%d')",   # imports _strptime lazily
+    "import datetime\nx = datetime.date(2026, 1, 2).strftime('%A %d %B')",
+    "import decimal\nx = decimal.Decimal('1.105').quantize(decimal.Decimal('0.01'), rounding=decimal.ROUND_HALF_UP)",
+    "import statistics\nx = statistics.median([1, 2, 3]) + statistics.fmean([1.0])",
+    "import pydantic\nx = pydantic.TypeAdapter(int).validate_python('3')",
+    "import json\nx = json.dumps({'a': [1, 2.5]}, indent=2, sort_keys=True)",
+    "import string\nx = string.Template('$a').substitute(a=1)",
+])
+def test_allowed_modules_work_after_lockdown(code):
+    """The sandbox uid may not read the interpreter's stdlib (a Python under /root, mode 0700), so
+    whatever an allowed module imports on first use must already be loaded."""
+    with SandboxWorker(SandboxConfig(call_timeout_s=20.0), label="allowed") as w:
+        w.call("load", source=module(code))
+        assert w.call("solve", seed=5)

@@ -91,3 +91,24 @@ def test_a_worker_started_under_a_private_temp_dir_serves(tree, monkeypatch):
         assert w.call("step", instance="a", action=w.call("solve", seed=5)[0])["done"]
         assert w.call("result", instance="a")["reward"] == 1.0
         assert not w.transport.scratch.startswith(str(tree / "private"))
+
+
+def test_a_configured_root_it_creates_is_reachable_whatever_the_umask(base):
+    target = base / "made" / "by" / "the-service"
+    old = os.umask(0o077)
+    try:
+        sc.make_searchable_dirs(str(target))
+    finally:
+        os.umask(old)
+    assert sc.blocking_dir(str(target)) is None
+    assert sc.scratch_parent(str(target), True) == str(target)
+
+
+@pytest.mark.skipif(not ROOT, reason="distinct sandbox uids need root")
+def test_a_workers_scratch_is_closed_to_other_workers(tree, monkeypatch):
+    import stat
+
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="closed") as w:
+        work = os.path.join(w.transport.scratch, "work")
+        st = os.stat(work)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == w.isolation["uid"]
