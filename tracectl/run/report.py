@@ -281,7 +281,7 @@ def curve_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
             lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | – | – | – | – | not evaluated: {pt['skipped']} |")
             continue
         c = paired.get(pt["name"])
-        vs = f"{-c['diff']:+.3f} (p {c['p_value']:.3g})" if c else "–"
+        vs = f"{0.0 - c['diff']:+.3f} (p {c['p_value']:.3g})" if c else "–"
         est = " (estimated)" if pt.get("estimated") else ""
         lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | {_n(pt['training_rollouts'])}{est} | "
                      f"{_n(pt.get('training_tokens'))} | {pt['pass_rate']:.3f} | {_ci(pt['ci'])} | {vs} |")
