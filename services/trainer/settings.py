@@ -36,8 +36,8 @@ class TrainerSettings(ServiceSettings):
     # -- vLLM rollouts (config.rollout_backend='vllm'; outbound.py) ----------------------------------------
     endpoints: EndpointMap = Field(default_factory=dict, description=(
         "The vLLM servers training jobs may roll out on, as a JSON map profile name -> {\"base_url\": "
-        "\"http://vllm:8000/v1\", \"models\": [...]}; a job names a profile (config.vllm.profile) or its exact "
-        "base_url. No api_key_env: the trainer sends no key to vLLM (trace_common/endpoints.py)."))
+        "\"http://vllm:8000/v1\"}; a job names a profile (config.vllm.profile) or its exact base_url. No "
+        "api_key_env (the trainer sends no key to vLLM) and no models (it serves only its own adapter versions)."))
     vllm_adapter_root: str = Field("", description=(
         "Directory (a volume the vLLM server reads too) inside which jobs save the adapter versions the server "
         "hot-loads; config.vllm.adapter_dir must lie inside it. Empty: vLLM rollouts are refused."))
@@ -77,6 +77,10 @@ class TrainerSettings(ServiceSettings):
             raise ValueError(f"TRACE_TRAINER_ENDPOINTS profile(s) {', '.join(keyed)} name an api_key_env, but the "
                              "trainer sends no key to its vLLM server; remove api_key_env (serve vLLM inside the "
                              "cluster, unauthenticated, reachable only by the trainer and its jobs)")
+        bounded = sorted(n for n, p in v.items() if p.models)
+        if bounded:
+            raise ValueError(f"TRACE_TRAINER_ENDPOINTS profile(s) {', '.join(bounded)} list models, but a training "
+                             "job sends only its own adapter versions (<capability>-v<N>) there; remove models")
         return v
 
     @field_validator("job_image_pull_policy")

@@ -95,6 +95,8 @@ def test_services_that_call_no_endpoint_get_none(service):
      "endpoints.profiles.x.services"),
     (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={trainer},"
       "endpoints.profiles.x.apiKeySecret.name=s,endpoints.profiles.x.apiKeySecret.key=k"], "the trainer sends no key"),
+    (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.services={trainer},"
+      "endpoints.profiles.x.models={qwen*}"], "only its own adapter versions"),
     (["--set", "endpoints.profiles.x.baseUrl=http://x/v1,endpoints.profiles.x.apiKey=sk-1"], "apiKey"),
     (["--set", "endpoints.profiles.vllm.baseUrl=http://x/v1"], "taken by the in-chart vLLM profile"),
     (["--set", "llm.baseUrl=http://x/v1,endpoints.profiles.llm.baseUrl=http://y/v1"], "taken by the chart's own"),

@@ -369,6 +369,7 @@ server, endpoints.vllm), "llm" (llm.baseUrl, for analysis and environment) and e
 {{- with $e.models }}{{- $_ := set $p "models" . -}}{{- end -}}
 {{- $secret := $e.apiKeySecret | default dict -}}
 {{- if and $secret.name (eq $svc "trainer") -}}{{- fail (printf "endpoints.profiles.%s: the trainer sends no key to its vLLM server; remove trainer from services or the apiKeySecret" $name) -}}{{- end -}}
+{{- if and $e.models (eq $svc "trainer") -}}{{- fail (printf "endpoints.profiles.%s: the trainer sends only its own adapter versions; remove trainer from services or the models" $name) -}}{{- end -}}
 {{- if $secret.name -}}
 {{- $var := printf "TRACE_ENDPOINT_KEY_%s" (upper (regexReplaceAll "[^a-zA-Z0-9]" $name "_")) -}}
 {{- $_ := set $p "api_key_env" $var -}}

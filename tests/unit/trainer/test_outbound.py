@@ -136,7 +136,10 @@ def test_vllm_rollouts_without_an_adapter_root_are_refused(tmp_path):
         training.validate(spec({"profile": "vllm", "adapter_dir": "cap"}))
 
 
-def test_a_trainer_profile_with_a_key_is_refused_when_the_settings_load(tmp_path):
-    with pytest.raises(ValidationError, match="trainer sends no key"):
-        TrainerSettings(artifact_root=tmp_path.as_uri(),
-                        endpoints={"vllm": {"base_url": PROFILE_URL, "api_key_env": "VLLM_KEY"}})
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"api_key_env": "VLLM_KEY"}, "trainer sends no key"),    # it would never be sent
+    ({"models": ["qwen*"]}, "remove models"),                 # it would never be checked
+])
+def test_trainer_profile_fields_that_would_be_inert_are_refused(tmp_path, extra, needle):
+    with pytest.raises(ValidationError, match=needle):
+        TrainerSettings(artifact_root=tmp_path.as_uri(), endpoints={"vllm": {"base_url": PROFILE_URL, **extra}})
