@@ -6,7 +6,6 @@ before anything connects (a listener on loopback sees nothing)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 from pydantic import ValidationError
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
+from tests.support.endpoints import Listener
 from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
 PROFILE_URL = "http://vllm.internal:8000/v1"
@@ -21,20 +21,9 @@ PROFILE_URL = "http://vllm.internal:8000/v1"
 
 @pytest.fixture
 def listener():
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    srv.setblocking(False)
-    yield srv
-    srv.close()
-
-
-def connected(srv: socket.socket) -> bool:
-    try:
-        srv.accept()[0].close()
-        return True
-    except BlockingIOError:
-        return False
+    """The loopback server that counts every connection (tests/support/endpoints.py)."""
+    with Listener() as srv:
+        yield srv
 
 
 def spec(vllm: dict) -> TrainingSpecModel:
@@ -74,13 +63,12 @@ def domain(tmp_path):
 ])
 def test_a_job_cannot_choose_the_server_or_the_adapter_directory(domain, listener, vllm, error, fragments):
     training, _ = domain
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    vllm = {k: (url if v == "LISTENER" else v) for k, v in vllm.items()}
+    vllm = {k: (listener.base_url if v == "LISTENER" else v) for k, v in vllm.items()}
     with pytest.raises(error) as err:
         training.validate(spec(vllm))
     for fragment in fragments:
         assert fragment in str(err.value)
-    assert not connected(listener)
+    assert listener.connections == 0
     assert training.jobs.list()[0] == []
 
 
@@ -101,11 +89,10 @@ def test_the_config_check_applies_the_same_rules(domain, listener):
     """ValidateTrainingConfig (a run's pre-flight) refuses what CreateTrainingJob would, naming the
     caller's field, and returns what the job would train with."""
     training, root = domain
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    values = {"rollout_backend": "vllm", "vllm": {"base_url": url, "adapter_dir": "a"}}
+    values = {"rollout_backend": "vllm", "vllm": {"base_url": listener.base_url, "adapter_dir": "a"}}
     with pytest.raises(PermissionDenied, match="training.grpo.vllm.base_url"):
         training.validate_config("TRAINING_KIND_ADAPTER", values, "training.grpo")
-    assert not connected(listener)
+    assert listener.connections == 0
     ok = training.validate_config("TRAINING_KIND_ADAPTER", {"rollout_backend": "vllm", "vllm": {
         "profile": "vllm", "adapter_dir": "a"}}, "training.grpo")
     assert ok.vllm.base_url == PROFILE_URL and ok.vllm.adapter_dir == str(root / "a")
