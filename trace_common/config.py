@@ -83,12 +83,20 @@ class ServiceSettings(BaseSettings):
     def _pairs(self) -> ServiceSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together: set both to enable TLS, or neither")
-        if self.tls_cert_file is not None and self.tls_key_file is not None:
-            _check_tls_pair(self.tls_cert_file, self.tls_key_file)
+        if self.tls_pair is not None:
+            _check_tls_pair(*self.tls_pair)
         if self.artifact_root.startswith("s3://") and not self.s3_endpoint:
             raise ValueError(f"artifact_root is {self.artifact_root} but s3_endpoint is unset; "
                              f"set TRACE_{self.service_name.upper()}_S3_ENDPOINT=host:port")
         return self
+
+    @property
+    def tls_pair(self) -> tuple[Path, Path] | None:
+        """(certificate chain, private key) when TLS is on (both set), else None: what the gRPC
+        server and the inference HTTP API serve with."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return self.tls_cert_file, self.tls_key_file
 
     def s3_settings(self):
         """The artifact store's S3Settings, or None for file:// roots."""

@@ -17,8 +17,7 @@ def create_service(settings: InferenceSettings | None = None) -> ServiceDefiniti
     domain = Inference(settings)
     token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
     # the HTTP front, around the domain, requiring the same token as gRPC and serving the same TLS
-    tls = (settings.tls_cert_file, settings.tls_key_file) if settings.tls_cert_file and settings.tls_key_file else None
-    http = OpenAIServer(domain, settings.http_host, settings.http_port, token=token, tls=tls)
+    http = OpenAIServer(domain, settings.http_host, settings.http_port, token=token, tls=settings.tls_pair)
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),

@@ -103,8 +103,9 @@ class TraceServer:
     def _bind(self) -> int:
         address = f"{self.settings.host}:{self.settings.port}"
         s = self.settings
-        if s.tls_cert_file is not None and s.tls_key_file is not None:
-            creds = grpc.ssl_server_credentials([(s.tls_key_file.read_bytes(), s.tls_cert_file.read_bytes())])
+        if s.tls_pair is not None:
+            cert, key = s.tls_pair
+            creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
             port = self._server.add_secure_port(address, creds)
         else:
             port = self._server.add_insecure_port(address)
