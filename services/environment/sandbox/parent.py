@@ -230,8 +230,8 @@ class ProcessTransport:
         root = scratch_parent(self.config.scratch_root, others_must_reach=drops)
         self.scratch = tempfile.mkdtemp(prefix=f"trace-sbx-{self.label[:20]}-", dir=root)
         work = os.path.join(self.scratch, "work")
-        os.mkdir(work, 0o700)  # the worker's own (chowned to its uid): no other worker can list or read it
-        os.chmod(work, 0o700)
+        os.mkdir(work)
+        os.chmod(work, 0o700)  # the worker's own (chowned to its uid): no other worker can list or read it
         os.chmod(self.scratch, 0o711)  # the worker (a sandbox uid) must traverse it to reach work/
         self._stderr_path = os.path.join(self.scratch, "worker.stderr")
         uid, distinct = NOBODY, False
