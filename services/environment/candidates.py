@@ -1,7 +1,9 @@
 """Obtaining one candidate environment per capability: from the library, or written by an LLM.
 
 Mode `library` (GENERATION_MODE_LIBRARY): pick the library family for the capability,
-bundle it for the target (`library.bundle`), validate it once. No LLM.
+bundle it for the target (`library.bundle`) at its hardest level and validate it; while the
+base agent finds it too hard (calibration below the band, nothing else failed), try the next
+easier level (kit.py "Levels"). No LLM.
 
 Mode `llm` (GENERATION_MODE_LLM): render prompts/environment/generate.md -- the capability,
 its evidence and excerpts of the target's own trajectories (tool call / output pairs) as
@@ -240,6 +242,8 @@ class Attempt:
     chars: int = 0
     llm_seconds: float = 0.0
     validation_seconds: float = 0.0
+    level: int | None = None                 # library mode: cases per instance (kit.py "Levels")
+    calibration_episodes: int | None = None  # episodes this attempt's calibration played (0: none)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -260,14 +264,36 @@ def _finish(report: ValidationReport, mode: str, attempts: list[Attempt]) -> Val
     return report.model_copy(update={"mode": mode, "attempts": [a.to_dict() for a in attempts]})
 
 
+def too_hard(report: ValidationReport) -> bool:
+    """Rejected by calibration alone, below the band's top: an easier level may pass (a candidate
+    that is too easy, or fails any other check, would fail the same way with fewer cases)."""
+    failed = [c for c in report.checks if not c.passed]
+    if report.status == "ACCEPTED" or [c.name for c in failed] != ["calibration"]:
+        return False
+    mean = report.numbers.get("calibration_mean")
+    top = (report.config.get("band") or (0.2, 0.6))[1]
+    return mean is not None and mean < float(top)
+
+
 async def generate_library(capability: str, target: TargetInfo, validate: Validator) -> GenerationResult:
+    """The family's levels, hardest first (kit.py "Levels"): validate each until one is accepted or
+    a rejection that an easier level cannot fix (`too_hard` is false). Every attempt is recorded with
+    its level and calibration episodes; the last one's source and report are the result."""
     family = library.require_family(capability)
-    source = library.bundle(family, target.library_params(library.roles(family)))
-    t0 = time.perf_counter()
-    report = await validate(source)
-    attempt = Attempt(1, report.status, report.reasons, hashlib.sha256(source.encode()).hexdigest(), len(source),
-                      validation_seconds=round(time.perf_counter() - t0, 3))
-    return GenerationResult(capability, MODE_LIBRARY, source, _finish(report, MODE_LIBRARY, [attempt]), [attempt],
+    params = target.library_params(library.roles(family))
+    attempts: list[Attempt] = []
+    source, report = "", None
+    for index, cases in enumerate(library.levels(family), start=1):
+        source = library.bundle(family, params, cases=cases)
+        t0 = time.perf_counter()
+        report = await validate(source)
+        attempts.append(Attempt(index, report.status, report.reasons, hashlib.sha256(source.encode()).hexdigest(),
+                                len(source), validation_seconds=round(time.perf_counter() - t0, 3), level=cases,
+                                calibration_episodes=report.calibration_episodes()))
+        if not too_hard(report):
+            break
+    assert report is not None
+    return GenerationResult(capability, MODE_LIBRARY, source, _finish(report, MODE_LIBRARY, attempts), attempts,
                             family=family)
 
 
@@ -327,7 +353,8 @@ async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: A
             source, extracted = with_target(code, target), True
             report = await validate(source)
         attempts.append(Attempt(index, report.status, report.reasons, hashlib.sha256(source.encode()).hexdigest(),
-                                len(source), llm_s, round(time.perf_counter() - t1, 3)))
+                                len(source), llm_s, round(time.perf_counter() - t1, 3),
+                                calibration_episodes=report.calibration_episodes()))
         if report.status == "ACCEPTED" or index == total:
             break
         numbers = ", ".join(f"{k} {v:.2f}" for k, v in report.numbers.items()) or "none (stopped early)"

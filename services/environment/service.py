@@ -184,7 +184,10 @@ class Environments:
                                   ("environment-manifest", record.manifest)):
                     ctx.add_output(Output(art["uri"], art["sha256"], int(art["size"]), kind))
                 show(cap.name, per_env)
-                ctx.progress(message=f"{cap.name}: {record.status.lower()}")
+                level = result.attempts[-1].level if result.attempts else None
+                ctx.progress(message=f"{cap.name}: {record.status.lower()}"
+                             + (f" at {level} cases per instance (levels tried: "
+                                f"{', '.join(str(a.level) for a in result.attempts)})" if level else ""))
                 return record
 
             try:
@@ -212,6 +215,7 @@ class Environments:
             report=report.model_dump(mode="json"), target=target.summary(),
             tool_schemas=list(report.candidate.get("tool_schemas") or []),
             extra={"family": result.family, "extracted": result.extracted,
+                   "level": result.attempts[-1].level if result.attempts else None,
                    "kit_sha256": library.kit_sha256() if result.mode == MODE_LIBRARY else None,
                    "calibration_policy": report.calibration_policy,
                    "calibration_policy_info": report.calibration_policy_info})

@@ -116,6 +116,11 @@ class ValidationReport(BaseModel):
     def to_json(self) -> bytes:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True).encode()
 
+    def calibration_episodes(self) -> int:
+        """Episodes the calibration check played (0 when validation stopped before it)."""
+        return sum(len(group) for c in self.checks if c.name == "calibration"
+                   for group in (c.details or {}).get("rewards", []))
+
     def summary(self) -> str:
         n = self.numbers
         parts = [f"{k}={n[k]:.2f}" for k in ("oracle_mean", "noop_mean", "random_mean", "calibration_mean",

@@ -16,11 +16,13 @@ Budget semantics (`trace_budget`):
     rollout       episodes and tokens of the rollout stage's trajectories (the base agent's)
     calibration   per environment candidate (accepted or rejected): the episodes its validation
                   report's calibration check played (len of every group's rewards); for each
-                  earlier generation attempt (LLM mode retries), groups x group_size of the
-                  report's config unless the attempt stopped before calibrating (a failed
+                  earlier generation attempt (LLM mode retries, library mode's harder levels)
+                  the episodes its attempt record counted (`calibration_episodes`); a report
+                  written before attempts counted them gets groups x group_size of the
+                  report's config per attempt unless it stopped before calibrating (a failed
                   extract/static/loads/deterministic/oracle check) -- a bound from above,
-                  because the report keeps no per-attempt count. No tokens: the environment
-                  service reports none for calibration.
+                  marked as such. No tokens: the environment service reports none for
+                  calibration.
     adapters      per adapter job: the trainer's rollouts_total, prompt_tokens_total,
                   completion_tokens_total (guided and resampled episodes included)
     gates         the gates job's rollouts_total (warm-start provenance + GRPO; warm_start_rollouts
@@ -157,9 +159,12 @@ def calibration_episodes(report: Mapping[str, Any]) -> dict[str, Any]:
     cfg = report.get("config") or {}
     per_attempt = int(cfg.get("groups", 16)) * int(cfg.get("group_size", 8))
     earlier = list(report.get("attempts") or [])[:-1]
-    ran = [a for a in earlier
+    exact = sum(int(a["calibration_episodes"]) for a in earlier if a.get("calibration_episodes") is not None)
+    unrecorded = [a for a in earlier if a.get("calibration_episodes") is None]
+    ran = [a for a in unrecorded
            if not any(str(r).split(":", 1)[0].strip() in STOPS_BEFORE_CALIBRATION for r in a.get("reasons", []))]
-    return {"episodes": final + per_attempt * len(ran), "final_attempt": final, "earlier_attempts": len(earlier),
+    return {"episodes": final + exact + per_attempt * len(ran), "final_attempt": final,
+            "earlier_attempts": len(earlier), "earlier_attempt_episodes": exact,
             "earlier_attempt_episodes_bound": per_attempt * len(ran)}
 
 

@@ -302,8 +302,11 @@ def budget_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
         lines.append(f"| {name} | {_n(comp['episodes'])} | {_n(comp['prompt_tokens'])} | "
                      f"{_n(comp['completion_tokens'])} | {comp['source']} |")
         for env, e in (comp.get("per_environment") or {}).items():
-            extra = (f"; {e['earlier_attempts']} earlier attempt(s), bound {e['earlier_attempt_episodes_bound']}"
-                     if e.get("earlier_attempts") else "")
+            extra = ""
+            if e.get("earlier_attempts"):
+                extra = f"; {e['earlier_attempts']} earlier attempt(s): {e.get('earlier_attempt_episodes', 0)} counted"
+                if e["earlier_attempt_episodes_bound"]:
+                    extra += f", {e['earlier_attempt_episodes_bound']} bound from above (unrecorded)"
             lines.append(f"| &nbsp;&nbsp;{env} ({e.get('status', '').removeprefix('VALIDATION_STATUS_').lower()}) | "
                          f"{_n(e['episodes'])} | – | – | final attempt {e['final_attempt']}{extra} |")
         for cap, a in (comp.get("per_adapter") or {}).items():

@@ -2,10 +2,10 @@
 
 | capability                  | module                          | task                                              |
 |-----------------------------|---------------------------------|---------------------------------------------------|
-| structured_data_reasoning   | structured_data_reasoning.py    | act on the order whose item matches every attribute, among look-alikes (3 requests) |
-| multi_step_task_completion  | multi_step_task_completion.py   | carry out all three requests of one message        |
-| precondition_verification   | precondition_verification.py    | check the status before a write; refuse when it forbids (3 requests) |
-| tool_call_precision         | tool_call_precision.py          | canonical ids and enum values from loose user text (3 requests) |
+| structured_data_reasoning   | structured_data_reasoning.py    | act on the order whose item matches every attribute, among look-alikes (3 requests; levels 3, 2, 1) |
+| multi_step_task_completion  | multi_step_task_completion.py   | carry out all three requests of one message (levels 3, 2) |
+| precondition_verification   | precondition_verification.py    | check the status before a write; refuse when it forbids (3 requests; levels 3, 2) |
+| tool_call_precision         | tool_call_precision.py          | canonical ids and enum values from loose user text (3 requests; levels 3, 2, 1) |
 
 These are the four capabilities TRACE reported on tau2-bench. Every family keeps its
 target's surface (kit.py): the target's system prompt verbatim, all of its tools, its world
@@ -23,7 +23,8 @@ except the toolkit module, whose own sha256 the header (and the record's manifes
 target summary) records.
 
 Mode `library` of the environment service selects a family by capability name (or one of
-the aliases below) and bundles it for the job's target; no LLM is involved.
+the aliases below) and bundles it for the job's target; no LLM is involved. A level (cases per
+instance, kit.py "Levels") is baked in as `TARGET["cases"]` (`bundle(..., cases=n)`).
 """
 
 from __future__ import annotations
@@ -93,10 +94,20 @@ def roles(family: str) -> tuple[str, ...]:
     return tuple(env_class(family).tools_used)
 
 
-def make_env(family: str, target_params: dict[str, Any]) -> Environment:
+def levels(family: str) -> tuple[int, ...]:
+    """The family's levels (cases per instance), hardest first (kit.py "Levels")."""
+    return tuple(env_class(family).levels)
+
+
+def at_level(target_params: dict[str, Any], cases: int | None) -> dict[str, Any]:
+    """`target_params` asking for `cases` per instance (unchanged for None: the hardest level)."""
+    return dict(target_params) if cases is None else {**target_params, "cases": cases}
+
+
+def make_env(family: str, target_params: dict[str, Any], cases: int | None = None) -> Environment:
     """The family's environment for baked `target_params`, in-process (its toolkit imported here)."""
     surface = TargetSurface.model_validate(target_params["surface"])
-    return env_class(family)(target_params, toolkit=load_toolkit(surface))
+    return env_class(family)(at_level(target_params, cases), toolkit=load_toolkit(surface))
 
 
 def kit_sha256() -> str:
@@ -136,9 +147,13 @@ def target_literal(target_params: dict[str, Any]) -> str:
     return f"import json\n\nTARGET = json.loads({json.dumps(target_params)!r})\n"
 
 
-def bundle(capability: str, target_params: dict[str, Any]) -> str:
-    """One self-contained module (see module docstring)."""
+def bundle(capability: str, target_params: dict[str, Any], cases: int | None = None) -> str:
+    """One self-contained module (see module docstring), at level `cases` (None: the hardest)."""
     family = require_family(capability)
+    if cases is not None and cases not in levels(family):
+        raise FailedPrecondition(f"family {family} has no level of {cases} cases; its levels are "
+                                 f"{list(levels(family))}")
+    target_params = at_level(target_params, cases)
     doc, env_code = _split(source_path(family).read_text(encoding="utf-8"), KIT_MODULE)
     _, kit_code = _split((HERE / "kit.py").read_text(encoding="utf-8"), None)
     surface = target_params["surface"]
@@ -158,5 +173,5 @@ def bundle(capability: str, target_params: dict[str, Any]) -> str:
             f"{target_literal(target_params)}")
 
 
-__all__ = ["ALIASES", "FAMILIES", "SCRIPT_TOOLS", "bundle", "env_class", "family_for", "kit_sha256", "make_env",
-           "require_family", "roles", "target_literal", "toolkit_import"]
+__all__ = ["ALIASES", "FAMILIES", "SCRIPT_TOOLS", "at_level", "bundle", "env_class", "family_for", "kit_sha256",
+           "levels", "make_env", "require_family", "roles", "target_literal", "toolkit_import"]

@@ -37,6 +37,16 @@ p + (1 - p) * u, where u (at most 0.17 here) is the skill-less script's mean, so
 alone gives p); with the skill shown per *case* independently (`mixed`) the formula is
 convex in p and the band holds for p in [0.4, 0.6].
 
+Levels. A family can be built with fewer cases per instance (`ServiceEnv.levels`, hardest
+first; the baked parameters' `"cases"` picks one, the hardest when absent). Every instance at
+every level still needs the skill -- the skill-less script never reaches 1 (test_library.py):
+record selection always lists the look-alike first, several requests keep at least two parts,
+write gates keep at least two cases with one forbidden, loose references keep a loose id or a
+paraphrased reason -- but fewer cases make the all-or-nothing 1 likelier, so a base agent too
+weak for the full instance can still meet the calibration band. Library mode calibrates the
+levels hardest first and keeps the first that passes (candidates.generate_library); the level an
+environment was accepted at is in its validation report.
+
 Each family also supplies per-instance *guidance* (`Observation.guidance`, never in the
 messages): a concrete hint for this instance's skill, which the trainer shows in a fraction
 of a group's rollouts. `oracle()` and `unskilled()` are action scripts for the current
@@ -46,7 +56,7 @@ skill does (the gap the store's scripted expert plants for this capability).
 The module is bundled into every registered library environment (`library/__init__.py`):
 the bundle binds `TARGET_TOOLKIT` to the target's toolkit class (a static import of the
 toolkit module, allowed in the sandbox) and `TARGET` to the baked target parameters
-({"surface": TargetSurface JSON, "toolkit_sha256": ...}); in-process callers pass
+({"surface": TargetSurface JSON, "toolkit_sha256": ..., optionally "cases": the level}); in-process callers pass
 `target=` and `toolkit=` instead.
 """
 
@@ -173,6 +183,15 @@ def check_target(target: Any) -> dict[str, Any]:
     return target
 
 
+def level_of(target: dict[str, Any], levels: Sequence[int]) -> int:
+    """The cases per instance the baked parameters ask for (`"cases"`), the hardest level when absent."""
+    cases = target.get("cases", levels[0])
+    if isinstance(cases, bool) or cases not in levels:
+        raise InvalidArgument(field="target.cases", expected=f"one of this family's levels {list(levels)}",
+                              got=cases, fix="Leave it out for the hardest level, or bundle with a listed level.")
+    return int(cases)
+
+
 def _default_toolkit(target: dict[str, Any]) -> Any:
     cached = _TOOLKITS.get(id(target))
     if cached is not None and cached[0] is target:
@@ -197,9 +216,12 @@ class ServiceEnv(Environment):
     share: ClassVar[float] = 0.5
     #: Tools the family's scripts call beyond SCRIPT_TOOLS' lookups (checked against the target).
     tools_used: ClassVar[tuple[str, ...]] = tuple(SCRIPT_TOOLS)
+    #: Cases per instance the family can be built with, hardest (the default) first (module docstring).
+    levels: ClassVar[tuple[int, ...]] = (3, 2, 1)
 
     def __init__(self, target: dict[str, Any], toolkit: Any = None):
         self.target = check_target(target)
+        self.cases = level_of(self.target, self.levels)
         self.surface = self.target["surface"]
         self.toolkit = toolkit if toolkit is not None else _default_toolkit(self.target)
         self.tool_names = [s["function"]["name"] for s in self.surface["tool_schemas"]]

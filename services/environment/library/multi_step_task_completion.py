@@ -1,6 +1,7 @@
 """Several requests at once: finish every part of a multi-part request (capability: multi_step_task_completion).
 
-Task. A user of the target's world states three requests in one numbered message, each
+Task. A user of the target's world states three requests (two at the easier level, see kit.py
+"Levels") in one numbered message, each
 about one order given by its exact id: cancel a pending order (with a reason), return one
 named item of a delivered order, or tell an order's status. The kinds are drawn
 independently per request, so no fixed sequence of calls fits every instance. The agent
@@ -33,15 +34,16 @@ from services.environment.library.kit import WRITE_KIND, Case, Instance, Service
 
 TARGET: dict[str, Any] | None = None
 KINDS = ("cancel", "return", "status")
-N_PARTS = 3
 
 
 class MultiStepTaskCompletionEnv(ServiceEnv):
-    """Three requests in one message; see the module docstring."""
+    """Three (or two) requests in one message; see the module docstring."""
 
     name: ClassVar[str] = "multi_step_task_completion"
     version: ClassVar[str] = "2.0.0"
-    description: ClassVar[str] = "Carry out every one of three requests stated in one message"
+    description: ClassVar[str] = "Carry out every one of several requests stated in one message"
+    #: One part would not be a multi-part request: two is the easiest level.
+    levels: ClassVar[tuple[int, ...]] = (3, 2)
     capability: ClassVar[str] = "multi_step_task_completion"
 
     def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
@@ -52,7 +54,7 @@ class MultiStepTaskCompletionEnv(ServiceEnv):
         self.add_neighbour(world)
         user = tk.add_user(world)
         cases = []
-        for _ in range(N_PARTS):
+        for _ in range(self.cases):
             kind = rng.choice(KINDS)
             if kind == "cancel":
                 order = tk.add_order(world, user.user_id, "pending", self.pick_lines(world, rng.randint(1, 2)))
@@ -71,7 +73,7 @@ class MultiStepTaskCompletionEnv(ServiceEnv):
         self.add_fillers(world, user.user_id, rng.randint(0, 2))
         self.shuffle_orders(world, user.user_id)
         listed = ", ".join(f"{i + 1}) {c.kind} {c.order_id}" for i, c in enumerate(cases))
-        guidance = (f"The user made {N_PARTS} requests in one message: {listed}. Carry out every one of them, "
+        guidance = (f"The user made {self.cases} requests in one message: {listed}. Carry out every one of them, "
                     "looking each order up first, and only then send one final message that reports every "
                     "outcome: that message ends the conversation.")
         return Instance(user, cases, "all_at_once", guidance)

@@ -1,7 +1,7 @@
 """Write gates: check an order's status before writing to it (capability: precondition_verification).
 
 Task. A user of the target's world asks, one request after the other (the store's
-sequential protocol), for three writes on orders they give by id: cancel an order (with a
+sequential protocol), for three writes (fewer at an easier level, kit.py "Levels") on orders they give by id: cancel an order (with a
 reason; two cases in three) or return one named item of an order. Each order's status
 allows the request half of the time (cancel: pending; return: delivered); otherwise it is
 one the target forbids (cancel: processed or delivered; return: pending or processed) and
@@ -41,7 +41,6 @@ from services.environment.library.kit import WRITE_KIND, Case, Instance, Service
 
 #: Target parameters; TRACE bakes the real ones in when it bundles this module.
 TARGET: dict[str, Any] | None = None
-N_CASES = 3
 #: statuses that forbid each write (never 'cancelled': the refusal names a live order)
 FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed")}
 
@@ -53,6 +52,9 @@ class PreconditionVerificationEnv(ServiceEnv):
     version: ClassVar[str] = "2.0.0"
     description: ClassVar[str] = "Check an order's status before cancelling or returning; refuse when it forbids"
     capability: ClassVar[str] = "precondition_verification"
+    #: Two cases, at least one forbidden (see `build`); one case would be either a blind write's or an
+    #: always-refuse policy's to win, no decision left.
+    levels: ClassVar[tuple[int, ...]] = (3, 2)
 
     def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
         super().__init__(target if target is not None else TARGET, toolkit)
@@ -62,9 +64,11 @@ class PreconditionVerificationEnv(ServiceEnv):
         self.add_neighbour(world)
         user = tk.add_user(world)
         cases = []
-        for _ in range(N_CASES):
+        for index in range(self.cases):
             kind = "cancel" if rng.random() < 2 / 3 else "return"
             allowed = rng.random() < 0.5
+            if self.cases < self.levels[0] and index == self.cases - 1 and all(c.facts["allowed"] for c in cases):
+                allowed = False  # an easier level keeps a forbidden case, so a blind write never succeeds
             status = tk.required_status[WRITE_KIND[kind]] if allowed else rng.choice(FORBIDDING[kind])
             order = tk.add_order(world, user.user_id, status, self.pick_lines(world, rng.randint(1, 3)))
             if kind == "cancel":

@@ -1,6 +1,7 @@
 """Record selection: find the one order whose item matches every attribute (capability: structured_data_reasoning).
 
-Task. A user of the target's world asks, one request after the other, about three items they
+Task. A user of the target's world asks, one request after the other, about three items (fewer at an
+easier level, kit.py "Levels") they
 describe by product and options (the target's own way of naming an item, e.g. "the red 1L
 kettle"): cancel the order holding it (pending) or return it (delivered). For each item the
 account holds the gold order, a look-alike order in the same status with the same product
@@ -35,7 +36,6 @@ from typing import Any, ClassVar
 from services.environment.library.kit import LIST_ORDERS, WRITE_KIND, Call, Case, Instance, ServiceEnv, told
 
 TARGET: dict[str, Any] | None = None
-N_CASES = 3
 FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed")}
 
 
@@ -54,7 +54,7 @@ class StructuredDataReasoningEnv(ServiceEnv):
         tk, rng = self.toolkit, world.rng
         self.add_neighbour(world)
         user = tk.add_user(world)
-        products = rng.sample([p for p in self.catalog if len(p.variants) >= 2], N_CASES)
+        products = rng.sample([p for p in self.catalog if len(p.variants) >= 2], self.cases)
         reserved = [p.product_id for p in products]
         cases, pairs = [], []
         for product in products:

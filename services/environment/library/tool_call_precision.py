@@ -1,6 +1,7 @@
 """Loose references: turn what the user says into exact tool arguments (capability: tool_call_precision).
 
-Task. A user of the target's world makes three requests, one after the other, about orders
+Task. A user of the target's world makes three requests (fewer at an
+easier level, kit.py "Levels"), one after the other, about orders
 they refer to loosely in three cases of four ('W1234567', '1234567', 'order number
 1234567'... -- the target's loose forms of its own ids) and exactly otherwise: cancel an
 order with a paraphrased reason ("I ordered it by accident" must become 'ordered by
@@ -35,7 +36,6 @@ from typing import Any, ClassVar
 from services.environment.library.kit import WRITE_KIND, Case, Instance, ServiceEnv
 
 TARGET: dict[str, Any] | None = None
-N_CASES = 3
 P_LOOSE = 0.75
 
 
@@ -60,13 +60,17 @@ class ToolCallPrecisionEnv(ServiceEnv):
         self.add_neighbour(world)
         user = tk.add_user(world)
         cases = []
-        for _ in range(N_CASES):
+        for index in range(self.cases):
             kind = ("cancel", "return", "status")[rng.randrange(3)]
             status = {"cancel": "pending", "return": "delivered"}.get(kind) or rng.choice(
                 ("pending", "processed", "delivered"))
             order = tk.add_order(world, user.user_id, status, self.pick_lines(world, rng.randint(1, 3)))
             oid = order.order_id
-            ref = rng.choice(tk.loose_order_ids(oid)) if rng.random() < P_LOOSE else oid
+            loose = rng.random() < P_LOOSE
+            if self.cases < self.levels[0] and index == self.cases - 1 and not any(
+                    c.facts["ref"] != c.order_id or "said" in c.facts for c in cases) and kind != "cancel":
+                loose = True  # an easier level keeps a loose id or a paraphrased reason: exact copying never wins
+            ref = rng.choice(tk.loose_order_ids(oid)) if loose else oid
             facts: dict[str, Any] = {"ref": ref}
             if kind == "cancel":
                 reason = rng.choice(tk.cancel_reasons)

@@ -49,8 +49,8 @@ def bundled(family: str, target_name: str) -> str:
     return library.bundle(family, params(family, target_name))
 
 
-def make_env(family: str, target_name: str) -> Environment:
-    return library.make_env(family, params(family, target_name))
+def make_env(family: str, target_name: str, cases: int | None = None) -> Environment:
+    return library.make_env(family, params(family, target_name), cases=cases)
 
 
 def play(env: Environment, seed: int, actions: list[dict[str, Any]]) -> float:

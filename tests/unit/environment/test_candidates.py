@@ -3,6 +3,7 @@ OpenAI-compatible server (whatever it writes is validated in the sandbox, never 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import uuid
@@ -21,7 +22,7 @@ from services.environment.candidates import (
     target_excerpts,
     with_target,
 )
-from services.environment.validation import validate
+from services.environment.validation import Check, ValidationReport, validate
 from tests.support.fake_openai import FakeOpenAI, completion
 from trace_common.env import EnvInfo, Message, PolicyInfo, Termination, ToolCall, Trajectory
 from trace_common.llm import ChatClient, LlmConfig
@@ -51,8 +52,12 @@ def test_extract_module(reply, expected):
 
 
 def _validator(target_name: str = "store"):
+    return _validator_with(ScriptedSkillFactory(0.3), target_name)
+
+
+def _validator_with(factory, target_name: str = "store"):
     async def check(source: str):
-        return await asyncio.to_thread(validate, source, target(target_name), FAST, SANDBOX, ScriptedSkillFactory(0.3))
+        return await asyncio.to_thread(validate, source, target(target_name), FAST, SANDBOX, factory)
     return check
 
 
@@ -61,6 +66,64 @@ def test_library_mode_records_mode_and_one_attempt():
     assert result.mode == MODE_LIBRARY and result.family == "tool_call_precision"
     assert result.report.status == "ACCEPTED" and result.report.mode == MODE_LIBRARY
     assert [a["status"] for a in result.report.attempts] == ["ACCEPTED"]
+
+
+def _leveled(outcomes: dict[int, tuple[str, float | None]]):
+    """A validator answering per level (read from the bundle's baked TARGET): level -> (the failing
+    check or "" for accepted, calibration mean or None when validation stopped before calibrating)."""
+    async def check(source: str) -> ValidationReport:
+        baked = next(n.value for n in ast.parse(source).body
+                     if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "TARGET")
+        cases = json.loads(baked.args[0].value)["cases"]  # TARGET = json.loads('...')
+        failing, mean = outcomes[cases]
+        checks = [Check(name="oracle", passed=failing != "oracle", reason="low" if failing == "oracle" else "")]
+        numbers = {}
+        if mean is not None:
+            numbers["calibration_mean"] = mean
+            checks.append(Check(name="calibration", passed=not failing, reason=failing and f"mean {mean} outside",
+                                details={"rewards": [[mean] * 4] * 2}))
+        failed = [c for c in checks if not c.passed]
+        return ValidationReport(status="REJECTED" if failed else "ACCEPTED", checks=checks, numbers=numbers,
+                                reasons=[f"{c.name}: {c.reason}" for c in failed], config={"band": [0.2, 0.6]})
+    return check
+
+
+CAL, ORACLE = "calibration", "oracle"
+
+
+@pytest.mark.parametrize(("family", "outcomes", "levels", "status"), [
+    # passes at the hardest level: one attempt
+    ("tool_call_precision", {3: ("", 0.3)}, [3], "ACCEPTED"),
+    # too hard at 3 and 2, in the band at 1
+    ("tool_call_precision", {3: (CAL, 0.05), 2: (CAL, 0.12), 1: ("", 0.3)}, [3, 2, 1], "ACCEPTED"),
+    # too easy: fewer cases cannot help, so no easier level is tried
+    ("precondition_verification", {3: (CAL, 0.8)}, [3], "REJECTED"),
+    # any other failing check stops the ladder
+    ("structured_data_reasoning", {3: (ORACLE, None)}, [3], "REJECTED"),
+    ("structured_data_reasoning", {3: (CAL, 0.1), 2: (ORACLE, None)}, [3, 2], "REJECTED"),
+    # too hard at every level: multi-step stops at two parts (one would not be multi-part)
+    ("multi_step_task_completion", {3: (CAL, 0.05), 2: (CAL, 0.1)}, [3, 2], "REJECTED"),
+    # ... and write gates at two cases (one of them forbidden; one case would leave no decision)
+    ("precondition_verification", {3: (CAL, 0.0), 2: (CAL, 0.1)}, [3, 2], "REJECTED"),
+    ("structured_data_reasoning", {3: (CAL, 0.0), 2: (CAL, 0.0), 1: (CAL, 0.1)}, [3, 2, 1], "REJECTED"),
+])
+def test_library_mode_eases_the_level_until_calibration_passes(family, outcomes, levels, status):
+    result = asyncio.run(generate_library(family, target("store"), _leveled(outcomes)))
+    attempts = result.report.attempts
+    assert [a["level"] for a in attempts] == levels and result.report.status == status
+    assert [a["calibration_episodes"] for a in attempts] == [8 if outcomes[n][1] is not None else 0 for n in levels]
+    assert f'"cases": {levels[-1]}' in result.source  # the result is the last level tried
+
+
+def test_library_levels_through_the_sandbox_with_a_skill_less_stand_in():
+    """p = 0: the skill-less script alone scores below the band at every level, so every level is
+    validated in the sandbox, each calibrated, and the family is rejected at its easiest."""
+    result = asyncio.run(generate_library("tool_call_precision", target("store"),
+                                          _validator_with(ScriptedSkillFactory(0.0))))
+    attempts = result.report.attempts
+    assert [a["level"] for a in attempts] == [3, 2, 1] and result.report.status == "REJECTED"
+    assert [a["calibration_episodes"] for a in attempts] == [FAST.groups * FAST.group_size] * 3
+    assert all(a["reasons"] and a["reasons"][0].startswith("calibration:") for a in attempts), attempts
 
 
 CAPABILITY = {"name": "precondition_verification", "description": "Check an order's status before writing.",

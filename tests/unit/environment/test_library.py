@@ -25,8 +25,9 @@ from trace_common.domains.tau2.retail_db import RetailDB
 from trace_common.domains.tau2.retail_tools import RetailTools
 from trace_common.env import MessageAction, ToolAction, action_from_dict, run_episode
 from trace_common.env.surface import toolkit_sha256
+from trace_common.errors import FailedPrecondition, InvalidArgument
 
-from .helpers import TARGET_NAMES, bundled, make_env, play, target, target_env
+from .helpers import TARGET_NAMES, bundled, make_env, params, play, target, target_env
 
 CASES = [(f, t) for f in library.FAMILIES for t in TARGET_NAMES]
 SEEDS = list(range(500_000, 500_030))
@@ -113,6 +114,43 @@ def test_oracle_reaches_one_and_the_skillless_script_does_not(family, target_nam
         assert module.solve_unskilled(SEEDS[0]) == env.script(SEEDS[0], skilled=False)
     finally:
         module.TARGET, kit.TARGET_TOOLKIT = None, None
+
+
+LEVELS = [(f, t, n) for f in library.FAMILIES for t in TARGET_NAMES for n in library.levels(f)]
+
+
+@pytest.mark.parametrize(("family", "target_name", "cases"), LEVELS)
+def test_every_level_keeps_the_skill_the_oracle_and_the_surface(family, target_name, cases):
+    """At each level: `cases` cases per instance, the oracle reaches 1, the skill-less script and
+    the trivial policies stay below it, the same surface as the hardest level, the same instance in
+    a bundle as in-process; the hardest level is the family's unchanged default."""
+    env, hardest = make_env(family, target_name, cases), make_env(family, target_name)
+    unskilled = []
+    for seed in SEEDS[:12]:
+        first = env.reset(seed)
+        assert len(env.inst.cases) == cases
+        assert first.tools == hardest.reset(seed).tools and first.messages[0] == hardest.reset(seed).messages[0]
+        assert play(env, seed, env.script(seed, skilled=True)) == 1.0, (seed, env.failure_reason())
+        unskilled.append(play(env, seed, env.script(seed, skilled=False)))
+        assert play(env, seed, [{"message": NOOP_TEXT}] * (cases + 2)) == 0.0
+    assert statistics.fmean(unskilled) <= 0.3 and max(unskilled) < 1.0
+    if cases == library.levels(family)[0]:
+        assert [env.reset(s) for s in SEEDS[:3]] == [hardest.reset(s) for s in SEEDS[:3]]
+    namespace: dict = {}
+    exec(compile(library.bundle(family, params(family, target_name), cases=cases), "env.py", "exec"), namespace)
+    assert namespace["TARGET"]["cases"] == cases
+    assert namespace["ENVIRONMENT"]().reset(SEEDS[2]) == env.reset(SEEDS[2])
+
+
+@pytest.mark.parametrize(("family", "cases"), [("tool_call_precision", 0), ("tool_call_precision", 4),
+                                               ("multi_step_task_completion", 1), ("precondition_verification", True),
+                                               ("structured_data_reasoning", "2")])
+def test_a_level_the_family_lacks_is_refused(family, cases):
+    with pytest.raises(InvalidArgument, match=r"target\.cases: expected one of this family's levels"):
+        library.make_env(family, {**params(family, "store"), "cases": cases})
+    if isinstance(cases, int) and not isinstance(cases, bool):
+        with pytest.raises(FailedPrecondition, match=f"has no level of {cases} cases"):
+            library.bundle(family, params(family, "store"), cases=cases)
 
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)

@@ -53,13 +53,19 @@ def rollout_stage_records(store, m: Manifest, trajs: list[Trajectory]) -> None:
     m.stages["rollout"].result = {"episodes": len(trajs)}
 
 
-def report(calibration: list[list[float]] | None, attempts: list[list[str]] | None = None, groups=16, size=8) -> dict:
-    """A validation report as the environment service writes it (the parts the budget reads)."""
+def report(calibration: list[list[float]] | None, attempts: list[list[str]] | None = None, groups=16, size=8,
+           counted: list[int | None] | None = None) -> dict:
+    """A validation report as the environment service writes it (the parts the budget reads).
+    `counted`: each attempt's recorded calibration_episodes (None: an attempt record without it)."""
     checks = [{"name": "oracle", "passed": True}]
     if calibration is not None:
         checks.append({"name": "calibration", "passed": True, "details": {"rewards": calibration}})
+    rows = [{"index": i + 1, "reasons": r} for i, r in enumerate(attempts or [[]])]
+    for row, n in zip(rows, counted or [], strict=False):
+        if n is not None:
+            row["calibration_episodes"] = n
     return {"status": "ACCEPTED", "checks": checks, "config": {"groups": groups, "group_size": size},
-            "attempts": [{"index": i + 1, "reasons": r} for i, r in enumerate(attempts or [[]])]}
+            "attempts": rows}
 
 
 def stage_records(store, run_id: str = "b", *, adapter_metrics: dict | None = None,

@@ -32,6 +32,12 @@ GATES = {"max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_star
             groups=2, size=8), 16 + 16, 16),
     (report([[1.0] * 3], attempts=[["extract: the reply contains no ```python code block"], ["noop: too high"], []],
             groups=5, size=3), 3 + 15, 15),
+    # library levels: each attempt recorded what its calibration played, so nothing is bounded
+    (report([[1.0] * 4] * 2, attempts=[["calibration: mean 0.05 outside"]] * 2 + [[]], groups=2, size=4,
+            counted=[8, 8, 8]), 8 + 16, 0),
+    # a recorded 0 (stopped before calibrating) beside an unrecorded attempt that calibrated
+    (report([[1.0] * 4], attempts=[["oracle: low"], ["calibration: mean 0.9 outside"], []], groups=1, size=4,
+            counted=[0, None, 4]), 4 + 0 + 4, 4),
 ])
 def test_calibration_episodes_of_one_candidate(rep, episodes, bound):
     out = calibration_episodes(rep)
