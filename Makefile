@@ -78,7 +78,7 @@ test-fast: setup
 demo: runtime
 	OMP_NUM_THREADS=1 TRACE_ENVIRONMENT_VALIDATION_GROUPS=8 $(VENV)/bin/tracectl run --config examples/demo.yaml
 
-# Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~15 min on 2 cores) after a
+# Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~45 min on 2 cores) after a
 # change to its build code or to the store domain; `tracectl agents verify micro` checks the result.
 base-agent: runtime
 	$(VENV)/bin/tracectl agents ship micro
