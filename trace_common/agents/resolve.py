@@ -18,6 +18,8 @@ rollout service gives it to `OpenAIPolicy` directly.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,23 @@ def cached_entry(name: str, cache_dir: str | Path | None = None, config: BaseMod
     prov, _ = provenance_of(name, cfg, cache)
     final, meta = entry_paths(cache, name, config_hash(name, cfg, prov))
     return final if final.is_dir() and meta.is_file() else None
+
+
+def base_agent_key(name: str, cache_dir: str | Path | None = None) -> str | None:
+    """Which agent `resolve_base_agent(name)` gives under the current code, without building it: the
+    cache key of a built-in agent's default config (config, training data and build code: a rebuilt
+    `micro` has another key), or for a local model directory a digest of its files' names, sizes and
+    mtimes; None for anything else (a served model is known only by its name)."""
+    if name in ("micro", "smollm2"):
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        cfg = CONFIGS[name]()
+        prov, _ = provenance_of(name, cfg, cache)
+        return config_hash(name, cfg, prov)
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        stats = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file())
+        return hashlib.sha256(json.dumps([str(path.resolve()), stats]).encode()).hexdigest()[:16]
+    return None
 
 
 def _expect(config: BaseModel | None, cls: type[BaseModel], name: str):

@@ -83,6 +83,19 @@ class Pipeline:
         backend = t.POLICY_BACKEND_OPENAI_HTTP if b.backend == "http" else t.POLICY_BACKEND_IN_PROCESS
         return t.PolicyRef(backend=backend, model=b.name, endpoint=b.endpoint, **kw)
 
+    def base_agent_identity(self) -> dict[str, Any]:
+        """What the rollout stage's reuse check adds to its config section: the key of the agent the
+        base-agent name resolves to now (`base_agent_key`), so a rebuilt `micro` (new key) re-runs
+        the rollout stage and everything after it instead of reusing the old agent's episodes. Computed
+        with this checkout's code: right for the embedded services; a deployed service resolves the
+        name with its own image's code. An HTTP base agent is known by its name and endpoint only."""
+        b = self.cfg.base_agent
+        if b.backend == "http":
+            return {"base_agent_key": None}
+        from trace_common.agents.resolve import base_agent_key  # imports torch: only when a run starts
+
+        return {"base_agent_key": base_agent_key(b.name)}
+
     def user_simulator(self) -> t.LlmEndpoint | None:
         u = self.cfg.target.user_simulator
         return t.LlmEndpoint(base_url=u.base_url, model=u.model) if u else None
@@ -325,6 +338,8 @@ class Pipeline:
         stale = False
         for stage in STAGES:
             upstream.append(self.cfg.section(stage))
+            if stage == "rollout":
+                upstream.append(self.base_agent_identity())
             want = config_hash(*upstream)
             rec = m.stages[stage]
             if not stale and rec.status == "completed" and rec.config_hash == want:
