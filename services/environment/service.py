@@ -143,17 +143,24 @@ class Environments:
                             who.get("model"), who.get("note", ""))
             calibrator = f"{'scripted stand-in ' if who.get('scripted_stand_in') else ''}{who.get('model')}"
             # Progress counts calibration episodes (most of the job's time with a real base model):
-            # `per_env` per environment; a finished environment counts in full (also when it was
-            # rejected before calibrating), and an LLM-mode retry starts its environment's count again.
+            # `per_env` per attempt; a finished attempt counts in full (also when it was rejected
+            # before calibrating), and each further attempt (an LLM-mode retry, an easier library
+            # level) adds `per_env` to the total, so the count only grows.
             loop = asyncio.get_running_loop()
             per_env = vconfig.groups * vconfig.group_size
             played = dict.fromkeys((c.name for c in spec.capabilities), 0)
+            attempts = dict.fromkeys((c.name for c in spec.capabilities), 0)
 
             def show(name: str | None = None, episodes: int = 0) -> None:
                 if name is not None:
-                    played[name] = episodes
-                ctx.progress(completed=sum(played.values()), total=per_env * total,
+                    played[name] = per_env * max(0, attempts[name] - 1) + episodes
+                retries = sum(max(0, n - 1) for n in attempts.values())
+                ctx.progress(completed=sum(played.values()), total=per_env * (total + retries),
                              stage=f"calibration episodes, {len(records)}/{total} environments done")
+
+            def next_attempt(name: str) -> None:
+                attempts[name] += 1
+                show(name, 0)
 
             if prepare is not None:
                 ctx.progress(completed=0, total=per_env * total, stage="loading calibration policy",
@@ -168,6 +175,7 @@ class Environments:
                     loop.call_soon_threadsafe(show, cap.name, done)
 
                 async def check(source: str) -> ValidationReport:
+                    next_attempt(cap.name)
                     return await asyncio.to_thread(validate, source, target, vconfig,
                                                    sandbox_for(self.sandbox, MODE_LIBRARY if library_mode else MODE_LLM),
                                                    maker(),
