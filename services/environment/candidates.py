@@ -266,7 +266,10 @@ def _finish(report: ValidationReport, mode: str, attempts: list[Attempt]) -> Val
 
 def too_hard(report: ValidationReport) -> bool:
     """Rejected by calibration alone, below the band's top: an easier level may pass (a candidate
-    that is too easy, or fails any other check, would fail the same way with fewer cases)."""
+    that is too easy, or fails any other check, would fail the same way with fewer cases). Below the
+    top also covers a mean inside the band with too few informative groups, and calibration episodes
+    that failed (e.g. ran past the base model's context): fewer cases mean shorter episodes and
+    likelier 1s, so the easier level is tried there too, its episodes counted like any attempt's."""
     failed = [c for c in report.checks if not c.passed]
     if report.status == "ACCEPTED" or [c.name for c in failed] != ["calibration"]:
         return False

@@ -154,8 +154,8 @@ class Environments:
             def show(name: str | None = None, episodes: int = 0) -> None:
                 if name is not None:
                     played[name] = per_env * max(0, attempts[name] - 1) + episodes
-                retries = sum(max(0, n - 1) for n in attempts.values())
-                ctx.progress(completed=sum(played.values()), total=per_env * (total + retries),
+                further = sum(max(0, n - 1) for n in attempts.values())
+                ctx.progress(completed=sum(played.values()), total=per_env * (total + further),
                              stage=f"calibration episodes, {len(records)}/{total} environments done")
 
             def next_attempt(name: str) -> None:

@@ -113,11 +113,15 @@ def base_agent_key(name: str, cache_dir: str | Path | None = None) -> str | None
         cfg = CONFIGS[name]()
         prov, _ = provenance_of(name, cfg, cache)
         return config_hash(name, cfg, prov)
-    path = Path(name).expanduser()
-    if path.is_dir() and (path / "config.json").is_file():
+    try:
+        path = Path(name).expanduser()
+        if not (path.is_dir() and (path / "config.json").is_file()):
+            return None
         stats = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file())
-        return hashlib.sha256(json.dumps([str(path.resolve()), stats]).encode()).hexdigest()[:16]
-    return None
+    except (OSError, RuntimeError) as err:  # an unknown ~user, an unreadable directory
+        raise InvalidArgument(field="base_agent.name", expected="a built-in agent or a readable local model "
+                              "directory", got=name, reason=str(err)) from None
+    return hashlib.sha256(json.dumps([str(path.resolve()), stats]).encode()).hexdigest()[:16]
 
 
 def _expect(config: BaseModel | None, cls: type[BaseModel], name: str):

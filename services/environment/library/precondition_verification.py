@@ -3,7 +3,8 @@
 Task. A user of the target's world asks, one request after the other (the store's
 sequential protocol), for three writes (fewer at an easier level, kit.py "Levels") on orders they give by id: cancel an order (with a
 reason; two cases in three) or return one named item of an order. Each order's status
-allows the request half of the time (cancel: pending; return: delivered); otherwise it is
+allows the request half of the time (cancel: pending; return: delivered; at the two-case level
+the second case is forbidden whenever the first is allowed); otherwise it is
 one the target forbids (cancel: processed or delivered; return: pending or processed) and
 the right answer is a refusal that tells the user the status. The agent has all of the
 target's tools, and the target's own tool code refuses a forbidden write.

@@ -9,6 +9,7 @@ import pytest
 
 from trace_common.agents.resolve import base_agent_key
 from trace_common.artifacts import open_store
+from trace_common.errors import InvalidArgument
 from tracectl.run.config import RunConfig
 from tracectl.run.manifest import STAGES, Manifest
 from tracectl.run.pipeline import Pipeline
@@ -63,3 +64,5 @@ def test_base_agent_key_names_the_build_and_follows_a_model_directory(tmp_path):
     (model / "model.safetensors").write_bytes(b"x" * 8)
     assert first and base_agent_key(str(model)) not in (None, first)
     assert base_agent_key("no-such-agent") is None
+    with pytest.raises(InvalidArgument, match="base_agent.name"):  # a clean error, not a traceback
+        base_agent_key("~no-such-user-trace/model")
