@@ -142,6 +142,12 @@ class FakeEvalPipeline(Pipeline):
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         time.sleep(self.delay_s)
+        if label in self.fail_on:
+            # The kill lands once some unit is recorded: with parallel arms a kill in the first call could
+            # otherwise beat every other unit (CI saw it), leaving nothing for the resume to keep.
+            deadline = time.monotonic() + 10.0
+            while not self.manifest.stages["evaluation"].partial and time.monotonic() < deadline:
+                time.sleep(0.01)
         if label in self.fail_on or self.dead:
             self.fail_on.discard(label)
             self.dead = True
