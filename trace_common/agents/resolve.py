@@ -97,10 +97,14 @@ def cached_entry(name: str, cache_dir: str | Path | None = None, config: BaseMod
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if name not in ("micro", "smollm2"):
         return None
-    cfg = _expect(config, CONFIGS[name], name)
-    prov, _ = provenance_of(name, cfg, cache)
-    final, meta = entry_paths(cache, name, config_hash(name, cfg, prov))
+    final, meta = entry_paths(cache, name, _key(name, _expect(config, CONFIGS[name], name), cache))
     return final if final.is_dir() and meta.is_file() else None
+
+
+def _key(name: str, config: BaseModel, cache: Path) -> str:
+    """The cache key of a data-trained agent's build of `config` under the current code."""
+    prov, _ = provenance_of(name, config, cache)
+    return config_hash(name, config, prov)
 
 
 def base_agent_key(name: str, cache_dir: str | Path | None = None) -> str | None:
@@ -109,10 +113,7 @@ def base_agent_key(name: str, cache_dir: str | Path | None = None) -> str | None
     `micro` has another key), or for a local model directory a digest of its files' names, sizes and
     mtimes; None for anything else (a served model is known only by its name)."""
     if name in ("micro", "smollm2"):
-        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        cfg = CONFIGS[name]()
-        prov, _ = provenance_of(name, cfg, cache)
-        return config_hash(name, cfg, prov)
+        return _key(name, CONFIGS[name](), Path(cache_dir) if cache_dir is not None else default_cache_dir())
     try:
         path = Path(name).expanduser()
         if not (path.is_dir() and (path / "config.json").is_file()):

@@ -253,6 +253,11 @@ class ServiceEnv(Environment):
         return REPORT_RULE
 
     # -- helpers for subclasses -------------------------------------------------------------
+    def eased_last(self, index: int) -> bool:
+        """Case `index` is the last one of an instance below the hardest level: where a family keeps
+        the skill needed (module docstring, "Levels") without changing the hardest level's draws."""
+        return self.cases < self.levels[0] and index == self.cases - 1
+
     def pick_lines(self, world: Any, count: int, exclude: Sequence[str] = ()) -> list[tuple[str, str]]:
         """`count` (product_id, item_id) lines of distinct catalog products not in `exclude`."""
         pool = [p for p in self.catalog if p.product_id not in exclude]

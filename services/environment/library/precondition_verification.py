@@ -68,7 +68,7 @@ class PreconditionVerificationEnv(ServiceEnv):
         for index in range(self.cases):
             kind = "cancel" if rng.random() < 2 / 3 else "return"
             allowed = rng.random() < 0.5
-            if self.cases < self.levels[0] and index == self.cases - 1 and all(c.facts["allowed"] for c in cases):
+            if self.eased_last(index) and all(c.facts["allowed"] for c in cases):
                 allowed = False  # an easier level keeps a forbidden case, so a blind write never succeeds
             status = tk.required_status[WRITE_KIND[kind]] if allowed else rng.choice(FORBIDDING[kind])
             order = tk.add_order(world, user.user_id, status, self.pick_lines(world, rng.randint(1, 3)))

@@ -67,8 +67,8 @@ class ToolCallPrecisionEnv(ServiceEnv):
             order = tk.add_order(world, user.user_id, status, self.pick_lines(world, rng.randint(1, 3)))
             oid = order.order_id
             loose = rng.random() < P_LOOSE
-            if self.cases < self.levels[0] and index == self.cases - 1 and not any(
-                    c.facts["ref"] != c.order_id or "said" in c.facts for c in cases) and kind != "cancel":
+            if self.eased_last(index) and kind != "cancel" and not any(
+                    c.facts["ref"] != c.order_id or "said" in c.facts for c in cases):
                 loose = True  # an easier level keeps a loose id or a paraphrased reason: exact copying never wins
             ref = rng.choice(tk.loose_order_ids(oid)) if loose else oid
             facts: dict[str, Any] = {"ref": ref}
