@@ -108,7 +108,8 @@ def test_training_hot_swaps_versions_and_serves_the_trained_adapter(vllm_server,
     from peft import LoraConfig, PeftModel, get_peft_model
 
     cap = "length_credit"
-    # A stale `<cap>-v2` left on the server by an earlier run (random, non-zero weights).
+    # A stale `<cap>-v2` left on the server by an earlier attempt of this job (no job id here: the names
+    # are `<cap>-v<N>`; random, non-zero weights).
     torch.manual_seed(1)
     base, tok = base_and_tokenizer(smollm2_dir)
     stale = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],

@@ -133,3 +133,30 @@ def test_training_with_vllm_rollouts(tmp_path):
         assert (tmp_path / names[-1] / "adapter_model.safetensors").is_file()
         assert sorted(p.name for p in tmp_path.iterdir()) == [names[-1]]   # unloaded versions' files removed
         assert all(r["policy_errors"] == 0 for r in rows)
+
+
+@pytest.mark.parametrize("first, second, apart", [
+    ("trainer-20261202-000000-aaaa1111", "trainer-20261202-000001-bbbb2222", True),   # two jobs: kept apart
+    ("trainer-20261202-000000-aaaa1111", "trainer-20261202-000000-aaaa1111", False),  # a resumed job: replaces
+])
+def test_two_jobs_of_one_capability_on_one_server(tmp_path, first, second, apart):
+    """Two GRPO jobs of the same capability against one vLLM server, one after the other: the
+    second neither replaces nor unloads nor deletes the first's served version unless it is the
+    same job again (an earlier attempt's leftovers are stale and replaced)."""
+    tok = tiny_tokenizer()
+    with FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as server:
+        cfg = GRPOConfig(max_steps=1, groups_per_batch=2, num_generations=2, max_completion_length=4,
+                         learning_rate=5e-3, lora_r=4, save_steps=0, guidance_fraction=0.0,
+                         early_stop_uninformative_iterations=0, rollout_backend="vllm",
+                         vllm={"base_url": server.base_url, "adapter_dir": str(tmp_path)})
+        served = []
+        for job in (first, second):
+            trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick skill", job_id=job)
+            trainer.train(resume=False, write_adapter=False)
+            served.append(trainer.engine.manager.current)
+            server.completions.clear()
+        assert served[0].startswith(f"pick_skill-{first}-v") and served[1].startswith(f"pick_skill-{second}-v")
+        assert (served[0] == served[1]) is (not apart)
+        assert (served[0] in server.unloads) is (not apart)        # replaced only by the same job again
+        assert served[0] in server.adapters and served[1] in server.adapters
+        assert all((tmp_path / name / "adapter_model.safetensors").is_file() for name in served)   # files kept
