@@ -4,7 +4,7 @@ and random LoRA adapters. Everything is made in code in a few seconds (no downlo
 
 * `refunds` and `addresses` trajectories differ in system prompt, tools and wording, as the
   trajectories of two capability environments do; gate warm start must tell their tokens apart.
-* The base is trained (80 full-batch Adam steps on 48 conversations) to answer every
+* The base is trained (120 full-batch Adam steps on 48 conversations) to answer every
   conversation with `FIXED_REPLY`, a Hermes `<tool_call>` -- so greedy generation through the
   served composition produces a tool call the parser and the OpenAI client must both recover.
 * Adapters are random LoRAs with small B (`ADAPTER_SCALE`), so routing changes the logits
@@ -16,7 +16,10 @@ base alone and with each adapter, with a logit margin of at least `MIN_MARGIN` a
 token -- and fails, saying what was not learnt, on every world `cached_world` hands out (freshly
 built or from the cache). With 12 training conversations instead of 48 the base learnt the reply
 only for some prompts, and which ones changed with the tokenizer's merges: a world cached
-before a tokenizer change passed the inference tests, a fresh build failed them (issue #22).
+before a tokenizer change passed the inference tests, a fresh build failed them (issue #22). With
+80 steps the world passed on one machine and failed on another (an AMD EPYC with AVX-512: 22 of 96
+probes, the base answering order id "Atools7" for "A17", smallest margin -1.03); with 120 steps
+that machine's smallest margin is 1.70 (160: 3.10).
 
 `cached_world` caches the world in the temp dir under a key covering every source file it can
 depend on (this file, all of trace_common/ and services/) and the torch, transformers,
@@ -119,7 +122,7 @@ def tiny_config(vocab: int, *, hidden: int = 64, layers: int = 2) -> Qwen3Config
                        tie_word_embeddings=False)
 
 
-def teach_fixed_reply(model, tokenizer, steps: int = 80, seed: int = 0,
+def teach_fixed_reply(model, tokenizer, steps: int = 120, seed: int = 0,
                       conversations: int = TEACH_CONVERSATIONS) -> float:
     """Language-model training of the whole tiny model on conversations of both capabilities whose
     first assistant turn is replaced by FIXED_REPLY: greedy decoding after a user message then yields
@@ -177,7 +180,7 @@ class TinyWorld:
     final_sft_loss: float
 
 
-def build_world(root: Path, *, hidden: int = 64, layers: int = 2, name: str = "base", steps: int = 80) -> TinyWorld:
+def build_world(root: Path, *, hidden: int = 64, layers: int = 2, name: str = "base", steps: int = 120) -> TinyWorld:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model trains ~10x faster single-threaded on a shared 2-core box
     try:
