@@ -7,7 +7,19 @@ pool's nodeSelector and tolerations, a memory-backed /dev/shm for NCCL, the rest
 security profile, the artifact-store settings as environment (the S3 secret key by
 reference to a Secret, never inline) and `backoffLimit` retries -- each retry resumes from
 the last checkpoint in the store, since the worker resumes the latest checkpoint under
-its prefix. The pod's progress comes back through the artifact store: the worker keeps its
+its prefix.
+
+Where the Job comes from (`build_job`):
+    TRACE_TRAINER_JOB_TEMPLATE set (the chart's training-job.json): that batch/v1 Job manifest is
+        the operator's -- command, image, resources, GPU pool, volumes, security context as it
+        says; the trainer sets metadata.name/namespace, adds its labels and annotations (pod
+        template too) and sets the job's own environment (below; a template entry of the same
+        name is replaced), and nothing else
+    unset: the built-in Job from the job_* settings (the same shape)
+    job environment: TRACE_TRAINER_JOB_SPEC, TRACE_TRAINER_CHECKPOINT_URI, HF_HUB_OFFLINE, the
+        cache locations, the S3 secret key and the environment service's token by Secret
+        reference (job_s3_secret_name, job_auth_from), job_extra_env
+The template's reading and what it mounts: job_template.py. The pod's progress comes back through the artifact store: the worker keeps its
 event log at `events_key`, which this executor polls together with the Job's status.
 
 Semantics (run):
@@ -21,6 +33,7 @@ Semantics (run):
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import logging
@@ -35,6 +48,7 @@ from trace_common import errors as E
 from trace_common.artifacts import ArtifactStore
 
 from .executors import EventFn, error_from_event
+from .job_template import load_job_template, memory_limit
 from .jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec
 from .settings import TrainerSettings
 
@@ -58,32 +72,73 @@ def _label_value(v: str) -> str:
     return v or "none"
 
 
-def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) -> client.V1Job:
-    """The Job object for one training job (module docstring)."""
+def job_env(spec: WorkerSpec, settings: TrainerSettings) -> list[dict[str, Any]]:
+    """The job's own environment (module docstring), as the API receives it."""
+    env: list[dict[str, Any]] = [
+        {"name": SPEC_ENV, "value": spec.model_dump_json()},
+        {"name": "TRACE_TRAINER_CHECKPOINT_URI", "value": f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"},
+        {"name": "TRACE_TRAINER_LOG_LEVEL", "value": settings.log_level},
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+        # the root filesystem is read-only: every cache goes to the scratch volume
+        {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
+        {"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}, {"name": "TRACE_AGENT_CACHE", "value": "/tmp/agents"}]
+    if settings.job_s3_secret_name:
+        env.append({"name": "TRACE_TRAINER_S3_SECRET_KEY", "valueFrom": {"secretKeyRef": {
+            "name": settings.job_s3_secret_name, "key": settings.job_s3_secret_key}}})
+    if settings.job_auth_from:  # the environment service's token, for environments it serves
+        secret, key = settings.job_auth_from.split(":", 1)
+        env.append({"name": ENVIRONMENT_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    env += [{"name": k, "value": v} for k, v in sorted(settings.job_extra_env.items())]
+    return env
+
+
+def _labels(spec: WorkerSpec) -> dict[str, str]:
+    return {LABEL_APP: "trace-trainer-job", LABEL_JOB: _label_value(spec.job_id),
+            LABEL_CAP: _label_value(spec.capability)}
+
+
+def _annotations(spec: WorkerSpec) -> dict[str, str]:
+    return {"trace.dev/run-id": spec.run_id,
+            "trace.dev/checkpoint-uri": f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"}
+
+
+def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str,
+              template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Job manifest (a dict, as the API receives it) for one training job (module docstring):
+    from `template` or the settings' TRACE_TRAINER_JOB_TEMPLATE when there is one, else built in."""
+    template = template if template is not None else load_job_template(settings.job_template)
+    if template is None:
+        return manifest_dict(_built_in_job(spec, settings, namespace=namespace))
+    job = copy.deepcopy(template)
+    meta = job.setdefault("metadata", {})
+    meta.pop("generateName", None)
+    meta.update(name=job_name(spec.job_id), namespace=namespace)
+    meta["labels"] = {**(meta.get("labels") or {}), **_labels(spec)}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **_annotations(spec)}
+    pod_template = job["spec"]["template"]
+    pod_meta = pod_template.setdefault("metadata", {})
+    pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **_labels(spec)}
+    (container,) = pod_template["spec"]["containers"]
+    if not container.get("image"):
+        if not settings.job_image:
+            raise E.FailedPrecondition("the training Job template's container has no image and "
+                                       "TRACE_TRAINER_JOB_IMAGE is unset: set one of them")
+        container["image"] = settings.job_image
+    ours = job_env(spec, settings)
+    names = {e["name"] for e in ours}
+    container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + ours
+    return job
+
+
+def _built_in_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) -> client.V1Job:
+    """The Job from the job_* settings, when no template is configured (module docstring)."""
     if not settings.job_image:
         raise E.FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE "
                                    "(e.g. registry/trace-trainer:1.0.0)")
     gpus = settings.job_gpus
     name = job_name(spec.job_id)
-    labels = {LABEL_APP: "trace-trainer-job", LABEL_JOB: _label_value(spec.job_id),
-              LABEL_CAP: _label_value(spec.capability)}
-    env = [client.V1EnvVar(name=SPEC_ENV, value=spec.model_dump_json()),
-           client.V1EnvVar(name="TRACE_TRAINER_CHECKPOINT_URI", value=f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"),
-           client.V1EnvVar(name="TRACE_TRAINER_LOG_LEVEL", value=settings.log_level),
-           client.V1EnvVar(name="HF_HUB_OFFLINE", value="1"),
-           # the root filesystem is read-only: every cache goes to the scratch volume
-           client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
-           client.V1EnvVar(name="MPLCONFIGDIR", value="/tmp/matplotlib"),
-           client.V1EnvVar(name="TRACE_AGENT_CACHE", value="/tmp/agents")]
-    if settings.job_s3_secret_name:
-        env.append(client.V1EnvVar(name="TRACE_TRAINER_S3_SECRET_KEY", value_from=client.V1EnvVarSource(
-            secret_key_ref=client.V1SecretKeySelector(name=settings.job_s3_secret_name,
-                                                      key=settings.job_s3_secret_key))))
-    if settings.job_auth_from:  # the environment service's token, for environments it serves
-        secret, key = settings.job_auth_from.split(":", 1)
-        env.append(client.V1EnvVar(name=ENVIRONMENT_TOKEN_ENV, value_from=client.V1EnvVarSource(
-            secret_key_ref=client.V1SecretKeySelector(name=secret, key=key))))
-    env += [client.V1EnvVar(name=k, value=v) for k, v in sorted(settings.job_extra_env.items())]
+    labels = _labels(spec)
+    env = job_env(spec, settings)
     limits = {"memory": settings.job_memory}
     requests = {"cpu": settings.job_cpu, "memory": settings.job_memory}
     if gpus:
@@ -119,9 +174,7 @@ def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) ->
         template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels=labels), spec=pod))
     return client.V1Job(api_version="batch/v1", kind="Job",
                         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels,
-                                                     annotations={"trace.dev/run-id": spec.run_id,
-                                                                  "trace.dev/checkpoint-uri":
-                                                                  f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"}),
+                                                     annotations=_annotations(spec)),
                         spec=job_spec)
 
 
@@ -179,7 +232,7 @@ class KubernetesExecutor:
     async def run(self, spec: WorkerSpec, on_event: EventFn) -> dict[str, Any]:
         ns = default_namespace(self.settings)
         job = build_job(spec, self.settings, namespace=ns)
-        name = job.metadata.name
+        name = job["metadata"]["name"]
         try:
             await asyncio.to_thread(self.batch.create_namespaced_job, ns, job)
         except client.ApiException as exc:
@@ -217,7 +270,7 @@ class KubernetesExecutor:
                 if final is not None and final["event"] == "error":
                     raise error_from_event(final)
                 ends = await asyncio.to_thread(self._container_ends, spec.job_id, ns)
-                raise E.TraceError(f"Kubernetes Job {name} failed: {reason}{_ends_text(ends, self.settings)}")
+                raise E.TraceError(f"Kubernetes Job {name} failed: {reason}{_ends_text(ends, memory_limit(job), self.settings)}")
         except asyncio.CancelledError:
             await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
             raise
@@ -289,14 +342,16 @@ class KubernetesExecutor:
                 log.warning("could not delete Kubernetes Job %s: %s %s", name, exc.status, exc.reason)
 
 
-def _ends_text(ends: list[str], settings: TrainerSettings) -> str:
+def _ends_text(ends: list[str], memory: str, settings: TrainerSettings) -> str:
     """The pods' container ends for a failed Job's error, with what to change when one was OOMKilled."""
     if not ends:
         return ""
     text = f"; its pods' trainer containers ended: {', '.join(ends)}"
     if any(e.startswith("OOMKilled") for e in ends):
-        text += (f". OOMKilled: the worker went over the pod's memory limit ({settings.job_memory}). Raise "
-                 "TRACE_TRAINER_JOB_MEMORY, or lower the worker's peak memory: raise the config's "
+        where = ("the Job template's memory limit (the chart: trainer.jobs.resources)" if settings.job_template
+                 else "TRACE_TRAINER_JOB_MEMORY")
+        text += (f". OOMKilled: the worker went over the pod's memory limit ({memory}). Raise "
+                 f"{where}, or lower the worker's peak memory: raise the config's "
                  "gradient_accumulation_steps (smaller micro-batches, same update) or set gradient_checkpointing: "
                  "true; a re-run continues from the job's last checkpoint")
     return text

@@ -8,8 +8,9 @@ TRACE_TRAINER_VLLM_ADAPTER_ROOT (a shared volume); a request never picks either.
     check_vllm(config, endpoints, root)
         config.rollout_backend != "vllm"          -> config unchanged
         server = endpoints.server(vllm.profile, vllm.base_url)   PermissionDenied unless a profile
-        executor is Kubernetes                    -> FailedPrecondition (Job pods mount no shared volume)
         root empty                                -> FailedPrecondition naming the setting
+        executor is Kubernetes and no durable volume of the Job's container (kubernetes_job.shared_mounts)
+            holds the root                        -> FailedPrecondition (the server could not read the versions)
         dir = normpath(join(root, vllm.adapter_dir))             (relative: under root)
         dir not inside root, lexically and with symlinks resolved -> PermissionDenied naming the field
         -> config with vllm.base_url = server.base_url, vllm.adapter_dir = dir
@@ -31,26 +32,31 @@ FIELD = "spec.config.vllm"
 
 
 def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, field: str = FIELD,
-               executor: str = "EXECUTOR_LOCAL") -> GRPOConfig:
+               executor: str = "EXECUTOR_LOCAL", job_mounts: tuple[str, ...] = ()) -> GRPOConfig:
     """`config` with its vLLM server and adapter directory decided by the operator (module docstring).
-    `field`: how the caller's input names the vllm block (e.g. "training.grpo.vllm")."""
+    `field`: how the caller's input names the vllm block (e.g. "training.grpo.vllm"); `job_mounts`:
+    where a Kubernetes training Job mounts durable volumes (kubernetes_job.shared_mounts)."""
     if config.rollout_backend != "vllm" or config.vllm is None:
         return config
     vllm = config.vllm
     server = endpoints.server(vllm.profile, vllm.base_url, field)
-    if executor == "EXECUTOR_KUBERNETES":
-        raise FailedPrecondition(
-            "rollout_backend='vllm' under the Kubernetes executor: training Job pods mount no volume the vLLM "
-            "server reads, so adapter versions could not reach it; use rollout_backend='in_process' (the Job's "
-            "own GPUs) or the local executor")
     if not adapter_root:
         raise FailedPrecondition(
             "rollout_backend='vllm' needs the directory the trainer saves adapter versions to for the vLLM server: "
-            "the operator sets TRACE_TRAINER_VLLM_ADAPTER_ROOT (a volume both can read); it is unset")
+            "the operator sets TRACE_TRAINER_VLLM_ADAPTER_ROOT (a volume both can read; the chart: "
+            "vllm.adapterVolume.existingClaim); it is unset")
+    configured = os.path.normpath(adapter_root)
+    if executor == "EXECUTOR_KUBERNETES" and not any(
+            os.path.commonpath([os.path.normpath(m), configured]) == os.path.normpath(m) for m in job_mounts):
+        raise FailedPrecondition(
+            f"rollout_backend='vllm' under the Kubernetes executor: the training Job's container mounts no "
+            f"persistent volume at TRACE_TRAINER_VLLM_ADAPTER_ROOT ({configured}; durable mounts: "
+            f"{', '.join(job_mounts) or 'none'}), so the adapter versions it saves could not reach the vLLM "
+            "server. Mount one volume in both (the chart: vllm.adapterVolume.existingClaim, a ReadWriteMany "
+            "claim), or use rollout_backend='in_process' (the Job's own GPUs)")
     if "\x00" in vllm.adapter_dir:
         raise InvalidArgument(field=f"{field}.adapter_dir", expected="a path without NUL bytes",
                               got=vllm.adapter_dir, fix="give a relative path such as 'adapters/<capability>'")
-    configured = os.path.normpath(adapter_root)
     wanted = os.path.normpath(os.path.join(configured, vllm.adapter_dir))
     # contained lexically and after every symlink is resolved; the path handed on keeps the configured
     # root's spelling (the vLLM server mounts that path, not necessarily what it resolves to here)

@@ -47,6 +47,11 @@ class TrainerSettings(ServiceSettings):
     # -- Kubernetes executor -------------------------------------------------------------------------
     kubernetes_namespace: str = Field("", description="Namespace for training Jobs (EXECUTOR_KUBERNETES); "
                                       "empty means the pod's own namespace.")
+    job_template: str = Field("", description=(
+        "JSON batch/v1 Job manifest training Jobs are made from (the chart's training-job.json): its command, "
+        "image, resources, GPU pool and volumes are the operator's, and the job_* settings of those are not "
+        "used; the trainer sets the name, labels, annotations and the job's environment (kubernetes_job.py). "
+        "Empty: the built-in Job from the job_* settings."))
     job_image: str = Field("", description="Image of training Jobs on the GPU pool (the trainer image).")
     job_image_pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of training Job pods.")
     job_gpus: int = Field(1, ge=0, le=64, description="GPUs per training Job pod (torchrun --nproc_per_node).")

@@ -106,7 +106,7 @@ def test_training_job_template_runs_torchrun_on_the_trainer_pool(value_set, gpus
     assert spec["restartPolicy"] == "Never"
     (c,) = spec["containers"]
     assert c["command"][:4] == ["torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={max(gpus, 1)}"]
-    assert c["command"][-2:] == ["-m", "services.trainer.job"]
+    assert c["command"][-2:] == ["-m", "services.trainer.worker"]   # the worker module (it exists: test_training_jobs)
     assert c["image"].endswith(r.get("Deployment", f"{FULLNAME}-trainer")["spec"]["template"]["spec"]
                                ["containers"][0]["image"].rpartition("/")[2])
     assert int(c["resources"].get("limits", {}).get("nvidia.com/gpu", 0)) == gpus

@@ -232,9 +232,9 @@ Artifact-store env vars (TRACE_<PREFIX>_*) with credentials by secretKeyRef only
 
 {{/*
 Env of a TRACE service container; input: dict root, name, v. Names follow
-trace_common.config.ServiceSettings and services/<name>/settings.py (TRACE_<SERVICE>_<FIELD>);
-the *_ADDRESS, VLLM_*, JOB_TEMPLATE and SANDBOX_* variables tell a service where its
-peers and templates are (ServiceSettings ignores names it does not know).
+trace_common.config.ServiceSettings and services/<name>/settings.py (TRACE_<SERVICE>_<FIELD>):
+every variable rendered here is a settings field (tests/chart/test_values.py). The one peer a
+service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_ADDRESS).
 */}}
 {{- define "trace.serviceEnv" -}}
 {{- $root := .root -}}
@@ -266,12 +266,9 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: {{ $v.graceSeconds | quote }}
 - name: TRACE_{{ $P }}_LOG_LEVEL
   value: {{ $v.logLevel | quote }}
-{{- range $peer := include "trace.services" $root | fromJsonArray }}
-{{- $pv := index $root.Values $peer }}
-{{- if and $pv.enabled (ne $peer $.name) }}
-- name: TRACE_{{ $P }}_{{ upper $peer }}_ADDRESS
-  value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" $peer)) (int $pv.service.port) | quote }}
-{{- end }}
+{{- if and (eq .name "trainer") $root.Values.environment.enabled }}
+- name: TRACE_TRAINER_ENVIRONMENT_ADDRESS
+  value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" "environment")) (int $root.Values.environment.service.port) | quote }}
 {{- end }}
 {{- if has .name (list "analysis" "environment" "rollout" "trainer") }}
 {{ include "trace.endpointsEnv" (dict "root" $root "name" .name) }}
@@ -289,6 +286,10 @@ peers and templates are (ServiceSettings ignores names it does not know).
   value: {{ include "trace.image" (dict "root" $root "image" $v.image "prefix" true) | quote }}
 - name: TRACE_TRAINER_JOB_TEMPLATE
   value: /etc/trace/templates/training-job.json
+{{- with include "trace.adapterVolume" $root | fromYaml }}
+- name: TRACE_TRAINER_VLLM_ADAPTER_ROOT
+  value: {{ .mountPath | quote }}
+{{- end }}
 - name: TRACE_TRAINER_JOB_AUTH_FROM
   value: {{ printf "%s:%s" (include "trace.authSecretName" $root) $root.Values.auth.secretKey | quote }}
 {{- end }}
@@ -387,4 +388,18 @@ server, endpoints.vllm), "llm" (llm.baseUrl, for analysis and environment) and e
       name: {{ .name }}
       key: {{ .key }}
 {{- end }}
+{{- end -}}
+
+
+{{/*
+The vLLM adapter volume (vllm.adapterVolume) as YAML {existingClaim, mountPath} when the in-chart vLLM
+is on and a claim is named, else empty: the training Jobs mount it, the vLLM server reads it, and the
+trainer's TRACE_TRAINER_VLLM_ADAPTER_ROOT is its mount path.
+*/}}
+{{- define "trace.adapterVolume" -}}
+{{- $a := .Values.vllm.adapterVolume -}}
+{{- if and .Values.vllm.enabled $a.existingClaim -}}
+{{- if not (hasPrefix "/" $a.mountPath) -}}{{- fail (printf "vllm.adapterVolume.mountPath must be an absolute path, got %q" $a.mountPath) -}}{{- end -}}
+{{- toYaml (dict "existingClaim" $a.existingClaim "mountPath" $a.mountPath) -}}
+{{- end -}}
 {{- end -}}

@@ -5,6 +5,7 @@ before anything connects (a listener on loopback sees nothing)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -98,12 +99,62 @@ def test_the_config_check_applies_the_same_rules(domain, listener):
     assert ok.vllm.base_url == PROFILE_URL and ok.vllm.adapter_dir == str(root / "a")
 
 
-def test_kubernetes_jobs_cannot_roll_out_on_vllm(tmp_path):
-    (tmp_path / "adapters").mkdir()
-    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root=str(tmp_path / "adapters"),
-                                        endpoints={"vllm": {"base_url": PROFILE_URL}}, job_image="trace-trainer:1"))
-    job = spec({"profile": "vllm", "adapter_dir": "a"}).model_copy(update={"executor": "EXECUTOR_KUBERNETES"})
-    with pytest.raises(FailedPrecondition, match="Kubernetes executor"):
+def job_template(volume: dict | None, mount: dict | None) -> dict:
+    """A training Job template whose container mounts `volume` (named "shared") as `mount` says."""
+    pod = {"containers": [{"name": "train", "image": "trace-trainer:1", "command": ["torchrun"],
+                           "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+           "volumes": [{"name": "tmp", "emptyDir": {}}]}
+    if volume is not None:
+        pod["volumes"].append({"name": "shared", **volume})
+        pod["containers"][0]["volumeMounts"].append({"name": "shared", **(mount or {})})
+    return {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": pod}}}
+
+
+PVC = {"persistentVolumeClaim": {"claimName": "trace-adapters"}}
+
+
+@pytest.mark.parametrize(("template", "allowed", "why"), [
+    (None, False, "durable mounts: none"),                                          # the built-in Job
+    (job_template(None, None), False, "durable mounts: none"),
+    (job_template({"emptyDir": {}}, {"mountPath": "/adapters"}), False, "durable mounts: none"),   # dies with the pod
+    (job_template({}, {"mountPath": "/adapters"}), False, "durable mounts: none"),   # no source: an emptyDir
+    (job_template(PVC, {"mountPath": "/adapters", "readOnly": True}), False, "durable mounts: none"),
+    (job_template(PVC, {"mountPath": "/elsewhere"}), False, "durable mounts: /elsewhere"),
+    (job_template(PVC, {"mountPath": "/adapters/sub"}), False, "durable mounts: /adapters/sub"),  # below the root
+    (job_template(PVC, {"mountPath": "/adapters"}), True, ""),
+    (job_template(PVC, {"mountPath": "/"}), True, ""),                              # above the root holds it
+    (job_template({"nfs": {"server": "nfs", "path": "/x"}}, {"mountPath": "/adapters"}), True, ""),
+])
+def test_kubernetes_jobs_roll_out_on_vllm_only_with_the_root_on_a_shared_volume(tmp_path, template, allowed, why):
+    """Under the Kubernetes executor the Job's container must mount the adapter root on a volume that
+    outlives the pod and is writable (the vLLM server reads the same claim), as its template says."""
+    settings = dict(artifact_root=tmp_path.as_uri(), vllm_adapter_root="/adapters", job_image="trace-trainer:1",
+                    endpoints={"vllm": {"base_url": PROFILE_URL}})
+    if template is not None:
+        (tmp_path / "job.json").write_text(json.dumps(template))
+        settings["job_template"] = str(tmp_path / "job.json")
+    training = Training(TrainerSettings(**settings))
+    job = spec({"profile": "vllm", "adapter_dir": "cap"}).model_copy(update={"executor": "EXECUTOR_KUBERNETES"})
+    if allowed:
+        assert training.validate(job).vllm.adapter_dir == "/adapters/cap"
+    else:
+        with pytest.raises(FailedPrecondition, match="Kubernetes executor") as err:
+            training.validate(job)
+        assert why in str(err.value) and "vllm.adapterVolume.existingClaim" in str(err.value)
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("{not json", "cannot read the training Job template"),
+    (json.dumps({"kind": "Pod", "spec": {}}), "not a batch/v1 Job manifest"),
+    (json.dumps({"kind": "Job", "spec": {"template": {"spec": {"containers": []}}}}), "exactly one container"),
+])
+def test_an_unusable_job_template_is_refused_before_a_job_exists(tmp_path, content, needle):
+    (tmp_path / "job.json").write_text(content)
+    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), job_template=str(tmp_path / "job.json"),
+                                        job_image="trace-trainer:1"))
+    job = spec({"profile": "vllm", "adapter_dir": "cap"}).model_copy(update={
+        "executor": "EXECUTOR_KUBERNETES", "config": {"max_steps": 2}})
+    with pytest.raises(FailedPrecondition, match=needle):
         training.validate(job)
 
 
