@@ -38,6 +38,9 @@ class Termination(StrEnum):
     POLICY_ERROR = "policy_error"  # the policy backend failed (unreachable, raised)
     ENV_ERROR = "env_error"    # a dependency of the environment failed (e.g. its LLM user is unreachable)
     TIMEOUT = "timeout"        # the episode's wall-clock deadline passed
+    # the conversation outgrew the policy's context window: the agent's budget in tokens ran out,
+    # as MAX_TURNS is its budget in turns (scored on the state reached; not an error)
+    CONTEXT_EXHAUSTED = "context_exhausted"
 
 
 class Diagnostic(BaseModel):

@@ -10,6 +10,7 @@ Semantics (one episode):
     obs = env.reset(seed); messages = obs.messages
     while not env.done and turns < max_turns:
         reply = policy(messages, tools)          # may raise -> termination policy_error
+                                                 #   (ContextExhausted -> context_exhausted, no error)
         messages += [reply]; turns += 1
         for action in actions_from_message(reply):
             messages += env.step(action).observation
@@ -28,7 +29,7 @@ from typing import Any
 from trace_common.env.environment import Diagnostic, Environment, Termination
 from trace_common.env.messages import Message, actions_from_message
 from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory, TurnRecord
-from trace_common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from trace_common.errors import ContextExhausted, DeadlineExceeded, InvalidArgument, Unavailable
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _EpisodeDriver:
         self.turns: list[TurnRecord] = []
         self.n_turns = 0
         self.error: str | None = None
+        self.context_note: str | None = None
         self.termination: Termination | None = None
         self._asked = 0.0
 
@@ -89,8 +91,13 @@ class _EpisodeDriver:
         return list(self.messages)
 
     def fail(self, exc: BaseException) -> None:
-        """The policy raised: the episode ends with `policy_error`, the reason kept."""
+        """The policy raised: the episode ends with `policy_error`, the reason kept -- unless the
+        conversation outgrew the model's context (`ContextExhausted`): then it ends as
+        `context_exhausted`, no error, scored on the state reached (like `max_turns`)."""
         self.t_policy += time.perf_counter() - self._asked
+        if isinstance(exc, ContextExhausted):
+            self.termination, self.context_note = Termination.CONTEXT_EXHAUSTED, str(exc)
+            return
         self.termination, self.error = Termination.POLICY_ERROR, f"{type(exc).__name__}: {exc}"
 
     def answer(self, reply: Message | PolicyTurn) -> None:
@@ -126,6 +133,8 @@ class _EpisodeDriver:
         failure = env.failure_reason()
         self.t_env += time.perf_counter() - t0
         info = {**self.obs.info, **env.episode_info()}
+        if self.context_note:
+            info["context_exhausted"] = self.context_note
         finished = getattr(env, "episode_finished", None)  # duck-typed environments may lack the hook
         if callable(finished):
             finished()
@@ -148,7 +157,8 @@ def run_episode(env: Environment, policy_fn: PolicyFn, seed: int, max_turns: int
 
     The policy is called with a fresh copy of the message list each turn. Exceptions from
     the policy end the episode with termination `policy_error` (the message is kept in
-    `error`); a reply that is not an assistant message ends it with `agent_error`;
+    `error`), except `ContextExhausted` (the conversation outgrew the model's context), which
+    ends it with `context_exhausted` and no error (its message in `info["context_exhausted"]`); a reply that is not an assistant message ends it with `agent_error`;
     `deadline_s` (wall-clock seconds for the whole episode) ends it with `timeout`.
     Exceptions from the environment are bugs and propagate, except Unavailable/DeadlineExceeded
     (a dependency such as an LLM user simulator failed), which end it with `env_error`.

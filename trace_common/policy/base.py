@@ -174,7 +174,8 @@ class Policy(ABC):
     3. Backend failures (endpoint unreachable, timeout after bounded retries, HTTP error,
        a response that is not a chat completion) raise `PolicyUnavailable` (a
        `trace_common.errors.Unavailable`) with a reason; the episode loop records the
-       episode as `policy_error`.
+       episode as `policy_error`. A conversation longer than the model's context raises
+       `ContextExhausted` (trace_common.errors): the episode ends as `context_exhausted`, not an error.
     4. With `params.seed` set, a backend that supports seeding returns the same reply for
        the same request every time (the in-process backend does; vLLM does per request).
     5. Token ids and logprobs are filled where the backend has them (in-process: always;

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,10 +37,16 @@ import openai
 
 from trace_common.endpoints import read_api_key
 from trace_common.env.messages import FunctionCall, Message, ToolCall
-from trace_common.errors import InvalidArgument
+from trace_common.errors import ContextExhausted, InvalidArgument
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.toolcalls import TOOL_CALL_OPEN, call_id, render_assistant_text
+
+#: How OpenAI-compatible servers word a prompt longer than the model's context (vLLM: "This model's
+#: maximum context length is 4096 tokens. However, you requested ..."; TRACE's inference service:
+#: "expected a prompt shorter than the model's context (4096 tokens)").
+CONTEXT_REFUSAL = re.compile(r"maximum context length|context length is|shorter than the model's context",
+                             re.IGNORECASE)
 
 
 def _request_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -123,6 +130,8 @@ class OpenAIPolicy(Policy):
                 raise self._fail("connection", f"cannot connect: {err}") from None
             except openai.APIStatusError as err:
                 body = str(err.body)[:300] if err.body is not None else ""
+                if err.status_code == 400 and CONTEXT_REFUSAL.search(str(err.body or err.message)):
+                    raise ContextExhausted(f"{self._where()}: HTTP 400: {body}") from None
                 raise self._fail("http_error", f"HTTP {err.status_code}: {body}", err.status_code) from None
             except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError) as err:
                 raise self._fail("bad_response", f"the response is not a chat completion: {err}") from None

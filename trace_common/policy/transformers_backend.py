@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from trace_common.errors import InvalidArgument, NotFound, ResourceExhausted, TraceError
+from trace_common.errors import ContextExhausted, InvalidArgument, NotFound, TraceError
 from trace_common.hf_load import load_causal_lm
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.batcher import RequestBatcher
@@ -130,8 +130,8 @@ class TransformersPolicy(Policy):
                                      f"{type(exc).__name__}: {exc}", kind="backend_error")
         room = self.max_context - len(ids)
         if room < 1:
-            return ResourceExhausted(f"the prompt has {len(ids)} tokens but the model's context is "
-                                     f"{self.max_context}; shorten the conversation (fewer turns)")
+            return ContextExhausted(f"the prompt has {len(ids)} tokens but the model's context is "
+                                    f"{self.max_context}")
         p = request.params
         return ids, RowParams(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                               max_tokens=min(p.max_tokens, room), seed=p.seed)

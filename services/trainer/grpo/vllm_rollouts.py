@@ -44,10 +44,11 @@ from typing import Any
 import httpx
 
 from trace_common.env import PolicyInfo
-from trace_common.errors import FailedPrecondition, Unavailable
+from trace_common.errors import ContextExhausted, FailedPrecondition, Unavailable
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.errors import PolicyUnavailable
+from trace_common.policy.http_backend import CONTEXT_REFUSAL
 
 from .config import VLLMRolloutConfig
 from .lora import save_pretrained_to
@@ -239,6 +240,8 @@ class VLLMPolicy(Policy):
                 raise PolicyUnavailable(f"vLLM unreachable: {exc}", kind="connection") from exc
             finally:
                 self.manager.release(name)
+        if resp.status_code == 400 and CONTEXT_REFUSAL.search(resp.text):
+            raise ContextExhausted(f"vLLM HTTP 400: {resp.text[:300]}")   # the episode ends, not an error
         if resp.status_code >= 400:
             self.stats.record_failure("http_error")
             raise PolicyUnavailable(f"vLLM HTTP {resp.status_code}: {resp.text[:300]}", kind="http_error",

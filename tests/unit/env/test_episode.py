@@ -8,7 +8,7 @@ import pytest
 from tests.unit.env.contract import check_environment_contract
 from tests.unit.env.toy_env import ToyEnv
 from trace_common.env import Message, PolicyInfo, PolicyTurn, Termination, ToolCall, run_episode
-from trace_common.errors import InvalidArgument
+from trace_common.errors import ContextExhausted, InvalidArgument
 
 
 def _numbers(messages):
@@ -41,12 +41,21 @@ def wrong_role(messages, tools):
     return Message.user("I am not the assistant")
 
 
+def outgrows_context(messages, tools):
+    """Calls the tool, then the conversation no longer fits the model (the backend says so)."""
+    if messages[-1].role == "tool":
+        raise ContextExhausted("the prompt has 4100 tokens but the model's context is 4096")
+    return solver(messages, tools)
+
+
 @pytest.mark.parametrize("policy, max_turns, termination, reward, n_assistant", [
     (solver, None, Termination.DONE, 1.0, 2),
     (wrong, None, Termination.DONE, 0.0, 1),
     (chatty_tools, 3, Termination.MAX_TURNS, 0.0, 3),
     (raises, None, Termination.POLICY_ERROR, 0.0, 0),
     (wrong_role, None, Termination.AGENT_ERROR, 0.0, 0),
+    # the agent's budget in tokens ran out: scored on the state reached, not an error
+    (outgrows_context, None, Termination.CONTEXT_EXHAUSTED, 0.0, 1),
 ])
 def test_terminations(policy, max_turns, termination, reward, n_assistant):
     traj = run_episode(ToyEnv(), policy, seed=5, max_turns=max_turns)
@@ -55,6 +64,7 @@ def test_terminations(policy, max_turns, termination, reward, n_assistant):
     assert traj.assistant_turns() == n_assistant
     assert (traj.error is not None) == (termination in (Termination.POLICY_ERROR, Termination.AGENT_ERROR))
     assert set(traj.timings) == {"policy", "env", "total"}
+    assert ("context_exhausted" in traj.info) == (termination == Termination.CONTEXT_EXHAUSTED)
 
 
 def test_timeout_and_bad_max_turns():
@@ -102,6 +112,7 @@ def test_toy_env_meets_the_contract():
     (wrong, 5, Termination.DONE, 0.0, 1),
     (raises, 5, Termination.POLICY_ERROR, 0.0, 0),
     (wrong_role, 5, Termination.AGENT_ERROR, 0.0, 0),
+    (outgrows_context, 5, Termination.CONTEXT_EXHAUSTED, 0.0, 1),
 ])
 def test_async_loop_matches_sync_loop(policy, max_turns, termination, reward, n_assistant):
     """run_episode_async drives the same state machine: identical messages and outcome."""

@@ -147,6 +147,24 @@ def test_http_backend_failure_fails_calibration_not_the_candidate(reply):
     assert "calibration policy 'served-base' failed" in str(err.value) and "policy backend" in str(err.value)
 
 
+def test_episodes_that_outgrow_the_context_are_failed_episodes_not_errors():
+    """A base agent whose conversation no longer fits its context has failed the episode (its budget in
+    tokens ran out): scored 0 like a max_turns episode, never a calibration error that rejects the
+    candidate whatever its mean (a 1-in-64 overflow did that to an in-band candidate)."""
+    refusal = {"status": 400, "json": {"error": {"message": "This model's maximum context length is 4096 tokens. "
+                                                 "However, you requested 4200 tokens.", "type": "BadRequestError"}}}
+    srv = FakeOpenAI(default=refusal)
+    try:
+        report, _ = _calibrate(_ref(HTTP, model="served-base", endpoint=srv.base_url), "precondition_verification",
+                               "store")
+    finally:
+        srv.close()
+    check = _calibration_check(report)
+    assert not check.passed and "outside the band" in check.reason
+    assert "seed" not in check.reason and "ContextExhausted" not in check.reason   # no episode error
+    assert report.numbers["calibration_mean"] == 0.0
+
+
 def test_episodes_past_the_deadline_fail_calibration_not_the_candidate():
     """A slow model must not be read as a 0 reward (every environment would be rejected as too hard)."""
     srv = FakeOpenAI(default={"json": completion("", [CALL])}, latency=0.3)  # several turns of 0.3 s each

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.fake_openai import FakeOpenAI, completion
 from trace_common.env.messages import Message
-from trace_common.errors import Unavailable
+from trace_common.errors import ContextExhausted, Unavailable
 from trace_common.policy.base import PolicyRequest, SamplingParams
 from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.http_backend import OpenAIPolicy
@@ -113,6 +113,19 @@ def test_failures_are_typed(server, script, kwargs, kind, status):
     assert isinstance(err, Unavailable) and err.code == "UNAVAILABLE"
     assert err.kind == kind and err.status == status
     assert server.base_url in err.reason
+
+
+@pytest.mark.parametrize("message", [
+    # vLLM's OpenAI-compatible refusal, and TRACE's own inference service's
+    "This model's maximum context length is 4096 tokens. However, you requested 4200 tokens (4100 in the "
+    "messages, 100 in the completion). Please reduce the length of the messages or completion.",
+    "messages: expected a prompt shorter than the model's context (4096 tokens), got 4100 tokens",
+])
+def test_a_context_length_refusal_is_context_exhausted_not_a_backend_failure(server, message):
+    """The episode ends as context_exhausted (the agent's budget in tokens), not as policy_error."""
+    server.script.append({"status": 400, "json": {"error": {"message": message, "type": "BadRequestError"}}})
+    with pytest.raises(ContextExhausted, match="HTTP 400"):
+        run_one(server, req(), max_retries=0)
 
 
 def test_retry_recovers_from_one_server_error(server):

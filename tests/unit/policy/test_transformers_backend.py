@@ -10,7 +10,7 @@ import torch
 
 from tests.unit.policy.helpers import store_trajectories, tiny_model, tiny_tokenizer
 from trace_common.env.messages import Message
-from trace_common.errors import ResourceExhausted
+from trace_common.errors import ContextExhausted
 from trace_common.policy.base import PolicyRequest, SamplingParams
 from trace_common.policy.generation import RowParams, generate_batch, sample_tokens
 from trace_common.policy.transformers_backend import TransformersPolicy
@@ -137,7 +137,7 @@ def test_prefix_cache_is_dropped_when_weights_change():
 def test_prompt_longer_than_context_fails_only_that_request():
     policy = make_policy(max_context=200)
     short = PolicyRequest(messages=[Message.user("hi")], params=SamplingParams(max_tokens=4, seed=0))
-    with pytest.raises(ResourceExhausted, match="context"):
+    with pytest.raises(ContextExhausted, match="context"):
         run(policy.generate([short, request(0)]))
     turn = run(policy.complete(short))
     assert len(turn.completion_token_ids) <= 4
