@@ -18,6 +18,7 @@ import base64
 import html
 import io
 import json
+import math
 from typing import Any
 
 import matplotlib
@@ -111,6 +112,14 @@ def _err(a: dict[str, Any]) -> list[list[float]]:
     return ci_errors([a])
 
 
+def sample_efficiency_top(rows: list[dict[str, Any]]) -> float:
+    """The y-axis top of the sample-efficiency plot: the highest upper 95 % bound shown, plus a
+    quarter, rounded up to 0.05 and at most 1 -- pass rates of a few percent on a 0-1 axis look
+    alike, and the differences are what the plot is for."""
+    tops = [(r.get("ci") or [0.0, r.get("pass_rate", 0.0)])[1] for r in rows if "pass_rate" in r]
+    return min(1.0, max(0.05, math.ceil(max(tops, default=1.0) * 1.25 / 0.05 - 1e-9) * 0.05))
+
+
 def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str, Any]] | None = None,
                            budget: int | None = None) -> bytes | None:
     """Held-out pass rate (95 % CI) vs training episodes: the GRPO-on-target curve (one run, its
@@ -140,7 +149,7 @@ def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str
         ax.axvline(budget, ls=":", color="#2a9d4b", lw=1)
     ax.set_xlabel("training episodes (every episode the method played)")
     ax.set_ylabel("held-out pass rate (95% CI)")
-    ax.set_ylim(0, 1)
+    ax.set_ylim(0, sample_efficiency_top([*points, *arms.values()]))
     ax.set_title("Sample efficiency: pass rate vs episodes")
     ax.legend(fontsize=7)
     return _png(fig)

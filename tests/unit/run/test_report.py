@@ -152,3 +152,17 @@ def test_arms_that_pass_nothing_plot():
 
     arms = {name: {"pass_rate": 0.0, "ci": list(wilson_interval(0, 24))} for name in ("base", "trace_routing")}
     assert plot_arms(arms)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("rows", "top"), [
+    ([{"pass_rate": 0.122, "ci": [0.096, 0.154]}, {"pass_rate": 0.04, "ci": [0.026, 0.061]}], 0.2),  # 0.154 * 1.25
+    ([{"pass_rate": 0.5, "ci": [0.4, 0.6]}], 0.75),
+    ([{"pass_rate": 0.9, "ci": [0.85, 0.95]}], 1.0),                     # never above 1
+    ([{"pass_rate": 0.0, "ci": [0.0, 0.0]}], 0.05),                       # nothing passed: still an axis
+    ([{"pass_rate": 0.2}], 0.25),                                         # no interval stored: the rate
+    ([{"name": "no rate"}], 1.0),                                         # nothing to scale by
+])
+def test_the_sample_efficiency_axis_fits_what_it_shows(rows, top):
+    from tracectl.run.report import sample_efficiency_top
+
+    assert sample_efficiency_top(rows) == pytest.approx(top)
