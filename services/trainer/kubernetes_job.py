@@ -19,8 +19,10 @@ Where the Job comes from (`build_job`):
     job environment: TRACE_TRAINER_JOB_SPEC, TRACE_TRAINER_CHECKPOINT_URI, HF_HUB_OFFLINE, the
         cache locations, the S3 secret key and the environment service's token by Secret
         reference (job_s3_secret_name, job_auth_from), job_extra_env
-The template's reading and what it mounts: job_template.py. The pod's progress comes back through the artifact store: the worker keeps its
-event log at `events_key`, which this executor polls together with the Job's status.
+The template's reading and what it mounts: job_template.py.
+
+The pod's progress comes back through the artifact store: the worker keeps its event log at
+`events_key`, which this executor polls together with the Job's status.
 
 Semantics (run):
     create Job; every poll_seconds: forward new events (iterations, checkpoints)
