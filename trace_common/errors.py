@@ -92,8 +92,8 @@ class ResourceExhausted(TraceError):
 
 class ContextExhausted(ResourceExhausted):
     """A policy backend's conversation no longer fits the model's context window. Not a failure
-    of the backend: the episode loop (trace_common/env/episode.py) ends the episode with
-    termination `context_exhausted`, scored on the state reached as a `max_turns` episode is --
+    of the backend: after the agent's first turn the episode loop (trace_common/env/episode.py)
+    ends the episode with termination `context_exhausted`, scored on the state reached as a `max_turns` episode is --
     the agent ran out of its budget in tokens -- and records no error, so calibration, training
     and evaluation treat it as the agent's failure to finish, never as a broken episode."""
 

@@ -4,8 +4,9 @@ reading it, and what its container mounts. Kept apart from kubernetes_job.py (wh
 
     load_job_template(path)  -> the manifest, or None (no template: the built-in Job); an unreadable
                                 file, a non-Job, or not exactly one container -> FailedPrecondition
-    shared_mounts(job)       -> mount paths of the container on volumes that outlive the pod (not
-                                emptyDir / configMap / secret / ...), written to (not readOnly): vLLM
+    shared_mounts(job)       -> mount paths of the container on volumes that outlive the pod and are
+                                not one node's (not emptyDir / configMap / secret / hostPath / ...),
+                                writable (neither mount nor claim readOnly), whole (no subPath): vLLM
                                 rollouts under the Kubernetes executor need the adapter root on one
                                 (outbound.py)
 """
@@ -18,9 +19,10 @@ from typing import Any
 
 from trace_common import errors as E
 
-#: Volume kinds that live and die with the pod, or are read-only projections: nothing another pod
-#: (the vLLM server) could read a file from that the trainer wrote.
-POD_LOCAL_VOLUMES = frozenset({"emptyDir", "configMap", "secret", "downwardAPI", "projected", "ephemeral"})
+#: Volume kinds that live and die with the pod, are read-only projections, or are one node's own disk
+#: (hostPath): nothing the vLLM server's pod could be sure to read a file from that the trainer wrote.
+POD_LOCAL_VOLUMES = frozenset({"emptyDir", "configMap", "secret", "downwardAPI", "projected", "ephemeral",
+                               "hostPath"})
 
 
 def load_job_template(path: str) -> dict[str, Any] | None:
@@ -46,12 +48,18 @@ def load_job_template(path: str) -> dict[str, Any] | None:
 def shared_mounts(job: dict[str, Any]) -> list[str]:
     """Mount paths of the Job's container on volumes that outlive the pod (module docstring)."""
     pod = job["spec"]["template"]["spec"]
-    kinds = {v.get("name"): {k for k in v if k != "name"} for v in pod.get("volumes") or []}
-    # a volume with no source is an emptyDir (the API server's default)
-    durable = {name for name, k in kinds.items() if k and not POD_LOCAL_VOLUMES & k}
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+
+    def durable(v: dict[str, Any]) -> bool:
+        kinds = {k for k in v if k != "name"}   # none: an emptyDir (the API server's default)
+        claim = v.get("persistentVolumeClaim") or {}
+        return bool(kinds) and not POD_LOCAL_VOLUMES & kinds and not claim.get("readOnly")
+
     (container,) = pod["containers"]
+    # a subPath mount shows the trainer another directory than the vLLM server sees at that path
     return [m["mountPath"] for m in container.get("volumeMounts") or []
-            if m.get("name") in durable and m.get("mountPath") and not m.get("readOnly")]
+            if m.get("name") in volumes and durable(volumes[m["name"]]) and m.get("mountPath")
+            and not m.get("readOnly") and not m.get("subPath") and not m.get("subPathExpr")]
 
 
 def memory_limit(job: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ Kubernetes executor follows a pod.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -97,6 +98,12 @@ def env_factory(ref: dict[str, Any], environment_target: str, token: str | None 
 
 def prefix_for(run_id: str, capability: str) -> str:
     return f"runs/{run_id or 'adhoc'}/adapters/{capability}"
+
+
+def adapter_lineage(prefix: str) -> str:
+    """A short digest of a job's checkpoint prefix: the part of its vLLM adapter names that a
+    job resuming the same checkpoints shares and a job of another run does not (vllm_rollouts.py)."""
+    return hashlib.sha256(prefix.encode()).hexdigest()[:12]
 
 
 def events_key_for(prefix: str, job_id: str) -> str:

@@ -99,6 +99,13 @@ def _labels(spec: WorkerSpec) -> dict[str, str]:
             LABEL_CAP: _label_value(spec.capability)}
 
 
+def _with_labels(template: dict[str, str] | None, spec: WorkerSpec) -> dict[str, str]:
+    """The template's labels plus the job's; the template keeps its own app name (the chart's
+    selectors use it), the job and capability labels are always the trainer's."""
+    ours = _labels(spec)
+    return {**ours, **(template or {}), LABEL_JOB: ours[LABEL_JOB], LABEL_CAP: ours[LABEL_CAP]}
+
+
 def _annotations(spec: WorkerSpec) -> dict[str, str]:
     return {"trace.dev/run-id": spec.run_id,
             "trace.dev/checkpoint-uri": f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"}
@@ -115,11 +122,11 @@ def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str,
     meta = job.setdefault("metadata", {})
     meta.pop("generateName", None)
     meta.update(name=job_name(spec.job_id), namespace=namespace)
-    meta["labels"] = {**(meta.get("labels") or {}), **_labels(spec)}
+    meta["labels"] = _with_labels(meta.get("labels"), spec)
     meta["annotations"] = {**(meta.get("annotations") or {}), **_annotations(spec)}
     pod_template = job["spec"]["template"]
     pod_meta = pod_template.setdefault("metadata", {})
-    pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **_labels(spec)}
+    pod_meta["labels"] = _with_labels(pod_meta.get("labels"), spec)
     (container,) = pod_template["spec"]["containers"]
     if not container.get("image"):
         if not settings.job_image:

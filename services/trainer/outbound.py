@@ -9,6 +9,8 @@ TRACE_TRAINER_VLLM_ADAPTER_ROOT (a shared volume); a request never picks either.
         config.rollout_backend != "vllm"          -> config unchanged
         server = endpoints.server(vllm.profile, vllm.base_url)   PermissionDenied unless a profile
         root empty                                -> FailedPrecondition naming the setting
+        local executor and root not a writable directory here -> FailedPrecondition (the workers
+                                                     write the versions from this pod)
         executor is Kubernetes and no durable volume of the Job's container (kubernetes_job.shared_mounts)
             holds the root                        -> FailedPrecondition (the server could not read the versions)
         dir = normpath(join(root, vllm.adapter_dir))             (relative: under root)
@@ -46,6 +48,12 @@ def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, f
             "the operator sets TRACE_TRAINER_VLLM_ADAPTER_ROOT (a volume both can read; the chart: "
             "vllm.adapterVolume.existingClaim); it is unset")
     configured = os.path.normpath(adapter_root)
+    if executor != "EXECUTOR_KUBERNETES" and not (os.path.isdir(configured) and os.access(configured, os.W_OK)):
+        raise FailedPrecondition(
+            f"rollout_backend='vllm' under the local executor: TRACE_TRAINER_VLLM_ADAPTER_ROOT ({configured}) is "
+            "not a writable directory in the trainer's pod, and its workers save the adapter versions there. "
+            "Mount the volume the vLLM server reads at that path in the trainer's pod, or use the Kubernetes "
+            "executor (the chart: vllm.adapterVolume.existingClaim mounts it in every training Job)")
     if executor == "EXECUTOR_KUBERNETES" and not any(
             os.path.commonpath([os.path.normpath(m), configured]) == os.path.normpath(m) for m in job_mounts):
         raise FailedPrecondition(

@@ -74,6 +74,14 @@ class TrainerSettings(ServiceSettings):
     job_poll_seconds: float = Field(5.0, gt=0, le=600, description="How often a Kubernetes Job's status and "
                                     "progress are read.")
 
+    @field_validator("vllm_adapter_root")
+    @classmethod
+    def _absolute_root(cls, v: str) -> str:
+        if v and not v.startswith("/"):
+            raise ValueError(f"TRACE_TRAINER_VLLM_ADAPTER_ROOT {v!r} must be an absolute path (the same path the "
+                             "vLLM server mounts), e.g. /adapters")
+        return v
+
     @field_validator("endpoints")
     @classmethod
     def _no_keys(cls, v: dict[str, EndpointProfile]) -> dict[str, EndpointProfile]:

@@ -31,7 +31,7 @@ from typing import Any
 from trace_common.errors import FailedPrecondition, TraceError
 from trace_common.malloc import limit_arenas_or_exit
 
-from .jobspec import EVENT_PREFIX, SPEC_ENV, WorkerSpec, encode_event
+from .jobspec import EVENT_PREFIX, SPEC_ENV, WorkerSpec, adapter_lineage, encode_event
 from .jobspec import env_factory as resolve_env
 
 log = logging.getLogger("trace.trainer.worker")
@@ -136,7 +136,7 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
                                            cache_dir=cache, s3=s3, device=device)
         trainer = make_trainer(config, base, tokenizer, env_factory, store=store, prefix=spec.prefix,
                                capability=spec.capability, on_event=sink.emit, should_stop=stop.is_set, dist=dist,
-                               model_label=label, job_id=spec.job_id)
+                               model_label=label, lineage=adapter_lineage(spec.prefix))
         result = trainer.train(resume=spec.resume_from or True, write_adapter=False)
         if stop.is_set() and result.stop_reason == "stop requested":
             sink.emit("error", {"code": "CANCELLED", "message": f"stopped on request after iteration "

@@ -58,6 +58,10 @@ def test_the_trainer_builds_its_jobs_from_the_chart_template(value_set, gpus, po
     assert job["metadata"]["name"] == job_name(worker_spec().job_id) and "generateName" not in job["metadata"]
     pod = job["spec"]["template"]
     assert pod["metadata"]["labels"][LABEL_JOB] == "training-20261202-000000-abcd1234"   # how its pods are found
+    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "trace"    # the chart's own, kept
+    rules = {r["action"]: r for r in job["spec"]["podFailurePolicy"]["rules"]}
+    assert rules["FailJob"]["onExitCodes"] == {"containerName": "train", "operator": "In", "values": [1]}
+    assert rules["Ignore"]["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
     (c,) = pod["spec"]["containers"]
     assert c["command"][-2:] == ["-m", "services.trainer.worker"]       # a module that exists
     __import__(c["command"][-1])

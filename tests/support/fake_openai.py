@@ -25,9 +25,13 @@ def completion(content: str = "", tool_calls: list[dict] | None = None, finish_r
 
 
 class FakeOpenAI:
-    def __init__(self, script: list[dict] | None = None, default: dict | None = None, latency: float = 0.0):
+    def __init__(self, script: list[dict] | None = None, default: dict | None = None, latency: float = 0.0,
+                 respond=None):
+        """`respond(request_body) -> step`, when given, picks each reply from the request itself
+        (concurrent episodes make a script's order arbitrary); else the script, then `default`."""
         self.script = list(script or [])
         self.default = default
+        self.respond = respond
         self.latency = latency
         self.requests: list[dict] = []
         self._lock = threading.Lock()
@@ -41,7 +45,10 @@ class FakeOpenAI:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with outer._lock:
                     outer.requests.append(json.loads(body or b"{}"))
-                    step = outer.script.pop(0) if outer.script else outer.default
+                    if outer.respond is not None:
+                        step = outer.respond(outer.requests[-1])
+                    else:
+                        step = outer.script.pop(0) if outer.script else outer.default
                 if step is None:
                     step = {"status": 500, "json": {"error": "script exhausted"}}
                 time.sleep(step.get("sleep", outer.latency))

@@ -92,10 +92,13 @@ class _EpisodeDriver:
 
     def fail(self, exc: BaseException) -> None:
         """The policy raised: the episode ends with `policy_error`, the reason kept -- unless the
-        conversation outgrew the model's context (`ContextExhausted`): then it ends as
-        `context_exhausted`, no error, scored on the state reached (like `max_turns`)."""
+        conversation outgrew the model's context (`ContextExhausted`) after the agent's first turn:
+        then it ends as `context_exhausted`, no error, scored on the state reached (like
+        `max_turns`). A first prompt that does not fit is a policy_error (a model or task set up
+        wrong, which no agent could have acted on)."""
         self.t_policy += time.perf_counter() - self._asked
-        if isinstance(exc, ContextExhausted):
+        # on the first turn it is not the agent's doing: the task itself does not fit the model
+        if isinstance(exc, ContextExhausted) and self.n_turns > 0:
             self.termination, self.context_note = Termination.CONTEXT_EXHAUSTED, str(exc)
             return
         self.termination, self.error = Termination.POLICY_ERROR, f"{type(exc).__name__}: {exc}"
@@ -157,8 +160,9 @@ def run_episode(env: Environment, policy_fn: PolicyFn, seed: int, max_turns: int
 
     The policy is called with a fresh copy of the message list each turn. Exceptions from
     the policy end the episode with termination `policy_error` (the message is kept in
-    `error`), except `ContextExhausted` (the conversation outgrew the model's context), which
-    ends it with `context_exhausted` and no error (its message in `info["context_exhausted"]`); a reply that is not an assistant message ends it with `agent_error`;
+    `error`), except `ContextExhausted` after the first turn (the conversation outgrew the model's
+    context), which ends it with `context_exhausted` and no error (its message in
+    `info["context_exhausted"]`); a reply that is not an assistant message ends it with `agent_error`;
     `deadline_s` (wall-clock seconds for the whole episode) ends it with `timeout`.
     Exceptions from the environment are bugs and propagate, except Unavailable/DeadlineExceeded
     (a dependency such as an LLM user simulator failed), which end it with `env_error`.

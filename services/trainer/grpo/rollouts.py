@@ -122,16 +122,22 @@ class _Lockstep:
         task.add_done_callback(self.tasks.discard)
 
     async def _run(self, batch: list[tuple[PolicyRequest, asyncio.Future]]) -> None:
+        requests = [r for r, _ in batch]
         try:
-            turns = await self.policy.generate([r for r, _ in batch])
-        except Exception as exc:  # noqa: BLE001 - delivered to every episode of the round (policy_error)
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        for (_, fut), turn in zip(batch, turns, strict=True):
-            if not fut.done():
-                fut.set_result(turn)
+            results: list[Any] = list(await self.policy.generate(requests))
+        except Exception:  # noqa: BLE001 - see below
+            # `generate` raises the first failure of the batch for all of it. One request's own
+            # failure (its conversation outgrew the context: that episode ends, the others go on)
+            # must not end its neighbours' episodes, so each request is asked again on its own and
+            # gets its own outcome; a backend that is down fails every one of them (policy_error).
+            results = await asyncio.gather(*(self.policy.complete(r) for r in requests), return_exceptions=True)
+        for (_, fut), result in zip(batch, results, strict=True):
+            if fut.done():
+                continue
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
 
 
 async def play_groups(policy: Policy, env_factory: EnvFactory, specs: Sequence[EpisodeSpec], *,

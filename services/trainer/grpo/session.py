@@ -40,9 +40,10 @@ def make_trainer(config: GRPOConfig, base_model: torch.nn.Module, tokenizer: Any
                  store: ArtifactStore | None = None, prefix: str = "", capability: str = "",
                  on_event: EventFn | None = None, should_stop=None, dist: Dist | None = None,
                  model_label: str = "", engine: RolloutEngine | None = None,
-                 guidance_text: str | None = None, job_id: str = "") -> GRPOTrainer:
+                 guidance_text: str | None = None, lineage: str = "") -> GRPOTrainer:
     """Attach a fresh LoRA adapter to `base_model` (frozen) and build the trainer (module docstring).
-    `job_id` names the vLLM adapter versions of this job apart from another job's (vllm_rollouts.py)."""
+    `lineage` (a digest of the job's checkpoint prefix) names the vLLM adapter versions of this job's
+    checkpoints apart from other runs' (vllm_rollouts.py)."""
     if config.gradient_checkpointing:
         base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = attach_lora(base_model, config)
@@ -54,7 +55,7 @@ def make_trainer(config: GRPOConfig, base_model: torch.nn.Module, tokenizer: Any
 
             assert config.vllm is not None
             engine = VLLMRollouts(config.vllm, model, capability=capability or "adapter", tokenizer=tokenizer,
-                                  base_model_name=model_label, job_id=job_id)
+                                  base_model_name=model_label, lineage=lineage)
         else:
             engine = PolicyRollouts(policy)
     return GRPOTrainer(config, model, env_factory, engine, render=prompt_renderer(policy), pad_id=policy.pad_id,

@@ -1,7 +1,7 @@
 """Training rollouts from a vLLM server with runtime LoRA updating.
 
 Each new policy version is saved as a PEFT adapter into a directory the server can read
-(`adapter_dir/<cap>-<job>-v<N>`), loaded under that immutable name (`POST /v1/load_lora_adapter`),
+(`adapter_dir/<cap>-<lineage>-v<N>`), loaded under that immutable name (`POST /v1/load_lora_adapter`),
 verified (the name is listed by `GET /v1/models`), and only then made current; the
 previous version is unloaded (`POST /v1/unload_lora_adapter`) at once when no request runs on
 it (so after `publish` exactly one version is served), else once the requests that started on
@@ -10,10 +10,11 @@ Every HTTP call has a deadline; loads are retried with exponential backoff (vLLM
 when its worker cannot read or apply the files, 404 "No adapter found" when it cannot see the
 path) and a version that cannot be loaded fails the job with the server's reason
 (`Unavailable`), never a hang. A name the server already serves but this manager never loaded
-(left by an earlier attempt of the same job: a resumed job numbers its versions again) is unloaded and
-loaded again from our files. The job id in the name keeps two jobs that train the same capability
-on one server (two runs, or a re-run beside a stuck one) apart: neither replaces, serves or
-deletes the other's versions. The server must run with `--enable-lora --max-loras >= 2` (old and new version are
+(left by an earlier attempt on the same checkpoints: a resumed job numbers its versions again) is
+unloaded and loaded again from our files. `<lineage>` is a digest of the job's checkpoint prefix
+(runs/<run>/adapters/<capability>): a retried pod or a new job resuming the same checkpoints serves
+under the same names and replaces its leftovers, while jobs of other runs that train the same
+capability on one server never replace, serve or delete each other's versions. The server must run with `--enable-lora --max-loras >= 2` (old and new version are
 resident together during a switch) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; start it with
 `--logprobs-mode processed_logprobs` so reported logprobs are those of the sampling
 distribution (used as behaviour logprobs for guided tokens).
@@ -23,10 +24,10 @@ format (the same ids the trainer scores) and `return_tokens_as_token_ids`, so co
 token ids and logprobs come back exactly, with no re-tokenisation of text.
 
 Semantics (publish(N)):
-    save adapter -> dir/<cap>-<job>-vN
-    repeat up to 1 + load_retries: load(<cap>-<job>-vN); if listed in /v1/models: break; sleep(backoff * 2^k)
+    save adapter -> dir/<cap>-<lineage>-vN
+    repeat up to 1 + load_retries: load(<cap>-<lineage>-vN); if listed in /v1/models: break; sleep(backoff * 2^k)
         (a first "already loaded" for a name not loaded by us: unload it, load again)
-    current := <cap>-<job>-vN; unload(previous) now if refcount(previous) == 0, else when it drops to 0
+    current := <cap>-<lineage>-vN; unload(previous) now if refcount(previous) == 0, else when it drops to 0
     (or at the drain timeout),
     then delete dir/<previous> (only the current version's files stay on the shared volume)
 """
@@ -96,8 +97,8 @@ class VLLMAdapterManager:
         cfg = self.config
         last = "no attempt"
         # "already loaded" for a name this manager never tried to load is a stale adapter left on a
-        # long-running server by another run (same capability, same version number): its weights
-        # are not ours, so it is replaced once. For a name we tried before it is our own earlier
+        # long-running server by an earlier attempt on the same checkpoints (same lineage, same
+        # version number; module docstring): its weights are not ours, so it is replaced once. For a name we tried before it is our own earlier
         # attempt whose reply was lost, and only needs verifying.
         ours = name in self._tried
         self._tried.add(name)
@@ -273,12 +274,13 @@ class VLLMRollouts(PolicyRollouts):
     """`RolloutEngine` over a vLLM server: publish = save + load + verify + switch (+ drain/unload)."""
 
     def __init__(self, config: VLLMRolloutConfig, model: Any, *, capability: str, tokenizer: Any,
-                 base_model_name: str = "", observe: Any = None, job_id: str = ""):
+                 base_model_name: str = "", observe: Any = None, lineage: str = ""):
         self.config = config
         self.model = model
         self.capability = capability
-        # the served name's stem: capability + job (module docstring), in characters safe in a path
-        self.stem = "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", part) for part in (capability, job_id) if part)
+        # the served name's stem: capability + checkpoint lineage (module docstring), in characters safe
+        # in a path and a vLLM model name
+        self.stem = "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", part) for part in (capability, lineage) if part)
         self.manager = VLLMAdapterManager(config, observe=observe, on_unloaded=self._forget)
         policy = VLLMPolicy(self.manager, tokenizer, name=base_model_name or "vllm")
         super().__init__(policy, PolicyInfo(model=base_model_name or "vllm", adapter=capability))

@@ -48,6 +48,11 @@ def outgrows_context(messages, tools):
     return solver(messages, tools)
 
 
+def task_too_long(messages, tools):
+    """The task's own first prompt does not fit the model: no agent could have acted on it."""
+    raise ContextExhausted("the prompt has 9000 tokens but the model's context is 4096")
+
+
 @pytest.mark.parametrize("policy, max_turns, termination, reward, n_assistant", [
     (solver, None, Termination.DONE, 1.0, 2),
     (wrong, None, Termination.DONE, 0.0, 1),
@@ -56,6 +61,7 @@ def outgrows_context(messages, tools):
     (wrong_role, None, Termination.AGENT_ERROR, 0.0, 0),
     # the agent's budget in tokens ran out: scored on the state reached, not an error
     (outgrows_context, None, Termination.CONTEXT_EXHAUSTED, 0.0, 1),
+    (task_too_long, None, Termination.POLICY_ERROR, 0.0, 0),
 ])
 def test_terminations(policy, max_turns, termination, reward, n_assistant):
     traj = run_episode(ToyEnv(), policy, seed=5, max_turns=max_turns)

@@ -147,21 +147,32 @@ def test_http_backend_failure_fails_calibration_not_the_candidate(reply):
     assert "calibration policy 'served-base' failed" in str(err.value) and "policy backend" in str(err.value)
 
 
-def test_episodes_that_outgrow_the_context_are_failed_episodes_not_errors():
-    """A base agent whose conversation no longer fits its context has failed the episode (its budget in
-    tokens ran out): scored 0 like a max_turns episode, never a calibration error that rejects the
-    candidate whatever its mean (a 1-in-64 overflow did that to an in-band candidate)."""
-    refusal = {"status": 400, "json": {"error": {"message": "This model's maximum context length is 4096 tokens. "
-                                                 "However, you requested 4200 tokens.", "type": "BadRequestError"}}}
-    srv = FakeOpenAI(default=refusal)
+REFUSAL = {"status": 400, "json": {"error": {"message": "This model's maximum context length is 4096 tokens. "
+                                             "However, you requested 4200 tokens.", "type": "BadRequestError"}}}
+
+
+@pytest.mark.parametrize("first_turn_fits, fragment", [
+    # a base agent whose conversation outgrows its context has failed the episode (its budget in tokens
+    # ran out): scored like a max_turns episode, never an error that rejects the candidate whatever its
+    # mean (a 1-in-64 overflow did that to an in-band candidate)
+    (True, "outside the band"),
+    # a first prompt that does not fit is a set-up error no agent could act on: said, as any episode error
+    (False, "ContextExhausted"),
+])
+def test_episodes_that_outgrow_the_context(first_turn_fits, fragment):
+    def respond(body):
+        if first_turn_fits and len(body["messages"]) <= 2:     # system + user: the first turn fits
+            return {"json": completion("", [CALL])}
+        return REFUSAL
+    srv = FakeOpenAI(respond=respond)
     try:
         report, _ = _calibrate(_ref(HTTP, model="served-base", endpoint=srv.base_url), "precondition_verification",
                                "store")
     finally:
         srv.close()
     check = _calibration_check(report)
-    assert not check.passed and "outside the band" in check.reason
-    assert "seed" not in check.reason and "ContextExhausted" not in check.reason   # no episode error
+    assert not check.passed and fragment in check.reason
+    assert ("ContextExhausted" in check.reason) is (not first_turn_fits)
     assert report.numbers["calibration_mean"] == 0.0
 
 

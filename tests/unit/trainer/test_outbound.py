@@ -120,6 +120,10 @@ PVC = {"persistentVolumeClaim": {"claimName": "trace-adapters"}}
     (job_template({}, {"mountPath": "/adapters"}), False, "durable mounts: none"),   # no source: an emptyDir
     (job_template(PVC, {"mountPath": "/adapters", "readOnly": True}), False, "durable mounts: none"),
     (job_template(PVC, {"mountPath": "/elsewhere"}), False, "durable mounts: /elsewhere"),
+    (job_template({"persistentVolumeClaim": {"claimName": "c", "readOnly": True}}, {"mountPath": "/adapters"}),
+     False, "durable mounts: none"),                                               # the claim is read-only
+    (job_template({"hostPath": {"path": "/srv"}}, {"mountPath": "/adapters"}), False, "durable mounts: none"),
+    (job_template(PVC, {"mountPath": "/adapters", "subPath": "x"}), False, "durable mounts: none"),  # another dir
     (job_template(PVC, {"mountPath": "/adapters/sub"}), False, "durable mounts: /adapters/sub"),  # below the root
     (job_template(PVC, {"mountPath": "/adapters"}), True, ""),
     (job_template(PVC, {"mountPath": "/"}), True, ""),                              # above the root holds it
@@ -166,6 +170,30 @@ def test_a_symlinked_root_keeps_its_configured_spelling(tmp_path):
                                         endpoints={"vllm": {"base_url": PROFILE_URL}}))
     config = training.validate(spec({"profile": "vllm", "adapter_dir": "cap/"}))
     assert config.vllm.adapter_dir == str(tmp_path / "shared" / "cap")
+
+
+@pytest.mark.parametrize("make_root, writable", [
+    (lambda root: root.mkdir(), True),
+    (lambda root: None, False),                                       # not mounted in this pod
+    (lambda root: (root.mkdir(), root.chmod(0o500)), os.geteuid() == 0),   # read-only (root may write anyway)
+])
+def test_local_executor_needs_the_adapter_root_writable_here(tmp_path, make_root, writable):
+    """The local executor's workers write the versions from the trainer's own pod."""
+    root = tmp_path / "adapters"
+    make_root(root)
+    training = Training(TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root=str(root),
+                                        endpoints={"vllm": {"base_url": PROFILE_URL}}))
+    job = spec({"profile": "vllm", "adapter_dir": "cap"})
+    if writable:
+        assert training.validate(job).vllm.adapter_dir == str(root / "cap")
+    else:
+        with pytest.raises(FailedPrecondition, match="not a writable directory in the trainer's pod"):
+            training.validate(job)
+
+
+def test_a_relative_adapter_root_is_refused_at_startup(tmp_path):
+    with pytest.raises(ValidationError, match="must be an absolute path"):
+        TrainerSettings(artifact_root=tmp_path.as_uri(), vllm_adapter_root="adapters")
 
 
 def test_vllm_rollouts_without_an_adapter_root_are_refused(tmp_path):

@@ -11,7 +11,9 @@ from services.trainer.grpo.guidance import shown_guidance
 from services.trainer.grpo.rollouts import EpisodeSpec, play_groups, with_guidance
 from tests.unit.trainer.grpo.helpers import TOOL_HINT, ToolEnv, tiny_model, tiny_tokenizer, tool_hint
 from trace_common.env import Message
-from trace_common.policy.base import SamplingParams
+from trace_common.errors import ContextExhausted
+from trace_common.policy.base import AssistantTurn, Policy, SamplingParams
+from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.transformers_backend import TransformersPolicy
 
 HINT = TOOL_HINT
@@ -89,3 +91,43 @@ def test_lockstep_is_deterministic():
     ids = lambda ts: [[r.completion_token_ids for r in t.turns] for t in ts]  # noqa: E731
     assert ids(a) == ids(b)
     assert [t.reward for t in a] == [t.reward for t in b]
+
+
+class _ShortContext(Policy):
+    """A policy whose context holds every conversation but the one about `long_key` after its first
+    turn: a batch holding that one fails as a whole (as `generate` does), a request alone gets its
+    own outcome. It looks the key up first, then answers."""
+
+    name, adapter = "short-context", None
+
+    def __init__(self, long_key: str, down: bool = False):
+        super().__init__()
+        self.long_key, self.down = long_key, down
+
+    async def generate(self, requests):
+        if self.down:
+            raise PolicyUnavailable("backend down", kind="connection")
+        if any(len(r.messages) > 2 and self.long_key in (r.messages[1].content or "") for r in requests):
+            raise ContextExhausted("the prompt has 5000 tokens but the model's context is 4096")
+        return [AssistantTurn.from_text("It is 7." if len(r.messages) > 2 else
+                                        '<tool_call>{"name": "lookup", "arguments": {"key": "k"}}</tool_call>',
+                                        r.turn_index) for r in requests]
+
+
+@pytest.mark.parametrize("down, terminations", [
+    # one conversation past the context ends that episode only; its neighbours are answered
+    (False, ["context_exhausted", "done", "done", "done"]),
+    # a backend that is down fails every episode of the round, as before
+    (True, ["policy_error"] * 4),
+])
+def test_one_episode_past_the_context_does_not_end_its_batch(down, terminations):
+    seeds = [s for s in range(40) if ToolEnv().reset(s).messages[1].content.split()[-1]
+             != ToolEnv().reset(0).messages[1].content.split()[-1]][:3]
+    seeds = [0, *seeds]                                   # the first one's key is the long one
+    long_key = ToolEnv().reset(0).messages[1].content.split()[-1]
+    specs_ = [EpisodeSpec(seed=s, group=i, index=0, guided=False, sampling_seed=s) for i, s in enumerate(seeds)]
+    trajs = asyncio.run(play_groups(_ShortContext(long_key, down=down), lambda: ToolEnv(hint="none"), specs_,
+                                    params=SamplingParams(max_tokens=4)))
+    assert [str(t.termination) for t in trajs] == terminations
+    assert all(t.error is None for t in trajs) is (not down)
+    assert [t.assistant_turns() for t in trajs] == ([1, 2, 2, 2] if not down else [0] * 4)

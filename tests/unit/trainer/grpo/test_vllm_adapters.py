@@ -12,6 +12,7 @@ from services.trainer.grpo.config import GRPOConfig, VLLMRolloutConfig
 from services.trainer.grpo.lora import attach_lora, save_pretrained_to
 from services.trainer.grpo.session import make_trainer
 from services.trainer.grpo.vllm_rollouts import AdapterLoadError, VLLMAdapterManager
+from services.trainer.jobspec import adapter_lineage
 from tests.unit.trainer.grpo.fake_vllm import FakeVLLM
 from tests.unit.trainer.grpo.helpers import PickEnv, tiny_model, tiny_tokenizer, warm_model
 
@@ -136,13 +137,13 @@ def test_training_with_vllm_rollouts(tmp_path):
 
 
 @pytest.mark.parametrize("first, second, apart", [
-    ("trainer-20261202-000000-aaaa1111", "trainer-20261202-000001-bbbb2222", True),   # two jobs: kept apart
-    ("trainer-20261202-000000-aaaa1111", "trainer-20261202-000000-aaaa1111", False),  # a resumed job: replaces
+    ("runs/r1/adapters/pick_skill", "runs/r2/adapters/pick_skill", True),    # two runs: kept apart
+    ("runs/r1/adapters/pick_skill", "runs/r1/adapters/pick_skill", False),   # resumed checkpoints: replaces
 ])
 def test_two_jobs_of_one_capability_on_one_server(tmp_path, first, second, apart):
     """Two GRPO jobs of the same capability against one vLLM server, one after the other: the
-    second neither replaces nor unloads nor deletes the first's served version unless it is the
-    same job again (an earlier attempt's leftovers are stale and replaced)."""
+    second neither replaces nor unloads nor deletes the first's served version unless it continues
+    the same checkpoints (then the earlier attempt's leftovers are stale and replaced)."""
     tok = tiny_tokenizer()
     with FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as server:
         cfg = GRPOConfig(max_steps=1, groups_per_batch=2, num_generations=2, max_completion_length=4,
@@ -150,13 +151,15 @@ def test_two_jobs_of_one_capability_on_one_server(tmp_path, first, second, apart
                          early_stop_uninformative_iterations=0, rollout_backend="vllm",
                          vllm={"base_url": server.base_url, "adapter_dir": str(tmp_path)})
         served = []
-        for job in (first, second):
-            trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick skill", job_id=job)
+        for prefix in (first, second):
+            trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick skill",
+                                   lineage=adapter_lineage(prefix))
             trainer.train(resume=False, write_adapter=False)
             served.append(trainer.engine.manager.current)
             server.completions.clear()
-        assert served[0].startswith(f"pick_skill-{first}-v") and served[1].startswith(f"pick_skill-{second}-v")
+        assert served[0].startswith(f"pick_skill-{adapter_lineage(first)}-v")
+        assert served[1].startswith(f"pick_skill-{adapter_lineage(second)}-v")
         assert (served[0] == served[1]) is (not apart)
-        assert (served[0] in server.unloads) is (not apart)        # replaced only by the same job again
+        assert (served[0] in server.unloads) is (not apart)        # replaced only on the same checkpoints
         assert served[0] in server.adapters and served[1] in server.adapters
         assert all((tmp_path / name / "adapter_model.safetensors").is_file() for name in served)   # files kept
