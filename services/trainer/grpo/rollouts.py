@@ -130,7 +130,8 @@ class _Lockstep:
             # failure (its conversation outgrew the context: that episode ends, the others go on)
             # must not end its neighbours' episodes, so each request is asked again on its own and
             # gets its own outcome; a backend that is down fails every one of them (policy_error).
-            results = await asyncio.gather(*(self.policy.complete(r) for r in requests), return_exceptions=True)
+            alone = await asyncio.gather(*(self.policy.generate([r]) for r in requests), return_exceptions=True)
+            results = [a if isinstance(a, BaseException) else a[0] for a in alone]
         for (_, fut), result in zip(batch, results, strict=True):
             if fut.done():
                 continue

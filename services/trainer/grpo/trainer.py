@@ -374,8 +374,9 @@ class GRPOTrainer:
                                   float(sum(t.reward for t in unguided_eps)),
                                   float(len(unguided_eps)), float(len(errors)), float(played),
                                   float(sum(len(r.prompt_token_ids or []) for t in everything for r in t.turns)),
-                                  float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns))])
-        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens = sums
+                                  float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns)),
+                                  float(sum(t.termination == Termination.CONTEXT_EXHAUSTED for t in everything))])
+        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens, n_ctx = sums
         last = self.state.history[-1] if self.state.history else {}
         metrics: dict[str, float] = {
             "iteration": float(self.state.iteration),
@@ -387,6 +388,8 @@ class GRPOTrainer:
             "groups_trained": float(self.dist.all_sum([float(len(kept_groups))])[0]),
             "resample_rounds": float(rounds),
             "policy_errors": n_err,
+            # episodes whose conversation outgrew the model's context (trained on, scored as reached)
+            "context_exhausted": n_ctx,
             "guided_episodes": g_n,
             "guided_share": g_n / n_eps if n_eps else 0.0,
             "unguided_reward_mean": u_sum / u_n if u_n else 0.0,

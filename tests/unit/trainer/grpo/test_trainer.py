@@ -200,3 +200,25 @@ def test_groups_with_a_failed_episode_are_not_trained_on():
         informative = round(r["informative_group_fraction"] * r["groups"])
         assert r["policy_errors"] == 1
         assert r["groups_trained"] <= min(informative, r["groups"] - 1)   # group 0 never trained on
+
+
+def test_episodes_past_the_context_are_counted_and_trained_on():
+    """An episode whose conversation outgrew the model's context is the agent's failure: counted in
+    `context_exhausted`, not a policy error, and its group is trained on."""
+    from services.trainer.grpo.rollouts import PolicyRollouts
+    from trace_common.env import Termination
+
+    class OneLongEpisode(PolicyRollouts):
+        async def play(self, *a, **kw):
+            trajs = await super().play(*a, **kw)
+            trajs[0] = trajs[0].model_copy(update={"termination": Termination.CONTEXT_EXHAUSTED})
+            return trajs
+
+    rows = []
+    trainer = make_trainer(pick_config(max_steps=2, guidance_fraction=0.0), warm_model("pick"), tiny_tokenizer(),
+                           PickEnv, on_event=lambda k, p: rows.append(p["values"]) if k == "iteration" else None)
+    trainer.engine = OneLongEpisode(trainer.engine.policy)
+    trainer.train(resume=False, write_adapter=False)
+    for r in rows:
+        assert r["context_exhausted"] == 1 and r["policy_errors"] == 0
+        assert r["groups_trained"] == round(r["informative_group_fraction"] * r["groups"])   # none dropped
