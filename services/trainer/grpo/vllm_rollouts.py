@@ -23,6 +23,9 @@ Generation uses `/v1/completions` with the prompt as token ids rendered by our o
 format (the same ids the trainer scores) and `return_tokens_as_token_ids`, so completion
 token ids and logprobs come back exactly, with no re-tokenisation of text.
 
+Replies get the room left in the server's context (max_model_len from /v1/models), and a prompt
+that leaves none raises ContextExhausted (the episode ends, as with the in-process backend).
+
 Semantics (publish(N)):
     save adapter -> dir/<cap>-<lineage>-vN
     repeat up to 1 + load_retries: load(<cap>-<lineage>-vN); if listed in /v1/models: break; sleep(backoff * 2^k)
@@ -74,6 +77,8 @@ class VLLMAdapterManager:
         self.client = client or httpx.AsyncClient(timeout=config.request_timeout_s)
         self._owns_client = client is None
         self.current: str | None = None
+        #: the server's context length (vLLM's max_model_len, read from /v1/models), None until seen
+        self.max_model_len: int | None = None
         self.inflight: dict[str, int] = {}
         self._drained: dict[str, asyncio.Event] = {}
         self._unloads: set[asyncio.Task] = set()
@@ -90,7 +95,11 @@ class VLLMAdapterManager:
     async def listed(self) -> set[str]:
         resp = await self.client.get(f"{self.config.base_url}/models", timeout=self.config.request_timeout_s)
         resp.raise_for_status()
-        return {m.get("id", "") for m in resp.json().get("data", [])}
+        models = resp.json().get("data", [])
+        lengths = [int(m["max_model_len"]) for m in models if isinstance(m.get("max_model_len"), int)]
+        if lengths:
+            self.max_model_len = min(lengths)
+        return {m.get("id", "") for m in models}
 
     async def load(self, name: str, path: str) -> None:
         """Load `name` from `path` and verify it is listed; retries, then AdapterLoadError."""
@@ -221,7 +230,13 @@ class VLLMPolicy(Policy):
     async def _one(self, request: PolicyRequest) -> AssistantTurn:
         ids = self.encode(self.chat.render(request.messages, request.tools, add_generation_prompt=True))
         p = request.params
-        body = {"prompt": ids, "max_tokens": p.max_tokens, "temperature": p.temperature, "top_p": p.top_p,
+        max_tokens = p.max_tokens
+        limit = self.manager.max_model_len
+        if limit is not None:   # as the in-process backend: the reply gets the room left, none left ends it
+            if limit - len(ids) < 1:
+                raise ContextExhausted(f"the prompt has {len(ids)} tokens but the vLLM server's context is {limit}")
+            max_tokens = min(max_tokens, limit - len(ids))
+        body = {"prompt": ids, "max_tokens": max_tokens, "temperature": p.temperature, "top_p": p.top_p,
                 "top_k": p.top_k if p.top_k > 0 else -1, "logprobs": 0, "return_tokens_as_token_ids": True,
                 "skip_special_tokens": False, "stop_token_ids": self.stop_ids}
         if p.seed is not None:

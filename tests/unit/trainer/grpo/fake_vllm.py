@@ -41,6 +41,10 @@ class FakeVLLM:
         self.fail_loads = 0
         self.load_delay_s = 0.0
         self.hide_loaded = False
+        #: the served context (vLLM's --max-model-len): reported by /v1/models and enforced by
+        #: /v1/completions as vLLM does (prompt + max_tokens must fit); None: neither
+        self.max_model_len: int | None = None
+        self.max_tokens_asked: list[int] = []
         self.reject_loads = False
         self.completion_delay_s = 0.0
         self.lock = threading.Lock()
@@ -68,6 +72,8 @@ class FakeVLLM:
                         names = [] if outer.hide_loaded else list(outer.adapters)
                     data = [{"id": outer.base_name, "object": "model"}] + [
                         {"id": n, "object": "model", "parent": outer.base_name} for n in names]
+                    if outer.max_model_len is not None:
+                        data = [{**d, "max_model_len": outer.max_model_len} for d in data]
                     return self._send(200, {"object": "list", "data": data})
                 return self._send(404, {"error": "not found"})
 
@@ -129,6 +135,13 @@ class FakeVLLM:
             model = self.adapters.get(name)
             if model is None:
                 return 404, {"error": f"The model `{name}` does not exist."}
+            self.max_tokens_asked.append(int(body["max_tokens"]))
+            asked = len(body["prompt"]) + int(body["max_tokens"])
+            if self.max_model_len is not None and asked > self.max_model_len:
+                return 400, {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                    f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                    f"{asked} tokens ({len(body['prompt'])} in the messages, {body['max_tokens']} in the "
+                    "completion). Please reduce the length of the messages or completion.")}
             self.completions.append(name)
             self.in_flight[name] = self.in_flight.get(name, 0) + 1
         try:

@@ -163,3 +163,41 @@ def test_two_jobs_of_one_capability_on_one_server(tmp_path, first, second, apart
         assert (served[0] in server.unloads) is (not apart)        # replaced only on the same checkpoints
         assert served[0] in server.adapters and served[1] in server.adapters
         assert all((tmp_path / name / "adapter_model.safetensors").is_file() for name in served)   # files kept
+
+
+@pytest.mark.parametrize("room, outcome", [
+    (None, 16),              # the server reports no context length: max_tokens as asked
+    (4000, 16),              # room enough
+    (6, 6),                  # the reply gets the room left (vLLM would refuse prompt + 16)
+    (0, "exhausted"),        # no room: the episode ends (ContextExhausted) and nothing is sent
+])
+def test_vllm_replies_get_the_room_left_in_the_context(server, adapter_dirs, room, outcome):
+    """As the in-process backend: max_tokens shrinks to the server's context left after the prompt
+    (`room`: the context is the prompt's length + room), and a prompt that leaves none ends the
+    episode, not as a policy error."""
+    from services.trainer.grpo.vllm_rollouts import VLLMPolicy
+    from trace_common.env import Message
+    from trace_common.errors import ContextExhausted
+    from trace_common.policy.base import PolicyRequest, SamplingParams
+
+    tok = tiny_tokenizer()
+    request = PolicyRequest(messages=[Message.user("hello there")], params=SamplingParams(max_tokens=16, seed=0))
+
+    async def go():
+        m = manager(server)
+        policy = VLLMPolicy(m, tok)
+        n_prompt = len(policy.encode(policy.chat.render(request.messages, [], add_generation_prompt=True)))
+        server.max_model_len = None if room is None else n_prompt + room
+        await m.switch("cap-v1", adapter_dirs[0])            # lists the models: the context length is read
+        try:
+            return await policy.complete(request)
+        finally:
+            await m.close()
+
+    if outcome == "exhausted":
+        with pytest.raises(ContextExhausted, match="context"):
+            asyncio.run(go())
+        assert server.max_tokens_asked == []
+    else:
+        turn = asyncio.run(go())
+        assert server.max_tokens_asked == [outcome] and len(turn.completion_token_ids) <= outcome
