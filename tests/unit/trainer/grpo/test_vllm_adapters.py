@@ -115,13 +115,22 @@ def test_load_timeout_fails_in_bounded_time(server, adapter_dirs):
     asyncio.run(go())
 
 
+def vllm_grpo(server, adapter_dir, **kw) -> GRPOConfig:
+    """A tiny GRPO config whose rollouts come from `server`, versions saved under `adapter_dir`."""
+    values = dict(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4, learning_rate=5e-3,
+                  lora_r=4, save_steps=0, guidance_fraction=0.0, early_stop_uninformative_iterations=0,
+                  rollout_backend="vllm", vllm={"base_url": server.base_url, "adapter_dir": str(adapter_dir)})
+    return GRPOConfig(**{**values, **kw})
+
+
+def pick_server(tok) -> FakeVLLM:
+    return FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id)
+
+
 def test_training_with_vllm_rollouts(tmp_path):
     tok = tiny_tokenizer()
-    with FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as server:
-        cfg = GRPOConfig(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4,
-                         learning_rate=5e-3, lora_r=4, save_steps=0, guidance_fraction=0.0,
-                         early_stop_uninformative_iterations=0, rollout_backend="vllm",
-                         vllm={"base_url": server.base_url, "adapter_dir": str(tmp_path)})
+    with pick_server(tok) as server:
+        cfg = vllm_grpo(server, tmp_path)
         rows = []
         trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick_skill",
                                on_event=lambda k, p: rows.append(p["values"]) if k == "iteration" else None)
@@ -145,11 +154,8 @@ def test_two_jobs_of_one_capability_on_one_server(tmp_path, first, second, apart
     second neither replaces nor unloads nor deletes the first's served version unless it continues
     the same checkpoints (then the earlier attempt's leftovers are stale and replaced)."""
     tok = tiny_tokenizer()
-    with FakeVLLM(warm_model("pick"), [tok.convert_tokens_to_ids("<|im_end|>")], tok.pad_token_id) as server:
-        cfg = GRPOConfig(max_steps=1, groups_per_batch=2, num_generations=2, max_completion_length=4,
-                         learning_rate=5e-3, lora_r=4, save_steps=0, guidance_fraction=0.0,
-                         early_stop_uninformative_iterations=0, rollout_backend="vllm",
-                         vllm={"base_url": server.base_url, "adapter_dir": str(tmp_path)})
+    with pick_server(tok) as server:
+        cfg = vllm_grpo(server, tmp_path, max_steps=1, num_generations=2)
         served = []
         for prefix in (first, second):
             trainer = make_trainer(cfg, warm_model("pick"), tok, PickEnv, capability="pick skill",
