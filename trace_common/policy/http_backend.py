@@ -130,7 +130,8 @@ class OpenAIPolicy(Policy):
                 raise self._fail("connection", f"cannot connect: {err}") from None
             except openai.APIStatusError as err:
                 body = str(err.body)[:300] if err.body is not None else ""
-                if err.status_code == 400 and CONTEXT_REFUSAL.search(str(err.body or err.message)):
+                said = err.body.get("message") if isinstance(err.body, dict) else None   # the server's own words,
+                if err.status_code == 400 and CONTEXT_REFUSAL.search(str(said or err.message)):  # not echoed input
                     raise ContextExhausted(f"{self._where()}: HTTP 400: {body}") from None
                 raise self._fail("http_error", f"HTTP {err.status_code}: {body}", err.status_code) from None
             except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError) as err:

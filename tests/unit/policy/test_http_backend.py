@@ -95,6 +95,10 @@ FAIL_CASES = [
     ("HTTP 500 after retries", [{"status": 500, "json": {"error": "boom"}}] * 2, {"max_retries": 1},
      "http_error", 500),
     ("HTTP 400", [{"status": 400, "json": {"error": "bad"}}], {"max_retries": 0}, "http_error", 400),
+    # the words of a context refusal elsewhere than in the server's message (an echoed field) are not one
+    ("HTTP 400 echoing", [{"status": 400, "json": {"error": {"message": "invalid tool schema",
+                                                             "param": "maximum context length is in my prompt"}}}],
+     {"max_retries": 0}, "http_error", 400),
     ("garbage body", [{"raw": b"this is not json"}], {"max_retries": 0}, "bad_response", None),
     ("JSON that is not a completion", [{"json": {"hello": "world"}}], {"max_retries": 0}, "bad_response", None),
     ("empty choices", [{"json": dict(completion("x"), choices=[])}], {"max_retries": 0}, "bad_response", None),
