@@ -45,6 +45,12 @@ def load_job_template(path: str) -> dict[str, Any] | None:
     return data
 
 
+def job_container(job: dict[str, Any]) -> dict[str, Any]:
+    """The Job's one container (load_job_template checked there is exactly one)."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return container
+
+
 def shared_mounts(job: dict[str, Any]) -> list[str]:
     """Mount paths of the Job's container on volumes that outlive the pod (module docstring)."""
     pod = job["spec"]["template"]["spec"]
@@ -55,7 +61,7 @@ def shared_mounts(job: dict[str, Any]) -> list[str]:
         claim = v.get("persistentVolumeClaim") or {}
         return bool(kinds) and not POD_LOCAL_VOLUMES & kinds and not claim.get("readOnly")
 
-    (container,) = pod["containers"]
+    container = job_container(job)
     # a subPath mount shows the trainer another directory than the vLLM server sees at that path
     return [m["mountPath"] for m in container.get("volumeMounts") or []
             if m.get("name") in volumes and durable(volumes[m["name"]]) and m.get("mountPath")
@@ -63,7 +69,7 @@ def shared_mounts(job: dict[str, Any]) -> list[str]:
 
 
 def memory_limit(job: dict[str, Any]) -> str:
-    (container,) = job["spec"]["template"]["spec"]["containers"]
+    container = job_container(job)
     return str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "none set")
 
 

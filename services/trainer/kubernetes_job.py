@@ -50,7 +50,7 @@ from trace_common import errors as E
 from trace_common.artifacts import ArtifactStore
 
 from .executors import EventFn, error_from_event
-from .job_template import load_job_template, memory_limit
+from .job_template import job_container, load_job_template, memory_limit
 from .jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec
 from .settings import TrainerSettings
 
@@ -78,7 +78,7 @@ def job_env(spec: WorkerSpec, settings: TrainerSettings) -> list[dict[str, Any]]
     """The job's own environment (module docstring), as the API receives it."""
     env: list[dict[str, Any]] = [
         {"name": SPEC_ENV, "value": spec.model_dump_json()},
-        {"name": "TRACE_TRAINER_CHECKPOINT_URI", "value": f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"},
+        {"name": "TRACE_TRAINER_CHECKPOINT_URI", "value": _checkpoint_uri(spec)},
         {"name": "TRACE_TRAINER_LOG_LEVEL", "value": settings.log_level},
         {"name": "HF_HUB_OFFLINE", "value": "1"},
         # the root filesystem is read-only: every cache goes to the scratch volume
@@ -107,8 +107,11 @@ def _with_labels(template: dict[str, str] | None, spec: WorkerSpec) -> dict[str,
 
 
 def _annotations(spec: WorkerSpec) -> dict[str, str]:
-    return {"trace.dev/run-id": spec.run_id,
-            "trace.dev/checkpoint-uri": f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"}
+    return {"trace.dev/run-id": spec.run_id, "trace.dev/checkpoint-uri": _checkpoint_uri(spec)}
+
+
+def _checkpoint_uri(spec: WorkerSpec) -> str:
+    return f"{spec.artifact_root.rstrip('/')}/{spec.prefix}"
 
 
 def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str,
@@ -127,7 +130,7 @@ def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str,
     pod_template = job["spec"]["template"]
     pod_meta = pod_template.setdefault("metadata", {})
     pod_meta["labels"] = _with_labels(pod_meta.get("labels"), spec)
-    (container,) = pod_template["spec"]["containers"]
+    container = job_container(job)
     if not container.get("image"):
         if not settings.job_image:
             raise E.FailedPrecondition("the training Job template's container has no image and "

@@ -54,8 +54,7 @@ def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, f
             "not a writable directory in the trainer's pod, and its workers save the adapter versions there. "
             "Mount the volume the vLLM server reads at that path in the trainer's pod, or use the Kubernetes "
             "executor (the chart: vllm.adapterVolume.existingClaim mounts it in every training Job)")
-    if executor == "EXECUTOR_KUBERNETES" and not any(
-            os.path.commonpath([os.path.normpath(m), configured]) == os.path.normpath(m) for m in job_mounts):
+    if executor == "EXECUTOR_KUBERNETES" and not any(_within(configured, os.path.normpath(m)) for m in job_mounts):
         raise FailedPrecondition(
             f"rollout_backend='vllm' under the Kubernetes executor: the training Job's container mounts no "
             f"persistent volume at TRACE_TRAINER_VLLM_ADAPTER_ROOT ({configured}; durable mounts: "
@@ -69,8 +68,7 @@ def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, f
     # contained lexically and after every symlink is resolved; the path handed on keeps the configured
     # root's spelling (the vLLM server mounts that path, not necessarily what it resolves to here)
     real_root = os.path.realpath(configured)
-    inside = (os.path.commonpath([configured, wanted]) == configured
-              and os.path.commonpath([real_root, os.path.realpath(wanted)]) == real_root)
+    inside = _within(wanted, configured) and _within(os.path.realpath(wanted), real_root)
     if not inside:
         raise PermissionDenied(f"{vllm.adapter_dir!r} is outside the trainer's adapter root {configured}",
                                field=f"{field}.adapter_dir",
@@ -78,3 +76,8 @@ def check_vllm(config: GRPOConfig, endpoints: Endpoints, adapter_root: str, *, f
                                    "as 'adapters/<capability>'")
     return config.model_copy(update={"vllm": vllm.model_copy(update={
         "base_url": server.base_url, "profile": server.profile, "adapter_dir": wanted})})
+
+
+def _within(path: str, root: str) -> bool:
+    """`path` is `root` or below it (both normalised absolute paths)."""
+    return os.path.commonpath([root, path]) == root

@@ -36,7 +36,7 @@ from . import metrics as m
 from .configs import validate_training_config
 from .executors import LocalExecutor
 from .gates.job import gates_prefix, validate_gates
-from .job_template import load_job_template, shared_mounts
+from .job_template import job_container, load_job_template, shared_mounts
 from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
 from .metrics import M
 from .outbound import check_vllm
@@ -103,10 +103,10 @@ class Training:
                                   fix="for rollouts from a vLLM server set config.rollout_backend='vllm' and "
                                       "config.vllm={'base_url': ..., 'adapter_dir': ...}")
         check_model_ref(spec.policy.model)
-        self._check_executor(spec)
+        mounts = self._check_executor(spec)
         # the vLLM server and the adapter directory are the operator's (outbound.py), never the request's
         return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor,
-                          job_mounts=self._job_mounts(spec))
+                          job_mounts=mounts)
 
     def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "") -> GRPOConfig:
         """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py), with
@@ -115,19 +115,14 @@ class Training:
         field = f"{field_path}.vllm" if field_path else "config.vllm"
         return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, field=field)
 
-    def _check_executor(self, spec: TrainingSpecModel) -> None:
-        if spec.executor != "EXECUTOR_KUBERNETES":
-            return
-        template = load_job_template(self.settings.job_template)   # FailedPrecondition when unreadable
-        if not self.settings.job_image and not (template and template["spec"]["template"]["spec"]["containers"][0]
-                                                .get("image")):
-            raise FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE")
-
-    def _job_mounts(self, spec: TrainingSpecModel) -> tuple[str, ...]:
-        """Where this spec's training Job mounts durable volumes (Kubernetes executor only)."""
+    def _check_executor(self, spec: TrainingSpecModel) -> tuple[str, ...]:
+        """Refuse a Kubernetes job the executor could not start; return where its Job mounts durable
+        volumes (job_template.shared_mounts; () for the local executor or the built-in Job)."""
         if spec.executor != "EXECUTOR_KUBERNETES":
             return ()
-        template = load_job_template(self.settings.job_template)
+        template = load_job_template(self.settings.job_template)   # FailedPrecondition when unreadable
+        if not self.settings.job_image and not (template and job_container(template).get("image")):
+            raise FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE")
         return tuple(shared_mounts(template)) if template else ()
 
     def resume_key(self, uri: str) -> str:

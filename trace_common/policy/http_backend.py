@@ -49,6 +49,18 @@ CONTEXT_REFUSAL = re.compile(r"maximum context length|context length is|shorter 
                              re.IGNORECASE)
 
 
+def context_refusal(status: int, body: Any) -> bool:
+    """An HTTP error that says the prompt does not fit the model: a 400 whose error *message* (the
+    server's own words, never another field, which may echo the request) matches CONTEXT_REFUSAL.
+    `body`: the parsed JSON body, {"message": ...} or {"error": {"message": ...}}, or its text."""
+    if status != 400:
+        return False
+    if isinstance(body, dict):
+        inner = body.get("error")
+        body = (inner.get("message") if isinstance(inner, dict) else None) or body.get("message") or ""
+    return bool(CONTEXT_REFUSAL.search(str(body)))
+
+
 def _request_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [m.to_dict() for m in messages]
 
@@ -130,8 +142,7 @@ class OpenAIPolicy(Policy):
                 raise self._fail("connection", f"cannot connect: {err}") from None
             except openai.APIStatusError as err:
                 body = str(err.body)[:300] if err.body is not None else ""
-                said = err.body.get("message") if isinstance(err.body, dict) else None   # the server's own words,
-                if err.status_code == 400 and CONTEXT_REFUSAL.search(str(said or err.message)):  # not echoed input
+                if context_refusal(err.status_code, err.body if isinstance(err.body, dict) else err.message):
                     raise ContextExhausted(f"{self._where()}: HTTP 400: {body}") from None
                 raise self._fail("http_error", f"HTTP {err.status_code}: {body}", err.status_code) from None
             except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError) as err:

@@ -52,7 +52,7 @@ from trace_common.errors import ContextExhausted, FailedPrecondition, Unavailabl
 from trace_common.policy.base import AssistantTurn, Policy, PolicyRequest
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.errors import PolicyUnavailable
-from trace_common.policy.http_backend import CONTEXT_REFUSAL
+from trace_common.policy.http_backend import context_refusal
 
 from .config import VLLMRolloutConfig
 from .lora import save_pretrained_to
@@ -256,7 +256,7 @@ class VLLMPolicy(Policy):
                 raise PolicyUnavailable(f"vLLM unreachable: {exc}", kind="connection") from exc
             finally:
                 self.manager.release(name)
-        if resp.status_code == 400 and CONTEXT_REFUSAL.search(resp.text):
+        if context_refusal(resp.status_code, _json_or_text(resp)):
             raise ContextExhausted(f"vLLM HTTP 400: {resp.text[:300]}")   # the episode ends, not an error
         if resp.status_code >= 400:
             self.stats.record_failure("http_error")
@@ -318,3 +318,10 @@ class VLLMRollouts(PolicyRollouts):
 
     async def close(self) -> None:
         await self.manager.close()
+
+
+def _json_or_text(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return resp.text

@@ -207,3 +207,26 @@ def test_vllm_replies_get_the_room_left_in_the_context(server, adapter_dirs, roo
     else:
         turn = asyncio.run(go())
         assert server.max_tokens_asked == [outcome] and len(turn.completion_token_ids) <= outcome
+
+
+def test_a_vllm_context_refusal_ends_the_episode(server, adapter_dirs):
+    """A server whose context the manager has not read (a length set after the last listing) refuses
+    prompt + max_tokens with vLLM's own 400: that is ContextExhausted too, not a policy error."""
+    from services.trainer.grpo.vllm_rollouts import VLLMPolicy
+    from trace_common.env import Message
+    from trace_common.errors import ContextExhausted
+    from trace_common.policy.base import PolicyRequest, SamplingParams
+
+    request = PolicyRequest(messages=[Message.user("hello there")], params=SamplingParams(max_tokens=16, seed=0))
+
+    async def go():
+        m = manager(server)
+        await m.switch("cap-v1", adapter_dirs[0])
+        server.max_model_len = 8                              # after the listing: unknown to the manager
+        try:
+            return await VLLMPolicy(m, tiny_tokenizer()).complete(request)
+        finally:
+            await m.close()
+
+    with pytest.raises(ContextExhausted, match="vLLM HTTP 400: .*maximum context length is 8 tokens"):
+        asyncio.run(go())
