@@ -200,8 +200,9 @@ def test_concurrent_writers_to_one_key_never_mix(env):
 
     rclone serve s3 (the test server) is not atomic under concurrent overwrites of one key:
     a GET can carry one version's Content-Length or metadata and another version's body.
-    The store must then raise (Unavailable for a short body, ArtifactCorrupted for a digest
-    that does not match) instead of returning anything; the file backend must never fail."""
+    The store reads such a body again (`S3Store._reread`); when every re-read races a write
+    too it must raise (Unavailable for a short body, ArtifactCorrupted for a digest that does
+    not match) instead of returning anything; the file backend must never fail."""
     payloads = [bytes([i + 1]) * (300 * KiB + i) for i in range(3)]
     tolerated = (ArtifactCorrupted, Unavailable) if env.name.startswith("s3") else ()
     done = threading.Event()
@@ -415,6 +416,49 @@ def test_read_broken_mid_transfer_is_unavailable_and_publishes_nothing(s3_server
         assert proxy.cuts == 1
     assert received < size
     assert os.listdir(dest.parent) == ["dest.bin"] and dest.read_bytes() == b"previous download"
+
+
+REREADS = [  # (reader, max_retries, times the network breaks (None: every body), outcome, bodies cut)
+    ("get_bytes", 1, 1, "whole", 1),
+    ("get_file", 1, 1, "whole", 1),
+    ("get_bytes", 3, 2, "whole", 2),
+    ("get_bytes", 2, None, Unavailable, 3),  # gives up after max_retries re-reads
+    ("get_file", 2, None, Unavailable, 3),
+    ("get_bytes", 0, 1, Unavailable, 1),  # max_retries=0: no re-read
+    ("iter_chunks", 2, 1, Unavailable, 1),  # chunks were handed out already: never re-read
+]
+
+
+@pytest.mark.parametrize(("reader", "retries", "breaks", "outcome", "cuts"), REREADS,
+                         ids=[f"{r}-retries-{n}-breaks-{b}" for r, n, b, _, _ in REREADS])
+def test_a_body_cut_short_is_read_again(s3_server, tmp_path, caplog, reader, retries, breaks, outcome, cuts):
+    """Whole reads (get_bytes, get_file) read a body that failed again, up to max_retries times."""
+    bucket = s3_server.make_bucket()
+    data = payload(2 * MiB)
+    open_store(f"s3://{bucket}", s3=small_settings(s3_server)).put_bytes("k", data)
+    with CuttingProxy(s3_server.endpoint, MiB, max_cuts=breaks) as proxy:
+        store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, endpoint=proxy.endpoint,
+                                                               max_retries=retries))
+        if outcome == "whole":
+            assert read(store, reader, "k", tmp_path) == data
+        else:
+            with pytest.raises(outcome):
+                read(store, reader, "k", tmp_path)
+        assert proxy.cuts == cuts
+    assert sum("re-reading" in r.getMessage() for r in caplog.records) == (cuts if outcome == "whole" else cuts - 1)
+
+
+@pytest.mark.parametrize("reader", ["get_bytes", "get_file"])
+def test_damage_that_repeats_is_reported_after_the_rereads(s3_server, tmp_path, caplog, reader):
+    bucket = s3_server.make_bucket()
+    store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, max_retries=2))
+    data = payload(64 * KiB)
+    store.put_bytes("k", data)
+    s3_server.client().put_object(bucket, "k", io.BytesIO(data[::-1]), len(data),
+                                  metadata={"sha256": store.stat("k").sha256})
+    with pytest.raises(ArtifactCorrupted, match="does not match the recorded"):
+        read(store, reader, "k", tmp_path)
+    assert sum("re-reading" in r.getMessage() for r in caplog.records) == 2
 
 
 BROKEN_WRITES = [  # (writer, size, multipart, body bytes the server receives before the network breaks)

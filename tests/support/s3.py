@@ -133,13 +133,15 @@ class CuttingProxy:
     `body_bytes` of that body and then closes both connections.
 
     Messages are framed by Content-Length (what rclone serve s3 and the minio SDK send for every
-    message this proxy must see whole). Use `.endpoint` in place of the server's.
+    message this proxy must see whole). Use `.endpoint` in place of the server's. With
+    `max_cuts`, the network breaks only that many times and then forwards everything whole.
     """
 
-    def __init__(self, upstream: str, body_bytes: int, *, cut_requests: bool = False):
+    def __init__(self, upstream: str, body_bytes: int, *, cut_requests: bool = False, max_cuts: int | None = None):
         self.upstream = upstream
         self.body_bytes = body_bytes
         self.cut_requests = cut_requests
+        self.max_cuts = max_cuts
         self.cuts = 0  # messages cut so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"127.0.0.1:{self._listener.getsockname()[1]}"
@@ -195,7 +197,9 @@ class CuttingProxy:
                 elif (methods.popleft() if methods else b"") == b"HEAD" or b" 204 " in head.split(b"\r\n", 1)[0]:
                     length = 0  # the answer to a HEAD, or No Content, has no body whatever it announces
                 dst.sendall(head + b"\r\n\r\n")
-                cut = may_cut and length > self.body_bytes
+                with self._lock:
+                    cut = may_cut and length > self.body_bytes and (self.max_cuts is None or self.cuts < self.max_cuts)
+                    self.cuts += cut
                 todo = self.body_bytes if cut else length
                 while todo > 0:
                     if not buf:
@@ -206,8 +210,6 @@ class CuttingProxy:
                     dst.sendall(piece)
                     todo -= len(piece)
                 if cut:
-                    with self._lock:
-                        self.cuts += 1
                     return
         except OSError:
             return

@@ -45,7 +45,10 @@ server together spend on a raw SDK GET here); the bench's CPU columns show it.
 Errors: a missing key is NotFound, a missing bucket FailedPrecondition, refused credentials
 Unauthenticated, an unreachable or failing server Unavailable (the message names the
 endpoint). The SDK's urllib3 pool retries connection errors and 5xx answers `max_retries`
-times with backoff.
+times with backoff. A whole read (`get_bytes`, `get_file`) whose body then fails, cut short or
+not matching its recorded digest, is read again up to `max_retries` times (`_reread`): a
+server that serves a filesystem can tear a GET that races an overwrite; damage repeats and is
+raised by the last read.
 """
 
 from __future__ import annotations
@@ -54,11 +57,14 @@ import functools
 import hashlib
 import http.client
 import io
+import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import certifi
 import urllib3
@@ -87,6 +93,17 @@ SHA_META = "sha256"
 SHA_HEADER = "x-amz-meta-" + SHA_META
 _XML_CODE = re.compile(r"<Code>([A-Za-z0-9.]+)</Code>")
 _NETWORK_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError, TimeoutError)
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class _BadBody(Exception):
+    """A GET whose headers arrived but whose body failed (`error`): cut short or not matching
+    its recorded digest. Internal to `_reread`, which re-reads or raises `error`."""
+
+    def __init__(self, error: TraceError):
+        super().__init__(str(error))
+        self.error = error
 
 
 @functools.lru_cache(maxsize=16)
@@ -293,12 +310,20 @@ class S3Store(ArtifactStore):
     # ----------------------------------------------------------------- reads
 
     @contextmanager
-    def _get(self, key: str) -> Iterator[tuple[urllib3.BaseHTTPResponse, str | None, int | None]]:
+    def _get(self, key: str, *, rereadable: bool) -> Iterator[tuple[urllib3.BaseHTTPResponse, str | None, int | None]]:
+        """One GET of `key`: (response, recorded sha256, Content-Length). Failures before the
+        answer's headers are domain errors (the SDK's pool has retried them). When `rereadable`,
+        an Unavailable or ArtifactCorrupted raised while the body is read and checked becomes
+        `_BadBody`, for `_reread`."""
         with self._errors(key):
             resp = self._client.get_object(self._bucket, self._name(key))
         try:
             length = resp.headers.get("Content-Length")
             yield resp, resp.headers.get(SHA_HEADER), int(length) if length is not None else None
+        except (Unavailable, ArtifactCorrupted) as exc:
+            if not rereadable:
+                raise
+            raise _BadBody(exc) from exc
         finally:
             raw = getattr(resp, "_fp", None)
             if isinstance(raw, http.client.HTTPResponse) and raw.isclosed():
@@ -307,6 +332,25 @@ class S3Store(ArtifactStore):
                 resp.release_conn()
             resp.close()  # closes the connection only if the body was not fully read
             resp.release_conn()
+
+    def _reread(self, key: str, read_once: Callable[[], T]) -> T:
+        """`read_once()`, read again up to `max_retries` times (backing off 0.05, 0.1, 0.2 s, ...)
+        while its body fails: cut short, or bytes that do not match the digest the same answer
+        recorded. On S3 and MinIO one GET is one atomic version, so a mismatch there is damage
+        and repeats until the last read raises it. Servers that serve a filesystem (`rclone
+        serve s3`, some gateways) are not atomic: a GET racing an overwrite of the key can
+        pair one version's digest with another's bytes, or end early; a re-read settles it.
+        Only whole reads are re-read: `iter_chunks` may have handed chunks out already."""
+        for attempt in range(self._settings.max_retries + 1):
+            try:
+                return read_once()
+            except _BadBody as bad:
+                if attempt == self._settings.max_retries:
+                    raise bad.error from bad.error.__cause__
+                log.warning("%s: re-reading (%d of %d): %s", self._uri_for(key), attempt + 1,
+                            self._settings.max_retries, bad.error)
+                time.sleep(0.05 * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     def _readinto(self, resp: urllib3.BaseHTTPResponse):
         """`readinto(view) -> n` over the response body, network errors as Unavailable.
@@ -332,10 +376,13 @@ class S3Store(ArtifactStore):
         return readinto
 
     def _get_bytes(self, key: str) -> bytes:
-        with self._get(key) as (resp, recorded, length):
-            data, digest = self._read_all(resp, length, self._uri_for(key))
-        check_sha256(recorded, digest, self._uri_for(key))
-        return data
+        def once() -> bytes:
+            with self._get(key, rereadable=True) as (resp, recorded, length):
+                data, digest = self._read_all(resp, length, self._uri_for(key))
+                check_sha256(recorded, digest, self._uri_for(key))
+            return data
+
+        return self._reread(key, once)
 
     def _read_all(self, resp: urllib3.BaseHTTPResponse, length: int | None, what: str) -> tuple[bytes, str]:
         if length is None:  # chunked answer: collect, then join (one extra copy)
@@ -349,7 +396,7 @@ class S3Store(ArtifactStore):
 
     def _iter_chunks(self, key: str, chunk_size: int) -> Iterator[bytes]:
         what = self._uri_for(key)
-        with self._get(key) as (resp, recorded, length):
+        with self._get(key, rereadable=False) as (resp, recorded, length):
             # The chunks are immutable bytes: safe to hash beside the consumer. At most ~1 MiB of
             # them wait for the hasher, so a stream's memory stays bounded.
             hasher = new_hasher(length, max_pending=max(1, CHUNK // chunk_size))
@@ -381,10 +428,13 @@ class S3Store(ArtifactStore):
                     hasher.close()  # abandoned or failed stream: hand the helper thread back
 
     def _get_file(self, key: str, dest: str, durable: bool) -> ArtifactInfo:
-        with self._get(key) as (resp, recorded, length):
-            return publish_verified(dest, durable, self._uri_for(key), recorded, self._readinto(resp),
-                                    lambda digest, size: self._info(key, digest, size), expected_size=length,
-                                    size_hint=length)
+        def once() -> ArtifactInfo:
+            with self._get(key, rereadable=True) as (resp, recorded, length):
+                return publish_verified(dest, durable, self._uri_for(key), recorded, self._readinto(resp),
+                                        lambda digest, size: self._info(key, digest, size), expected_size=length,
+                                        size_hint=length)
+
+        return self._reread(key, once)
 
     # ----------------------------------------------------------------- metadata
 
