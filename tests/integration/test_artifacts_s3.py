@@ -418,47 +418,78 @@ def test_read_broken_mid_transfer_is_unavailable_and_publishes_nothing(s3_server
     assert os.listdir(dest.parent) == ["dest.bin"] and dest.read_bytes() == b"previous download"
 
 
-REREADS = [  # (reader, max_retries, times the network breaks (None: every body), outcome, bodies cut)
-    ("get_bytes", 1, 1, "whole", 1),
-    ("get_file", 1, 1, "whole", 1),
-    ("get_bytes", 3, 2, "whole", 2),
-    ("get_bytes", 2, None, Unavailable, 3),  # gives up after max_retries re-reads
-    ("get_file", 2, None, Unavailable, 3),
-    ("get_bytes", 0, 1, Unavailable, 1),  # max_retries=0: no re-read
-    ("iter_chunks", 2, 1, Unavailable, 1),  # chunks were handed out already: never re-read
+REREADS = [  # (reader, max_retries, times the network breaks (None: every body), bytes more each cut,
+    #          outcome, bodies cut)
+    ("get_bytes", 1, 1, 0, "whole", 1),
+    ("get_file", 1, 1, 0, "whole", 1),
+    ("get_bytes", 3, 2, 1, "whole", 2),
+    ("get_bytes", 3, None, 0, Unavailable, 2),  # the same cut twice: raised at once
+    ("get_file", 3, None, 0, Unavailable, 2),
+    ("get_bytes", 2, None, 1, Unavailable, 3),  # different cuts: gives up after max_retries re-reads
+    ("get_file", 1, None, 1, Unavailable, 2),
+    ("get_bytes", 0, 1, 0, Unavailable, 1),  # max_retries=0: no re-read
+    ("iter_chunks", 2, 1, 0, Unavailable, 1),  # chunks were handed out already: never re-read
 ]
 
 
-@pytest.mark.parametrize(("reader", "retries", "breaks", "outcome", "cuts"), REREADS,
-                         ids=[f"{r}-retries-{n}-breaks-{b}" for r, n, b, _, _ in REREADS])
-def test_a_body_cut_short_is_read_again(s3_server, tmp_path, caplog, reader, retries, breaks, outcome, cuts):
-    """Whole reads (get_bytes, get_file) read a body that failed again, up to max_retries times."""
+def rereads(caplog) -> int:
+    return sum("re-reading" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("reader", "retries", "breaks", "step", "outcome", "cuts"), REREADS,
+                         ids=[f"{r}-retries-{n}-breaks-{b}-step-{d}" for r, n, b, d, _, _ in REREADS])
+def test_a_body_cut_short_is_read_again(s3_server, tmp_path, caplog, reader, retries, breaks, step, outcome, cuts):
+    """Whole reads (get_bytes, get_file) read a body that failed again, up to max_retries times,
+    until the same failure repeats; nothing is left behind by the attempts."""
     bucket = s3_server.make_bucket()
     data = payload(2 * MiB)
     open_store(f"s3://{bucket}", s3=small_settings(s3_server)).put_bytes("k", data)
-    with CuttingProxy(s3_server.endpoint, MiB, max_cuts=breaks) as proxy:
+    with CuttingProxy(s3_server.endpoint, MiB, max_cuts=breaks, step=step) as proxy:
         store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, endpoint=proxy.endpoint,
                                                                max_retries=retries))
         if outcome == "whole":
             assert read(store, reader, "k", tmp_path) == data
         else:
-            with pytest.raises(outcome):
+            with pytest.raises(outcome) as exc:
                 read(store, reader, "k", tmp_path)
+            assert not isinstance(exc.value.__context__, s3_store._BadBody)  # the store's own wrapper stays inside
         assert proxy.cuts == cuts
-    assert sum("re-reading" in r.getMessage() for r in caplog.records) == (cuts if outcome == "whole" else cuts - 1)
+    assert rereads(caplog) == (cuts if outcome == "whole" else cuts - 1)
+    if reader == "get_file":
+        assert os.listdir(tmp_path / "out") == (["dest.bin"] if outcome == "whole" else [])
 
 
+@pytest.mark.parametrize("damage", ["mismatch", "no-digest"])
 @pytest.mark.parametrize("reader", ["get_bytes", "get_file"])
-def test_damage_that_repeats_is_reported_after_the_rereads(s3_server, tmp_path, caplog, reader):
+def test_damage_that_repeats_is_raised_after_one_reread(s3_server, tmp_path, caplog, reader, damage):
     bucket = s3_server.make_bucket()
-    store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, max_retries=2))
+    store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, max_retries=3))
     data = payload(64 * KiB)
     store.put_bytes("k", data)
-    s3_server.client().put_object(bucket, "k", io.BytesIO(data[::-1]), len(data),
-                                  metadata={"sha256": store.stat("k").sha256})
-    with pytest.raises(ArtifactCorrupted, match="does not match the recorded"):
+    meta = {"sha256": store.stat("k").sha256} if damage == "mismatch" else None
+    s3_server.client().put_object(bucket, "k", io.BytesIO(data[::-1]), len(data), metadata=meta)
+    match = "does not match the recorded" if damage == "mismatch" else "no valid sha256"
+    with pytest.raises(ArtifactCorrupted, match=match):
         read(store, reader, "k", tmp_path)
-    assert sum("re-reading" in r.getMessage() for r in caplog.records) == 2
+    assert rereads(caplog) == 1
+
+
+def test_failures_before_the_body_are_not_reread(s3_server, tmp_path, caplog):
+    """A missing key and a server that is down fail as before (the SDK's pool retries the
+    latter); neither is re-read by the store."""
+    bucket = s3_server.make_bucket()
+    store = open_store(f"s3://{bucket}", s3=small_settings(s3_server, max_retries=2))
+    for reader in ("get_bytes", "get_file"):
+        with pytest.raises(NotFound):
+            read(store, reader, "missing", tmp_path)
+    server = start_rclone_s3(tmp_path / "down")
+    down = open_store(f"s3://{server.make_bucket()}", s3=small_settings(server, max_retries=1))
+    down.put_bytes("k", b"x")
+    server.stop()
+    for reader in ("get_bytes", "get_file"):
+        with pytest.raises(Unavailable, match=server.endpoint):
+            read(down, reader, "k", tmp_path)
+    assert rereads(caplog) == 0
 
 
 BROKEN_WRITES = [  # (writer, size, multipart, body bytes the server receives before the network breaks)

@@ -134,14 +134,17 @@ class CuttingProxy:
 
     Messages are framed by Content-Length (what rclone serve s3 and the minio SDK send for every
     message this proxy must see whole). Use `.endpoint` in place of the server's. With
-    `max_cuts`, the network breaks only that many times and then forwards everything whole.
+    `max_cuts`, the network breaks only that many times and then forwards everything whole; with
+    `step`, each cut delivers `step` bytes more than the one before.
     """
 
-    def __init__(self, upstream: str, body_bytes: int, *, cut_requests: bool = False, max_cuts: int | None = None):
+    def __init__(self, upstream: str, body_bytes: int, *, cut_requests: bool = False, max_cuts: int | None = None,
+                 step: int = 0):
         self.upstream = upstream
         self.body_bytes = body_bytes
         self.cut_requests = cut_requests
         self.max_cuts = max_cuts
+        self.step = step
         self.cuts = 0  # messages cut so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"127.0.0.1:{self._listener.getsockname()[1]}"
@@ -198,9 +201,10 @@ class CuttingProxy:
                     length = 0  # the answer to a HEAD, or No Content, has no body whatever it announces
                 dst.sendall(head + b"\r\n\r\n")
                 with self._lock:
-                    cut = may_cut and length > self.body_bytes and (self.max_cuts is None or self.cuts < self.max_cuts)
+                    cut_at = self.body_bytes + self.step * self.cuts
+                    cut = may_cut and length > cut_at and (self.max_cuts is None or self.cuts < self.max_cuts)
                     self.cuts += cut
-                todo = self.body_bytes if cut else length
+                todo = cut_at if cut else length
                 while todo > 0:
                     if not buf:
                         buf = src.recv(65536)

@@ -5,8 +5,9 @@ request that creates it. S3 makes a PUT and a multipart completion atomic, so an
 its digest appear together or not at all. Every GET recomputes the digest of the bytes it
 received and compares it with the header of the same response. (rclone serve s3, the test
 server, can pair one version's headers with another version's body while a key is being
-overwritten concurrently; such reads fail with Unavailable or ArtifactCorrupted, never
-return bytes.)
+overwritten concurrently: `get_bytes` and `get_file` then read again (`_reread`); `iter_chunks`,
+or a read whose re-reads race too, fails with Unavailable or ArtifactCorrupted. None returns
+mixed bytes.)
 
 How uploads get the digest into the headers, and why (measured against `rclone serve s3` on
 this project's 2-core machine, 256 MiB object, medians of interleaved runs; see
@@ -47,8 +48,8 @@ Unauthenticated, an unreachable or failing server Unavailable (the message names
 endpoint). The SDK's urllib3 pool retries connection errors and 5xx answers `max_retries`
 times with backoff. A whole read (`get_bytes`, `get_file`) whose body then fails, cut short or
 not matching its recorded digest, is read again up to `max_retries` times (`_reread`): a
-server that serves a filesystem can tear a GET that races an overwrite; damage repeats and is
-raised by the last read.
+server that serves a filesystem can tear a GET that races an overwrite; damage repeats word for
+word and is raised by the second read.
 """
 
 from __future__ import annotations
@@ -334,23 +335,28 @@ class S3Store(ArtifactStore):
             resp.release_conn()
 
     def _reread(self, key: str, read_once: Callable[[], T]) -> T:
-        """`read_once()`, read again up to `max_retries` times (backing off 0.05, 0.1, 0.2 s, ...)
-        while its body fails: cut short, or bytes that do not match the digest the same answer
-        recorded. On S3 and MinIO one GET is one atomic version, so a mismatch there is damage
-        and repeats until the last read raises it. Servers that serve a filesystem (`rclone
-        serve s3`, some gateways) are not atomic: a GET racing an overwrite of the key can
-        pair one version's digest with another's bytes, or end early; a re-read settles it.
-        Only whole reads are re-read: `iter_chunks` may have handed chunks out already."""
+        """`read_once()`, read again (backing off 0.05, 0.1, 0.2 s, ...) while its body fails: cut
+        short, no digest recorded, or bytes that do not match the digest the same answer recorded.
+        A failure that repeats, word for word (the same recorded and received digests, the same
+        byte counts), is damage and is raised at once; so is the last one after `max_retries`
+        re-reads. On S3 and MinIO one GET is one atomic version, so a mismatch there repeats:
+        damage costs one extra read. Servers that serve a filesystem (`rclone serve s3`, some
+        gateways) are not atomic: a GET racing an overwrite of the key can pair one version's
+        headers with another's bytes, or end early; a re-read settles it. Only whole reads are
+        re-read: `iter_chunks` may have handed chunks out already."""
+        previous = ""
         for attempt in range(self._settings.max_retries + 1):
             try:
                 return read_once()
             except _BadBody as bad:
-                if attempt == self._settings.max_retries:
-                    raise bad.error from bad.error.__cause__
-                log.warning("%s: re-reading (%d of %d): %s", self._uri_for(key), attempt + 1,
-                            self._settings.max_retries, bad.error)
-                time.sleep(0.05 * 2 ** attempt)
-        raise AssertionError("unreachable")
+                error = bad.error
+            if attempt == self._settings.max_retries or str(error) == previous:
+                break
+            previous = str(error)
+            log.warning("%s: re-reading (%d of %d): %s", self._uri_for(key), attempt + 1,
+                        self._settings.max_retries, error)
+            time.sleep(0.05 * 2 ** attempt)
+        raise error from error.__cause__
 
     def _readinto(self, resp: urllib3.BaseHTTPResponse):
         """`readinto(view) -> n` over the response body, network errors as Unavailable.

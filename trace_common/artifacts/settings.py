@@ -43,7 +43,11 @@ class S3Settings(BaseModel):
     connect_timeout_s: float = Field(default=5.0, gt=0, description="TCP connect timeout per attempt.")
     read_timeout_s: float = Field(default=300.0, gt=0, description="Socket read timeout per attempt.")
     max_retries: int = Field(default=3, ge=0, le=10,
-                             description="Retries of connection errors and 5xx answers (with backoff).")
+                             description="Retries of connection errors and 5xx answers (with backoff), and "
+                                         "re-reads of a whole read (get_bytes, get_file) whose body was cut "
+                                         "short or did not match its recorded sha256 (until a failure "
+                                         "repeats). A stalled body can so cost (max_retries + 1) x "
+                                         "read_timeout_s.")
 
     @field_validator("endpoint")
     @classmethod
