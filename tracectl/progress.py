@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 
+import grpc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trace_common.proto.trace.v1 import types_pb2 as t
 
 console = Console(stderr=True)
+
+#: The states a job never leaves.
+TERMINAL = frozenset({t.JOB_STATE_SUCCEEDED, t.JOB_STATE_FAILED, t.JOB_STATE_CANCELLED})
 
 #: Longest quiet period between plain progress lines while progress arrives.
 LOG_INTERVAL_S = 60.0
@@ -110,13 +115,24 @@ class Reporter:
                                highlight=False, soft_wrap=True)
 
 
-def follow(watch_stream, description: str, out: Console | None = None):
-    """Consume a Watch*Job stream, showing progress on `out` (default: stderr); return the final Job."""
+def follow(open_stream: Callable[[], Iterable], description: str, out: Console | None = None):
+    """Consume a Watch*Job stream, opened by `open_stream()`, showing progress on `out` (default:
+    stderr); return the last Job seen. The channel's Watch deadline (`trace_common.grpc.client`)
+    bounds one stream, not the job: a stream that ends at it (DEADLINE_EXCEEDED) before the job
+    reached a final state is opened again, and goes on from the job's current state."""
     last = None
     with Reporter(description, out or console) as report:
-        for msg in watch_stream:
-            job = last = msg.job
-            report.update(job.progress.completed, job.progress.total, _stage(job), job.progress.message)
+        while True:
+            try:
+                for msg in open_stream():
+                    job = last = msg.job
+                    report.update(job.progress.completed, job.progress.total, _stage(job), job.progress.message)
+                break
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise
+                if last is not None and last.state in TERMINAL:
+                    break
         if last is not None:
             report.finish(state_name(last).lower())
     return last

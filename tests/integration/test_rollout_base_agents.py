@@ -170,7 +170,7 @@ def test_rollout_job_waits_visibly_for_another_process_building_micro(tmp_path, 
         flag.write_text("1")
         proc.wait(60)
     buf = io.StringIO()
-    final = follow(iter(seen), "base rollouts", out=Console(file=buf, force_terminal=False, width=100))
+    final = follow(lambda: iter(seen), "base rollouts", out=Console(file=buf, force_terminal=False, width=100))
     assert final.state == t.JOB_STATE_SUCCEEDED, final.error.message
     waiting = [ln for ln in buf.getvalue().splitlines() if "waiting for base agent micro" in ln]
     assert waiting, buf.getvalue()

@@ -5,6 +5,7 @@ import io
 import re
 from types import SimpleNamespace
 
+import grpc
 import pytest
 from rich.console import Console
 
@@ -39,7 +40,7 @@ def _stream(*updates):
 ])
 def test_plain_progress_lines(updates, expected):
     buf = io.StringIO()
-    final = progress.follow(_stream(*updates), "job", out=Console(file=buf, force_terminal=False, width=200))
+    final = progress.follow(lambda: _stream(*updates), "job", out=Console(file=buf, force_terminal=False, width=200))
     assert _untimed(buf) == expected
     assert final.state == updates[-1][0]
 
@@ -48,9 +49,48 @@ def test_quiet_job_still_logs_every_interval(monkeypatch):
     clock = iter([0.0, 1.0, 2.0, 70.0, 71.0, 72.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     buf = io.StringIO()
-    progress.follow(_stream((RUNNING, 1, 100, ""), (RUNNING, 2, 100, ""), (RUNNING, 3, 100, ""),
+    progress.follow(lambda: _stream((RUNNING, 1, 100, ""), (RUNNING, 2, 100, ""), (RUNNING, 3, 100, ""),
                             (DONE, 100, 100, "")), "job", out=Console(file=buf, force_terminal=False))
     assert _untimed(buf)[:3] == ["job: 1/100 running", "job: 3/100 running", "job: 100/100 succeeded"]
+
+
+class _RpcError(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+
+DEADLINE, RESET = grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize(("streams", "outcome", "opened"), [
+    # each stream: the updates it delivers, then the status it ends with (None: it ends cleanly)
+    ([([(RUNNING, 1, 4, "")], DEADLINE), ([(RUNNING, 2, 4, ""), (DONE, 4, 4, "")], None)], DONE, 2),
+    ([([(RUNNING, 1, 4, "")], DEADLINE), ([], DEADLINE), ([(DONE, 4, 4, "")], None)], DONE, 3),
+    ([([], DEADLINE), ([(DONE, 4, 4, "")], None)], DONE, 2),  # nothing seen before the deadline
+    ([([(RUNNING, 1, 4, ""), (DONE, 4, 4, "")], DEADLINE)], DONE, 1),  # already final: not reopened
+    ([([(RUNNING, 1, 4, "")], RESET)], RESET, 1),  # any other failure is the caller's
+])
+def test_a_stream_that_reaches_its_deadline_is_reopened(streams, outcome, opened):
+    calls = []
+
+    def open_stream():
+        updates, end = streams[len(calls)]
+        calls.append(1)
+        yield from _stream(*updates)
+        if end is not None:
+            raise _RpcError(end)
+
+    out = Console(file=io.StringIO(), force_terminal=False, width=200)
+    if isinstance(outcome, grpc.StatusCode):
+        with pytest.raises(grpc.RpcError) as err:
+            progress.follow(open_stream, "job", out=out)
+        assert err.value.code() == outcome
+    else:
+        assert progress.follow(open_stream, "job", out=out).state == outcome
+    assert len(calls) == opened
 
 
 @pytest.mark.parametrize(("updates", "expected"), [

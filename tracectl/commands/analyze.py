@@ -219,7 +219,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 raise
             print(f"tracectl analyze: INVALID_ARGUMENT: {with_flags(err.details() or '')}", file=sys.stderr)
             return exits.BAD_INPUT
-        follow(st.WatchAnalysisJob(A.WatchAnalysisJobRequest(job_id=job.job_id)), f"analysis {job.job_id}")
+        follow(lambda: st.WatchAnalysisJob(A.WatchAnalysisJobRequest(job_id=job.job_id)), f"analysis {job.job_id}")
         resp = st.GetAnalysisJob(A.GetAnalysisJobRequest(job_id=job.job_id))
     if resp.job.state != t.JOB_STATE_SUCCEEDED:
         print(f"analysis {job.job_id} {state_name(resp.job)}: {resp.job.error.code} {resp.job.error.message}",

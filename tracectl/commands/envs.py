@@ -131,7 +131,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         st = conn.stub("environment")
         job = st.CreateGenerationJob(E.CreateGenerationJobRequest(spec=spec, run_id=args.run_id,
                                                                   request_id=new_request_id())).job
-        follow(st.WatchGenerationJob(E.WatchGenerationJobRequest(job_id=job.job_id)), f"envs {job.job_id}")
+        follow(lambda: st.WatchGenerationJob(E.WatchGenerationJobRequest(job_id=job.job_id)), f"envs {job.job_id}")
         resp = st.GetGenerationJob(E.GetGenerationJobRequest(job_id=job.job_id))
     if resp.environments:
         console.print(_table(resp.environments))

@@ -78,7 +78,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         st = conn.stub("rollout")
         job = st.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id=args.run_id,
                                                             request_id=new_request_id())).job
-        final = follow(st.WatchRolloutJob(R.WatchRolloutJobRequest(job_id=job.job_id)), f"rollout {job.job_id}")
+        final = follow(lambda: st.WatchRolloutJob(R.WatchRolloutJobRequest(job_id=job.job_id)),
+                       f"rollout {job.job_id}")
         resp = st.GetRolloutJob(R.GetRolloutJobRequest(job_id=job.job_id))
     if final is None or resp.job.state != t.JOB_STATE_SUCCEEDED:
         print(f"rollout {job.job_id} {state_name(resp.job)}: {resp.job.error.code} {resp.job.error.message}",

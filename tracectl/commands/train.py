@@ -32,10 +32,9 @@ from tracectl import exits
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
 from tracectl.inputs import read_json
-from tracectl.progress import Reporter, state_name
+from tracectl.progress import TERMINAL, Reporter, state_name
 
 EXECUTORS = {"local": 1, "kubernetes": 2}
-TERMINAL = {t.JOB_STATE_SUCCEEDED, t.JOB_STATE_FAILED, t.JOB_STATE_CANCELLED}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

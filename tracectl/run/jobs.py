@@ -41,7 +41,8 @@ class JobRunner:
         pb = messages(service)
         stem = _NAMES[service]
         stub = self.conn.stub(service)
-        follow(getattr(stub, f"Watch{stem}")(getattr(pb, f"Watch{stem}Request")(job_id=job_id)), description)
+        follow(lambda: getattr(stub, f"Watch{stem}")(getattr(pb, f"Watch{stem}Request")(job_id=job_id)),
+               description)
         resp = getattr(stub, f"Get{stem}")(getattr(pb, f"Get{stem}Request")(job_id=job_id))
         if resp.job.state != t.JOB_STATE_SUCCEEDED:
             state = t.JobState.Name(resp.job.state).removeprefix("JOB_STATE_")

@@ -220,7 +220,7 @@ def test_a_waiting_job_shows_the_wait_in_tracectls_watch(holder):
 
     stream = asyncio.run(main())
     buf = io.StringIO()
-    final = follow(iter(stream), "base rollouts", out=Console(file=buf, force_terminal=False, width=100))
+    final = follow(lambda: iter(stream), "base rollouts", out=Console(file=buf, force_terminal=False, width=100))
     lines = buf.getvalue().splitlines()
     waiting = [ln for ln in lines if "waiting for base agent micro" in ln]
     assert waiting and f"by pid {holder.pid}" in waiting[0] and "copying step 3/10" in waiting[0], lines
