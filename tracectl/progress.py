@@ -115,18 +115,22 @@ class Reporter:
                                highlight=False, soft_wrap=True)
 
 
-def follow(open_stream: Callable[[], Iterable], description: str, out: Console | None = None):
+def follow(open_stream: Callable[[], Iterable], description: str, out: Console | None = None, *,
+           describe: Callable[[object], tuple[str, str]] | None = None):
     """Consume a Watch*Job stream, opened by `open_stream()`, showing progress on `out` (default:
-    stderr); return the last Job seen. The channel's Watch deadline (`trace_common.grpc.client`)
-    bounds one stream, not the job: a stream that ends at it (DEADLINE_EXCEEDED) before the job
-    reached a final state is opened again, and goes on from the job's current state."""
+    stderr); return the last Job seen. `describe(message)` gives the (stage, detail) shown for one
+    message (default: the job's stage and its progress message). The channel's Watch deadline
+    (`trace_common.grpc.client`) bounds one stream, not the job: a stream that ends at it
+    (DEADLINE_EXCEEDED) before the job reached a final state is opened again, and goes on from the
+    job's current state (a Watch stream starts with the job as it is now)."""
+    describe = describe or _job_line
     last = None
     with Reporter(description, out or console) as report:
         while True:
             try:
                 for msg in open_stream():
                     job = last = msg.job
-                    report.update(job.progress.completed, job.progress.total, _stage(job), job.progress.message)
+                    report.update(job.progress.completed, job.progress.total, *describe(msg))
                 break
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -136,6 +140,10 @@ def follow(open_stream: Callable[[], Iterable], description: str, out: Console |
         if last is not None:
             report.finish(state_name(last).lower())
     return last
+
+
+def _job_line(msg) -> tuple[str, str]:
+    return _stage(msg.job), msg.job.progress.message
 
 
 def _stage(job) -> str:

@@ -21,7 +21,6 @@ import json
 import sys
 from pathlib import Path
 
-import grpc
 from google.protobuf.struct_pb2 import Struct
 from rich.console import Console
 
@@ -32,7 +31,7 @@ from tracectl import exits
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
 from tracectl.inputs import read_json
-from tracectl.progress import TERMINAL, Reporter, state_name
+from tracectl.progress import follow, state_name
 
 EXECUTORS = {"local": 1, "kubernetes": 2}
 
@@ -106,27 +105,21 @@ def build_spec(args: argparse.Namespace):
 
 
 def follow_training(stub, job_id: str, console: Console):
-    """Watch until the job ends (re-watching past a stream deadline); returns the final Job."""
+    """Watch until the job ends (re-watching past a stream deadline), a line per iteration with its
+    reward; returns the final Job."""
     T = messages("trainer")
-    last = None
-    with Reporter(f"train {job_id}", console) as report:
-        while last is None or last.state not in TERMINAL:
-            try:
-                for msg in stub.WatchTrainingJob(T.WatchTrainingJobRequest(job_id=job_id)):
-                    last = msg.job
-                    stage = state_name(last).lower() if last.state != t.JOB_STATE_RUNNING else last.progress.stage
-                    detail = ""
-                    if msg.HasField("iteration"):
-                        v = msg.iteration.values
-                        detail = (f"reward {v.get('reward_mean', 0):.3f}  pass {v.get('pass_rate', 0):.2f}  "
-                                  f"informative {v.get('informative_group_fraction', 0):.2f}  "
-                                  f"{v.get('step_seconds', 0):.1f}s/it")
-                    report.update(last.progress.completed, last.progress.total, stage, detail)
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise
-        report.finish(state_name(last).lower())
-    return last
+    return follow(lambda: stub.WatchTrainingJob(T.WatchTrainingJobRequest(job_id=job_id)), f"train {job_id}",
+                  console, describe=_iteration_line)
+
+
+def _iteration_line(msg) -> tuple[str, str]:
+    job = msg.job
+    stage = state_name(job).lower() if job.state != t.JOB_STATE_RUNNING else job.progress.stage
+    if not msg.HasField("iteration"):
+        return stage, ""
+    v = msg.iteration.values
+    return stage, (f"reward {v.get('reward_mean', 0):.3f}  pass {v.get('pass_rate', 0):.2f}  "
+                   f"informative {v.get('informative_group_fraction', 0):.2f}  {v.get('step_seconds', 0):.1f}s/it")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
