@@ -122,20 +122,24 @@ def follow(open_stream: Callable[[], Iterable], description: str, out: Console |
     message (default: the job's stage and its progress message). The channel's Watch deadline
     (`trace_common.grpc.client`) bounds one stream, not the job: a stream that ends at it
     (DEADLINE_EXCEEDED) before the job reached a final state is opened again, and goes on from the
-    job's current state (a Watch stream starts with the job as it is now)."""
+    job's current state (a Watch stream starts with the job as it is now). A stream that reached its
+    deadline without sending even that first message is raised: the service did not answer within
+    the deadline, and opening it again would only spin."""
     describe = describe or _job_line
     last = None
     with Reporter(description, out or console) as report:
         while True:
+            seen = 0
             try:
                 for msg in open_stream():
                     job = last = msg.job
+                    seen += 1
                     report.update(job.progress.completed, job.progress.total, *describe(msg))
                 break
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED or not seen:
                     raise
-                if last is not None and last.state in TERMINAL:
+                if last.state in TERMINAL:
                     break
         if last is not None:
             report.finish(state_name(last).lower())

@@ -5,6 +5,8 @@ PEFT adapter that PEFT loads unchanged; bad requests get the right status and a 
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import httpx
 import pytest
@@ -110,3 +112,40 @@ def test_a_rerun_reattaches_to_its_live_job(embedded_stack, model_dir, capsys):
     # once it has ended, the same request trains anew (resuming from the job's checkpoints)
     again = runner.run("trainer", same, "reattach", "after", labels=labels, attach=True)
     assert again.job.job_id != live.job_id and again.job.state == t.JOB_STATE_SUCCEEDED
+
+
+def test_following_a_job_outlives_the_watch_deadline(embedded_stack, model_dir, monkeypatch, capsys):
+    """A job that runs longer than one Watch stream may last (the channel's deadline, here 3 s) is
+    followed to its end over real gRPC: each stream ends at DEADLINE_EXCEEDED and is opened again.
+    (grpc ends a call whose deadline comes from the service config about 1 s early, grpc/grpc#34547,
+    so a 1 s deadline would end every stream before its first message.)"""
+    from trace_common.grpc import client
+    from tracectl.run.jobs import JobRunner
+
+    real = client.default_timeout
+    monkeypatch.setattr(client, "default_timeout", lambda m: 3.0 if m.startswith("Watch") else real(m))
+    channel = client.open_channel(client.Endpoint(embedded_stack.targets["trainer"]))  # reads the 3 s
+    opened = []
+
+    class ShortWatches:  # what JobRunner needs of a connection: stubs on that channel, Watch calls counted
+        def stub(self, service):
+            inner = client.stub(service, channel)
+
+            class Counting:
+                def __getattr__(self, name):
+                    method = getattr(inner, name)
+                    if not name.startswith("Watch"):
+                        return method
+                    return lambda *a, **kw: opened.append(time.monotonic()) or method(*a, **kw)
+            return Counting()
+
+    try:
+        runner = JobRunner(conn=ShortWatches())
+        job = runner.start("trainer", spec(model_dir, max_steps=8), "short-watch")
+        done = runner.wait("trainer", job.job_id, "train")
+    finally:
+        channel.close()
+    assert done.job.state == t.JOB_STATE_SUCCEEDED and done.job.progress.completed == 8
+    assert len(opened) >= 2, "the job ended within one Watch stream: make it longer than the deadline"
+    assert min(b - a for a, b in zip(opened, opened[1:], strict=False)) > 1.0  # each stream lasted to its deadline
+    assert "train: succeeded" in capsys.readouterr().err

@@ -68,8 +68,10 @@ DEADLINE, RESET = grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE
 @pytest.mark.parametrize(("streams", "outcome", "opened"), [
     # each stream: the updates it delivers, then the status it ends with (None: it ends cleanly)
     ([([(RUNNING, 1, 4, "")], DEADLINE), ([(RUNNING, 2, 4, ""), (DONE, 4, 4, "")], None)], DONE, 2),
-    ([([(RUNNING, 1, 4, "")], DEADLINE), ([], DEADLINE), ([(DONE, 4, 4, "")], None)], DONE, 3),
-    ([([], DEADLINE), ([(DONE, 4, 4, "")], None)], DONE, 2),  # nothing seen before the deadline
+    ([([(RUNNING, 1, 4, "")], DEADLINE), ([(RUNNING, 2, 4, "")], DEADLINE), ([(DONE, 4, 4, "")], None)], DONE, 3),
+    # a stream that sent nothing before its deadline: the service is not answering, raised (no spin)
+    ([([], DEADLINE), ([(DONE, 4, 4, "")], None)], DEADLINE, 1),
+    ([([(RUNNING, 1, 4, "")], DEADLINE), ([], DEADLINE), ([(DONE, 4, 4, "")], None)], DEADLINE, 2),
     ([([(RUNNING, 1, 4, ""), (DONE, 4, 4, "")], DEADLINE)], DONE, 1),  # already final: not reopened
     ([([(RUNNING, 1, 4, "")], RESET)], RESET, 1),  # any other failure is the caller's
 ])
