@@ -199,6 +199,11 @@ class JobManager:
         except KeyError:
             raise NotFound(f"no {self.service} job with id {job_id!r}; list jobs to see existing ids") from None
 
+    def is_live(self, job_id: str) -> bool:
+        """Whether `job_id` is pending or running (False for a finished or evicted job)."""
+        rec = self._jobs.get(job_id)
+        return rec is not None and not rec.state.terminal
+
     def list(self, states: list[JobState] | None = None, run_id: str = "", page_size: int = 0,
              page_token: str = "") -> tuple[list[JobRecord], str]:
         if page_size < 0 or page_size > 1000:

@@ -30,7 +30,7 @@ class Rollouts:
         self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
         #: The operator's endpoint profiles (the embedded stack's operator may add more in-process).
         self.endpoints = Endpoints(settings.endpoints, "TRACE_ROLLOUT_ENDPOINTS")
-        self._claimed: set[str] = set()  # output prefixes of live jobs
+        self._writers: dict[str, str] = {}  # output prefix a request named -> the job writing it
 
     def output_prefix(self, uri: str, run_id: str) -> str:
         """The store key prefix `spec.output_uri` names ("" when it names none); see the module doc."""
@@ -44,7 +44,7 @@ class Rollouts:
                                    f"{uri!r}", field="spec.output_uri",
                                    fix="leave it empty: the job writes under its own id there")
         key = validate_key(key)
-        if key in self._claimed or self.store.list(key + "/"):
+        if self.jobs.is_live(self._writers.get(key, "")) or self.store.list(key + "/"):
             raise AlreadyExists(f"spec.output_uri: {uri!r} already holds a rollout (or a live job writes it); "
                                 "name a new prefix or leave it empty")
         return key
@@ -59,16 +59,12 @@ class Rollouts:
         prefix = self.output_prefix(spec.output_uri, run_id)
 
         async def body(ctx):
-            try:
-                return await runner.run(ctx, planned, self.store,
-                                        prefix or f"runs/{run_id or 'adhoc'}/rollouts/{ctx.job_id}",
-                                        self.settings.default_concurrency, self.settings.s3_settings())
-            finally:
-                self._claimed.discard(prefix)
+            return await runner.run(ctx, planned, self.store, prefix or f"runs/{run_id or 'adhoc'}/rollouts/{ctx.job_id}",
+                                    self.settings.default_concurrency, self.settings.s3_settings())
 
         job = self.jobs.submit("rollout", body, run_id=run_id, labels=labels, request_id=request_id)
         if prefix:
-            self._claimed.add(prefix)
+            self._writers[prefix] = job.job_id
         return job
 
     def environments(self) -> list[dict]:

@@ -28,7 +28,7 @@ from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.endpoints import Endpoints, refuse_outbound_params
-from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output
 from trace_common.model_refs import check_model_ref
 
@@ -180,13 +180,7 @@ class Training:
         """One live job per checkpoint prefix: two workers training the same run's capability would
         interleave their checkpoints, and each resumes from whatever the other wrote last."""
         for job_id, other in list(self.prefixes.items()):
-            if other != prefix:
-                continue
-            try:
-                live = not self.jobs.get(job_id).state.terminal
-            except NotFound:  # evicted: long finished
-                continue
-            if live:
+            if other == prefix and self.jobs.is_live(job_id):
                 raise FailedPrecondition(f"training job {job_id} is already training {prefix}; a second job would "
                                          "write the same checkpoints. Wait for it (WatchJob) or cancel it "
                                          "(CancelJob) -- a new job then resumes from its last checkpoint -- or use "
