@@ -273,8 +273,9 @@ def test_accepted_reports_name_the_layers_that_held(embedded_stack, library_job)
     iso = report["isolation"]
     assert report["static_check_advisory"] is True
     assert iso["backend"] == "process" and iso["missing"] == [] and not iso["allowed_weak"]
-    assert {"pidns", "netns", "mount_ro", "proc_private", "uid", "uid_distinct", "rlimits", "seccomp"} <= \
-        set(iso["held"])
+    assert {"pidns", "netns", "mount_ro", "fs_root", "proc_private", "uid", "uid_distinct", "rlimits",
+            "seccomp"} <= set(iso["held"])
+    assert iso["fs_root"] and "/dev/null" in iso["fs_root_binds"]  # the report names the root the code saw
 
 
 def test_a_static_check_bypass_is_rejected_and_the_check_called_advisory(embedded_stack):
@@ -308,7 +309,16 @@ def test_hostile_modules_served_by_the_service_harm_no_other_worker(embedded_sta
     service over gRPC: a victim episode is opened first; each hostile module, served as if it had
     been accepted, fails RESOURCE_EXHAUSTED naming its violation; the victim episode keeps
     answering and the service stays SERVING."""
-    from tests.unit.environment.test_hostile_envs import CASES, REJECT
+    from pathlib import Path
+
+    from tests.unit.environment.test_hostile_envs import (
+        BAIT_TMP,
+        CASES,
+        PASSWD_ROOT,
+        REJECT,
+        SECRET,
+        plant_bait,
+    )
     from tests.unit.environment.test_hostile_envs import module as hostile
 
     stub, domain = embedded_stack.stub("environment"), embedded_stack.domain("environment")
@@ -316,20 +326,67 @@ def test_hostile_modules_served_by_the_service_harm_no_other_worker(embedded_sta
     _register_accepted(domain, "hostile_victim", GOOD, tools)
     victim = stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="hostile_victim"), seed=4))
     victim_pid = domain.episodes.episodes[victim.episode_id].worker.transport.worker_pid
+    bait = plant_bait(Path(embedded_stack.root), domain.episodes.episodes[victim.episode_id].worker.transport.scratch)
     probe = t.ToolCall(id="c1", name="get_order_details", arguments_json='{"order_id": "#W0000000"}')
     try:
         for name, body, full, _kernel in CASES:
             assert full[0] == REJECT  # with every layer on, each case is rejected
-            _register_accepted(domain, f"hostile_{name}", hostile(body, victim_pid), [])
+            _register_accepted(domain, f"hostile_{name}", hostile(body, victim_pid, bait), [])
             with pytest.raises(grpc.RpcError) as err:
                 stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name=f"hostile_{name}"), seed=1))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (name, err.value.details())
             assert f"sandbox violation ({full[1]})" in err.value.details(), (name, err.value.details())
+            assert SECRET not in err.value.details() and PASSWD_ROOT not in err.value.details(), name
             out = stub.StepEpisode(E.StepEpisodeRequest(episode_id=victim.episode_id, tool_call=probe))
             assert out.observation.role == "tool" and not out.done, name     # the victim still answers
             assert domain.episodes.episodes[victim.episode_id].worker.transport.worker_pid == victim_pid
     finally:
         stub.CloseEpisode(E.CloseEpisodeRequest(episode_id=victim.episode_id))
+        Path(bait[BAIT_TMP]).unlink(missing_ok=True)
     with open_channel(Endpoint(embedded_stack.targets["environment"])) as ch:
         status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="")).status
     assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_host_files_are_not_in_the_sandbox_with_the_audit_hook_off(embedded_stack, monkeypatch):
+    """Issue #28: the hostile table's file-read cases served by the real service with its workers'
+    audit hook off (what TRACE_ENVIRONMENT_SANDBOX_AUDIT_HOOK=false sets, applied to the running
+    service here), so only the kernel layers stand between the module and a bait file in the shared
+    temp dir, the password file, a rollout file in this stack's own artifact store and a file in the
+    victim episode's scratch dir. Each module fails to load with what it read in its error text (how
+    the attack reached the validation report): the caller sees FAILED_PRECONDITION saying the file
+    is not there, never its content."""
+    from pathlib import Path
+
+    from tests.unit.environment.test_hostile_envs import (
+        ABSENT,
+        BAIT_TMP,
+        CASES,
+        PASSWD_ROOT,
+        SECRET,
+        plant_bait,
+    )
+    from tests.unit.environment.test_hostile_envs import module as hostile
+
+    stub, domain = embedded_stack.stub("environment"), embedded_stack.domain("environment")
+    monkeypatch.setattr(domain.episodes, "sandbox", domain.sandbox.model_copy(update={"audit_hook": False}))
+    tools = make_env("precondition_verification", "store").tool_schemas()
+    _register_accepted(domain, "bait_victim", GOOD, tools)
+    victim = stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name="bait_victim"), seed=4))
+    worker = domain.episodes.episodes[victim.episode_id].worker
+    assert not worker.isolation["audit_hook"] and worker.isolation["fs_root"]
+    bait = plant_bait(Path(embedded_stack.root), worker.transport.scratch)
+    reads = [(name, body) for name, body, _full, _kernel in CASES if name.startswith("read_")]
+    try:
+        assert len(reads) == 4
+        for name, body in reads:
+            _register_accepted(domain, f"bait_{name}", hostile(body, 0, bait), [])
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ResetEpisode(E.ResetEpisodeRequest(environment=t.EnvironmentRef(name=f"bait_{name}"), seed=1))
+            details = err.value.details()
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, (name, details)
+            assert "exfiltrated" in details and ABSENT in details, (name, details)
+            assert SECRET not in details and PASSWD_ROOT not in details, (name, details)
+    finally:
+        stub.CloseEpisode(E.CloseEpisodeRequest(episode_id=victim.episode_id))
+        Path(bait[BAIT_TMP]).unlink(missing_ok=True)

@@ -54,13 +54,19 @@ class SandboxConfig(BaseModel):
     pid_namespace: bool = Field(True, description="Run the worker as pid 1 of its own PID namespace (root only).")
     network_namespace: bool = Field(True, description="Unshare a network namespace (root or userns).")
     mount_namespace: bool = Field(True, description="Read-only root except scratch, private /proc (root only).")
+    fs_root: bool = Field(True, description=(
+        "Give the worker a root of its own (layer fs_root, with mount_namespace): an empty tmpfs holding read-only "
+        "binds of the interpreter, its libraries, the standard library, site-packages, the project packages "
+        "environment code may import and scratch; no /etc, host temp dir, artifact store or other worker's files."))
     drop_privileges: bool = Field(True, description="Drop to a sandbox uid when started as root.")
     uid_base: int = Field(1_000_000, ge=0, le=4_000_000_000, description=(
         "First uid of the range workers run as (one uid per live worker). 0: every worker runs as nobody "
         "(65534), and uid_distinct is not in force. The uids must be mapped where the service runs."))
     uid_count: int = Field(65_536, ge=1, le=1 << 24, description="Size of the uid range.")
     seccomp: bool = Field(True, description="Install the seccomp filter.")
-    audit_hook: bool = Field(True, description="Install the Python audit hook (typed violation reports).")
+    audit_hook: bool = Field(True, description=(
+        "Install the Python audit hook and guarded builtins (typed violation reports; advisory). "
+        "TRACE_ENVIRONMENT_SANDBOX_AUDIT_HOOK=false leaves the kernel layers alone, as the tests of those layers do."))
     require_network_isolation: bool = Field(
         True, description="Refuse a worker in which no kernel layer (netns or seccomp) blocks the network.")
     allow_weak: bool = Field(False, description=(
@@ -110,6 +116,6 @@ class SandboxConfig(BaseModel):
                        "file_size_bytes": self.file_size_mb << 20, "max_processes": self.max_processes,
                        "open_files": self.open_files},
             "pid_namespace": self.pid_namespace, "network_namespace": self.network_namespace,
-            "mount_namespace": self.mount_namespace, "drop_privileges": self.drop_privileges,
+            "mount_namespace": self.mount_namespace, "fs_root": self.fs_root, "drop_privileges": self.drop_privileges,
             "uid": uid, "uid_distinct": uid_distinct, "seccomp": self.seccomp, "audit_hook": self.audit_hook,
             "plain": self.plain, "max_output_bytes": self.max_output_kb << 10})

@@ -10,6 +10,7 @@ contained a candidate (`IsolationReport`). Layers, outermost first:
 | `pidns`         | yes             | seeing or signalling any process outside the worker: the worker code runs as pid 1 of its own PID namespace (`fork_supervised`), so no other worker, the service or the host has a pid it can name | root (CLONE_NEWPID) |
 | `netns`         | yes             | any network: a fresh network namespace has only a down `lo` | root, or unprivileged user namespaces |
 | `mount_ro`      | yes             | writes outside the scratch dir: `/` recursively read-only in a private mount namespace, scratch bind-mounted writable | root (mount_setattr, Linux >= 5.12) |
+| `fs_root`       | yes             | reading host files: the worker's `/` is an empty tmpfs (pivot_root) holding only read-only binds of the interpreter, the directories of its loaded shared libraries, the standard library, site-packages, the project packages environment code may import, `/dev/null`, `/dev/zero`, `/dev/urandom`, the private /proc, and scratch (writable); no /etc, no host temp dir, no artifact store, no other worker's scratch. Parents of each bind are fresh 0755 tmpfs directories, so a project under a 0700 home is reachable | root, a mount namespace, pivot_root |
 | `proc_private`  | yes             | reading other processes' /proc entries (environ, cmdline, status): a fresh procfs of the worker's own PID namespace is mounted on /proc | `pidns` and `mount_ro` |
 | `uid`           | yes             | reading other processes' secrets, root-owned files; makes RLIMIT_NPROC count (it never applies to uid 0). Each worker gets its own uid from a configured range (`uid_distinct`), so no two workers share file or signal permissions | root (setuid) |
 | `rlimits`       | yes             | CPU time (SIGKILL at the limit: soft == hard), address space (MemoryError), file size (EFBIG), new processes/threads (RLIMIT_NPROC), open files, core dumps | nothing |
@@ -21,12 +22,12 @@ a hook); it exists so that a blocked attempt is *reported* as a violation of a k
 even when the environment code catches the resulting exception. Containment comes from
 the kernel layers; the validation's static check of the source is advisory too. On this
 project's development machine (root, Linux 6.x) every layer is in force; in a Kubernetes
-pod (non-root, RuntimeDefault seccomp profile) `pidns`, `netns`, `mount_ro` and `uid` are
+pod (non-root, RuntimeDefault seccomp profile) `pidns`, `netns`, `mount_ro`, `fs_root` and `uid` are
 unavailable inside the container, which is why the service refuses such a worker unless the
 operator allows weak isolation (`missing_layers`, `REQUIRED_LAYERS`) and runs generated code
 in sandbox pods instead (`pods.py`): there the pod's own controls (its own PID, mount and
-network namespaces, a NetworkPolicy denying egress, read-only root filesystem, no
-service-account token, non-root user) take their place, while `rlimits`, `seccomp` and
+network namespaces, a NetworkPolicy denying egress, read-only root filesystem holding only the
+image, no host paths or store mounted, no service-account token, non-root user) take their place, while `rlimits`, `seccomp` and
 `audit_hook` still apply in the container.
 
 Only Linux is supported; on other systems `lock_down` reports every kernel layer as
@@ -44,6 +45,7 @@ import resource
 import signal
 import struct
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,7 +61,10 @@ CLONE_THREAD = 0x00010000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
-MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
+MNT_DETACH = 0x2
+#: pivot_root has no libc wrapper: syscall numbers per architecture
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYS_MOUNT_SETATTR = 442  # same number on every architecture (new syscalls are unified)
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 
@@ -108,7 +113,9 @@ SELF_ONLY_SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_t
 SELF_ONLY_EPERM_SYSCALLS = ("prlimit64",)
 
 #: Layers that must all hold for a process-mode worker to run generated code (see missing_layers).
-REQUIRED_LAYERS = ("pidns", "netns", "mount_ro", "proc_private", "uid", "rlimits", "seccomp")
+REQUIRED_LAYERS = ("pidns", "netns", "mount_ro", "fs_root", "proc_private", "uid", "rlimits", "seccomp")
+#: Device nodes the worker's own root holds (bound from the host's /dev).
+ROOT_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
 
 
 @dataclass
@@ -130,6 +137,9 @@ class IsolationReport:
     pidns: bool = False
     netns: bool = False
     mount_ro: bool = False
+    #: the worker's root is a tmpfs of its own holding only `fs_root_binds` (read-only) and scratch
+    fs_root: bool = False
+    fs_root_binds: list[str] = field(default_factory=list)
     proc_private: bool = False
     uid: int | None = None
     #: the worker dropped from root to a sandbox uid (a uid the service does not run as)
@@ -139,6 +149,8 @@ class IsolationReport:
     seccomp: bool = False
     audit_hook: bool = False
     rlimits: dict[str, int] = field(default_factory=dict)
+    #: wall-clock milliseconds lock_down took (namespaces, mounts, uid, limits, filters)
+    lockdown_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -154,7 +166,7 @@ class IsolationReport:
 
     def held(self) -> list[str]:
         """The layers in force, by name (the names of REQUIRED_LAYERS, plus uid_distinct and audit_hook)."""
-        flags = {"pidns": self.pidns, "netns": self.netns, "mount_ro": self.mount_ro,
+        flags = {"pidns": self.pidns, "netns": self.netns, "mount_ro": self.mount_ro, "fs_root": self.fs_root,
                  "proc_private": self.proc_private, "uid": self.uid_dropped, "uid_distinct": self.uid_distinct,
                  "rlimits": bool(self.rlimits), "seccomp": self.seccomp, "audit_hook": self.audit_hook}
         return [name for name, on in flags.items() if on]
@@ -215,6 +227,126 @@ def _read_only_root(libc: ctypes.CDLL, scratch: str, private_proc: bool) -> tupl
     if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path, 0, ctypes.byref(rw), ctypes.sizeof(rw)) != 0:
         return f"mount_setattr(scratch, rw): {_errno_text()}", why_proc
     return None, why_proc
+
+
+_OLD = "/.oldroot"
+
+
+def _mkdirs(path: str) -> None:
+    """Create `path` and its missing parents in the new root, each 0755 whatever the umask."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for d in reversed(missing):
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+
+
+def symlinks_along(paths: Iterable[str]) -> list[tuple[str, str]]:
+    """The host's symlinks along `paths` (names Python uses, such as a venv's bin/python or a
+    lib64 -> lib), as (where, target), following each into its target, so the same names can be
+    recreated in the worker's own root and resolve there as on the host."""
+    found: dict[str, str] = {}
+
+    def walk(path: str, depth: int) -> None:
+        if depth > 8:
+            return
+        cur = "/"
+        for comp in [c for c in path.split("/") if c]:
+            nxt = os.path.join(cur, comp)
+            if os.path.islink(nxt):
+                target = os.readlink(nxt)
+                if nxt not in found:
+                    found[nxt] = target
+                    walk(os.path.normpath(os.path.join(cur, target)), depth + 1)
+                cur = os.path.realpath(nxt)
+            elif os.path.lexists(nxt):
+                cur = nxt
+            else:
+                return
+
+    for p in paths:
+        if p:
+            walk(os.path.abspath(p), 0)
+    return sorted(found.items())
+
+
+def _own_root(libc: ctypes.CDLL, scratch: str, binds: Iterable[str], aliases: Iterable[str],
+              private_proc: bool) -> tuple[str | None, str | None, list[str]]:
+    """Make this process's root an empty tmpfs holding read-only binds of `binds` (host paths,
+    each at its own path), ROOT_DEVICES, a private /proc (when `private_proc`) and scratch
+    (writable); `aliases` are names whose symlinks are recreated (`symlinks_along`). Must run in a
+    private mount namespace (after `/` was made MS_PRIVATE). Returns (why the root failed, why
+    /proc failed, the paths bound), None meaning it worked.
+
+    Semantics:
+        mount tmpfs (mode 0755) on scratch; mkdir <tmpfs>/.oldroot; pivot_root(tmpfs, .oldroot)
+        for p in dedup(binds) + ROOT_DEVICES + [scratch]:      # nested paths dropped
+            create p's parents (0755 dirs) and p (dir, or empty file) in the tmpfs
+            bind /.oldroot/p -> p (recursive)
+        recreate the host's symlinks along each alias (outside binds); mount proc on /proc if private_proc
+        detach /.oldroot; mount_setattr(/, ro+nosuid, recursive); mount_setattr(scratch, rw)
+
+    A failure before pivot_root leaves the old root in place (the caller falls back to
+    `_read_only_root`); one after it raises OSError: the worker must not go on in a half-built root.
+    """
+    machine = platform.machine()
+    if machine not in SYS_PIVOT_ROOT:
+        return f"no pivot_root number for {machine}", "no root of its own", []
+    links = symlinks_along(aliases)  # read while the host's tree is still the root
+    stage = scratch.encode()
+    if libc.mount(b"tmpfs", stage, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m") != 0:
+        return f"mount tmpfs: {_errno_text()}", "no root of its own", []
+    os.mkdir(scratch + _OLD, 0o700)
+    if libc.syscall(SYS_PIVOT_ROOT[machine], stage, (scratch + _OLD).encode()) != 0:
+        why = _errno_text()
+        libc.umount2(stage, MNT_DETACH)
+        return f"pivot_root: {why}", "no root of its own", []
+    os.chdir("/")
+    wanted = sorted({os.path.normpath(p) for p in binds if p and os.path.lexists(_OLD + p)})
+    bound: list[str] = []
+    for p in wanted:  # sorted: a parent comes before what lies under it, which it already holds
+        if not _under(p, tuple(bound)):
+            bound.append(p)
+    rw = os.path.normpath(scratch)
+    bound = [p for p in bound if not _under(p, (rw,)) and not _under(rw, (p,))]
+    devices = [d for d in ROOT_DEVICES if os.path.exists(_OLD + d)]
+    for p in (*bound, *devices, rw):
+        _mkdirs(os.path.dirname(p))
+        if os.path.isdir(_OLD + p):
+            _mkdirs(p)
+        else:
+            with open(p, "x"):
+                pass
+        src = (_OLD + p).encode()
+        if libc.mount(src, p.encode(), None, MS_BIND | MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"sandbox fs_root: bind {p}: {_errno_text()}")
+    held = (*bound, *devices, rw)
+    for where, target in links:  # never inside a bind: that would write to the host
+        if not _under(where, held) and not os.path.lexists(where):
+            parent = os.path.dirname(where)
+            if os.path.islink(parent) or _under(parent, held):
+                continue
+            _mkdirs(parent)
+            os.symlink(target, where)
+    why_proc = None
+    if private_proc:
+        _mkdirs("/proc")
+        why_proc = _mount_private_proc(libc)
+    else:
+        why_proc = "no PID namespace of its own (no /proc in the worker's root)"
+    if libc.umount2(_OLD.encode(), MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), f"sandbox fs_root: detach the old root: {_errno_text()}")
+    os.rmdir(_OLD)
+    ro = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(ro), ctypes.sizeof(ro)) != 0:
+        raise OSError(ctypes.get_errno(), f"sandbox fs_root: mount_setattr(/, ro): {_errno_text()}")
+    writable = _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, rw.encode(), 0, ctypes.byref(writable),
+                    ctypes.sizeof(writable)) != 0:
+        raise OSError(ctypes.get_errno(), f"sandbox fs_root: mount_setattr(scratch, rw): {_errno_text()}")
+    return None, why_proc, [*bound, *devices]
 
 
 # -- PID namespace --------------------------------------------------------------------------------
@@ -532,19 +664,24 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
               drop_privileges: bool = True, seccomp: bool = True, audit_hook: bool = True,
               read_roots: Iterable[str] = (), list_roots: Iterable[str] = (), own_paths: Iterable[str] = (),
               uid: int = NOBODY, uid_distinct: bool = False, pid_namespace: bool = False,
-              pid_namespace_note: str | None = None,
+              pid_namespace_note: str | None = None, fs_root: bool = True, root_binds: Iterable[str] = (),
+              root_aliases: Iterable[str] = (),
               record: Callable[[str, str], None] = lambda kind, detail: None) -> IsolationReport:
     """Apply every enabled layer to this process (irreversible) and report what is in force.
 
     `pid_namespace` says that this process already runs as pid 1 of its own PID namespace
     (`fork_supervised` made one; else `pid_namespace_note` says why not): then a private
     /proc is mounted with the read-only root. `uid` is the sandbox uid to drop to (root only);
-    `uid_distinct` that the caller gave it to this worker alone.
+    `uid_distinct` that the caller gave it to this worker alone. `fs_root` (with
+    `mount_namespace`) gives the worker a root of its own holding `root_binds` read-only, the
+    symlinks along `root_aliases`, ROOT_DEVICES and scratch (`_own_root`); where that cannot be
+    set up before pivot_root, the host's root is kept read-only instead (`mount_ro` alone, noted).
 
     Order matters: namespaces and mounts need root, so they come before the uid drop;
     seccomp comes after (it forbids mount/unshare) and the audit hook last (it forbids
     ctypes, which seccomp setup uses).
     """
+    started = time.perf_counter()
     report = IsolationReport(platform=f"{platform.system()} {platform.release()} {platform.machine()}")
     report.pidns = pid_namespace
     if not pid_namespace:
@@ -560,7 +697,21 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
             why = _unshare(libc, flags)
             if why is None:
                 report.netns = network_namespace
-                if mount_namespace:
+                why_root: str | None = "disabled by the sandbox config" if not fs_root else None
+                if mount_namespace and fs_root:
+                    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+                        why_root = f"make / private: {_errno_text()}"
+                    else:
+                        why_root, why_proc, report.fs_root_binds = _own_root(
+                            libc, scratch, root_binds, root_aliases, private_proc=pid_namespace)
+                        report.fs_root = report.mount_ro = why_root is None
+                        report.proc_private = report.fs_root and why_proc is None
+                        os.chdir(scratch)
+                        if report.fs_root and why_proc:
+                            report.notes.append(f"proc_private unavailable: {why_proc}")
+                if mount_namespace and why_root:
+                    report.notes.append(f"fs_root unavailable: {why_root}")
+                if mount_namespace and not report.fs_root:
                     why_ro, why_proc = _read_only_root(libc, scratch, private_proc=pid_namespace)
                     report.mount_ro = why_ro is None
                     report.proc_private = why_ro is None and why_proc is None
@@ -576,6 +727,9 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
             report.netns = why is None
             if why:
                 report.notes.append(f"netns unavailable (unprivileged user namespace): {why}")
+    if not report.fs_root and not any(n.startswith("fs_root") for n in report.notes):
+        report.notes.append("fs_root unavailable: " + ("not root (a mount namespace of its own needs CAP_SYS_ADMIN)"
+                                                       if not is_root else "needs a mount namespace of its own"))
     if not report.proc_private and not any(n.startswith("proc_private") for n in report.notes):
         report.notes.append("proc_private unavailable: /proc is the host's (needs pidns and a mount namespace)")
     if drop_privileges and is_root and linux:
@@ -603,4 +757,5 @@ def lock_down(scratch: str, limits: Limits, *, network_namespace: bool = True, m
     if audit_hook:
         sys.addaudithook(make_audit_hook(scratch, read_roots, list_roots, record))
         report.audit_hook = True
+    report.lockdown_ms = round((time.perf_counter() - started) * 1000, 1)
     return report

@@ -7,11 +7,13 @@ the service talks to it over the pod's attached stdin/stdout. Either way:
 
 1. Startup (trusted code only): parse the config (`--config`, else `$TRACE_SANDBOX_CONFIG`,
    else defaults with scratch = `$TMPDIR` or the working directory), pre-import the modules
-   environment code may use (after the uid drop the interpreter's own directory may be
-   unreadable), move into a PID namespace of its own (`isolation.fork_supervised`:
+   environment code may use (where the worker has no root of its own -- layer `fs_root` off --
+   the interpreter's own directory may be unreadable after the uid drop), move into a PID
+   namespace of its own (`isolation.fork_supervised`:
    the started process stays behind as a supervisor that reports how the worker ended, on
    stderr), keep private duplicates of stdin/stdout for the protocol, read `--module PATH` if
-   given, then `isolation.lock_down(...)`. From here on fd 0 is /dev/null and fds 1/2 go to
+   given, list what the worker's own root must hold (`_root_binds`), then
+   `isolation.lock_down(...)`. From here on fd 0 is /dev/null and fds 1/2 go to
    `<scratch>/output.log` (capped by RLIMIT_FSIZE), so `print` in environment code cannot
    corrupt the protocol.
 2. Protocol: JSON Lines. Each request is one line `{"id": n, "op": ..., ...}`; each
@@ -47,8 +49,9 @@ subclass defined in it; `solve(seed)` (required for validation) and `solve_unski
 
 from __future__ import annotations
 
-# Pre-imported before lockdown: after the uid drop the interpreter's stdlib directory may be
-# unreadable, so environment code may import exactly these (validation checks it statically).
+# Pre-imported before lockdown: without the worker's own root (fs_root) the interpreter's stdlib directory
+# may be unreadable after the uid drop, so environment code may import exactly these (validation checks
+# it statically).
 import _strptime  # noqa: F401 - datetime.strptime imports it on first use
 import abc  # noqa: F401
 import argparse
@@ -127,6 +130,8 @@ class WorkerConfig:
     pid_namespace: bool = True
     network_namespace: bool = True
     mount_namespace: bool = True
+    #: a root of its own (isolation layer fs_root): only what `_root_binds` lists, read-only, plus scratch
+    fs_root: bool = True
     drop_privileges: bool = True
     #: the sandbox uid to drop to when started as root; uid_distinct: given to this worker alone
     uid: int = NOBODY
@@ -420,6 +425,44 @@ def _read_roots() -> list[str]:
     return sorted(r for r in roots if r)
 
 
+def _root_binds() -> tuple[list[str], list[str]]:
+    """What the worker's own root holds (isolation layer `fs_root`), as (host paths bound
+    read-only, names whose symlinks are recreated):
+
+    - the interpreter (sys.executable's real path) and the directory of every shared library this
+      process has mapped (/proc/self/maps: libpython, libc and its siblings, extension modules'
+      bundled libraries), so a lazily imported extension module's dependencies load;
+    - the standard library and the site-packages directories (sysconfig, site);
+    - of the other sys.path entries (PYTHONPATH: the project root), only the packages environment
+      code may import (ALLOWED_IMPORTS) loaded from there -- trace_common, not the project tree.
+
+    The names: sys.executable, every sys.path entry and the loader's /lib* links, so paths that
+    reach these through symlinks (a venv's lib64 -> lib, a merged /usr) resolve as on the host."""
+    binds = {os.path.realpath(sys.executable)}
+    mapped: set[str] = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                fields = line.split(None, 5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                name = os.path.basename(path)
+                if path.startswith("/") and (name.endswith(".so") or ".so." in name):
+                    mapped.add(path)  # the kernel names the file by its real path already
+    except OSError:
+        pass
+    binds.update(os.path.dirname(p) for p in mapped)
+    libraries = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    libraries.update(site.getsitepackages())
+    binds.update(os.path.realpath(p) for p in libraries if p)
+    inside = tuple(p.rstrip("/") + "/" for p in libraries if p)
+    for name in ALLOWED_IMPORTS:  # those outside the libraries: trace_common (from PYTHONPATH)
+        mod = sys.modules.get(name.split(".", 1)[0])
+        where = list(getattr(mod, "__path__", None) or []) or [getattr(mod, "__file__", None) or ""]
+        binds.update(os.path.realpath(p) for p in where if p and os.path.isabs(p) and not p.startswith(inside))
+    aliases = [sys.executable, *(p for p in sys.path if p), *(f"/{d}" for d in ("lib", "lib64", "lib32", "libx32"))]
+    return sorted(binds), aliases
+
+
 def _warm_up() -> None:
     """Exercise the pydantic models once, so their lazy imports happen before lockdown."""
     obs = Observation(messages=[Message.system("s"), Message.user("u")], task_id="0", seed=0, tools=[])
@@ -454,11 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     _warm_up()
     worker = Worker(config, out_fd)
     if not config.plain:
+        binds, aliases = _root_binds() if config.fs_root else ([], [])
         worker.isolation = lock_down(
             scratch, Limits(**config.limits), network_namespace=config.network_namespace,
             mount_namespace=config.mount_namespace, drop_privileges=config.drop_privileges,
             uid=config.uid, uid_distinct=config.uid_distinct, pid_namespace=pid_note is None,
             pid_namespace_note=pid_note,
+            fs_root=config.fs_root, root_binds=binds, root_aliases=aliases,
             seccomp=config.seccomp, audit_hook=config.audit_hook, read_roots=_read_roots(),
             list_roots=[p for p in sys.path if p], record=worker.record)
     else:

@@ -9,6 +9,13 @@ process at once. It runs in two sandboxes:
 - `kernel`: the Python layers off, so only the kernel layers (PID namespace, private /proc,
   a uid of its own, seccomp, rlimits) stand between the module and its target.
 
+The file-read cases aim at host files instead: a world-readable bait file in the host's shared
+temp dir, the system's password file, a rollout file in an artifact store directory and a file in
+the victim's scratch dir. Each module carries what it read out in its load-error text (how the
+attack reached the validation report). With the audit hook off they must fail because the file
+is not there at all ("No such file or directory": layer `fs_root`, the worker's own root) -- not
+merely because of the uid (the bait files are 0644).
+
 A case passes when the attempt is rejected (the worker dies with a violation whose kind and
 detail name the reason) or contained (the module loads, and what it saw shows nothing of any
 other process), and afterwards the victim -- started before every case -- still answers, and
@@ -22,7 +29,10 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +116,41 @@ for what in ("environ", "cmdline", "status", "mem"):
         LEAK.append(["VICTIM", what, exc.strerror])
 '''
 
+#: What the bait files hold; no module may ever show it (nor the password file's first entry).
+SECRET = f"trace-bait-secret-{uuid.uuid4().hex}"
+PASSWD_ROOT = "root:x:0:0"
+#: A module that reads PATH and fails to load with what it read in the error text.
+READ = '''try:
+    LEAK.append(open(PATH).read())
+except OSError as exc:
+    LEAK.append(exc.strerror)
+raise ValueError("exfiltrated: " + json.dumps(LEAK))
+'''
+#: Placeholders of the bait paths (filled by `module` from `plant_bait`).
+BAIT_TMP, BAIT_STORE, BAIT_SCRATCH = "BAIT_TMP", "BAIT_STORE", "BAIT_SCRATCH"
+ABSENT = "No such file or directory"
+
+
+def _read(path: str) -> str:
+    return READ.replace("PATH", repr(path))
+
+
+def plant_bait(store_root: Path, other_scratch: str) -> dict[str, str]:
+    """Write SECRET into 0644 files (under 0755 directories where this code makes them): one in the
+    host's shared temp dir, a rollout file in the store at `store_root`, one in `other_scratch` (another
+    worker's scratch dir). Returns the placeholder -> path table `module` fills in."""
+    tmp = Path(tempfile.gettempdir()) / f"trace-bait-{uuid.uuid4().hex[:12]}.txt"
+    store = store_root / "runs" / "other-run" / "rollouts" / "trajectories.jsonl"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    for d in (store.parent, store.parent.parent, store.parent.parent.parent):
+        d.chmod(0o755)
+    scratch = Path(other_scratch) / "work" / "bait.txt"
+    for path in (tmp, store, scratch):
+        path.write_text(SECRET + "\n")
+        path.chmod(0o644)
+    return {BAIT_TMP: str(tmp), BAIT_STORE: str(store), BAIT_SCRATCH: str(scratch)}
+
+
 REJECT, CONTAIN = "rejected", "contained"
 #: name, module body (VICTIM = the victim worker's pid, SERVICE = this process), then per sandbox:
 #: (REJECT, violation kind, fragment of its detail) or (CONTAIN, fragment of what the module saw)
@@ -136,6 +181,12 @@ CASES = [
      (REJECT, "native", "ctypes"), (REJECT, "syscall", "SIGSYS")),
     ("process_vm_readv", CTYPES + "LEAK.append(libc.process_vm_readv(VICTIM, None, 0, None, 0, 0))",
      (REJECT, "native", "ctypes"), (REJECT, "syscall", "SIGSYS")),
+    # host files (issue #28): the audit hook refuses the read; without it the file is not in the worker's root
+    ("read_bait_in_shared_tmp", _read(BAIT_TMP), (REJECT, "filesystem", f"read {BAIT_TMP}"), (CONTAIN, ABSENT)),
+    ("read_password_file", _read("/etc/passwd"), (REJECT, "filesystem", "read /etc/passwd"), (CONTAIN, ABSENT)),
+    ("read_store_rollouts", _read(BAIT_STORE), (REJECT, "filesystem", f"read {BAIT_STORE}"), (CONTAIN, ABSENT)),
+    ("read_other_workers_scratch", _read(BAIT_SCRATCH), (REJECT, "filesystem", f"read {BAIT_SCRATCH}"),
+     (CONTAIN, ABSENT)),
 ]
 SANDBOXES = {"full": SandboxConfig(call_timeout_s=15.0), "kernel": SandboxConfig(call_timeout_s=15.0, audit_hook=False)}
 TABLE = [(name, body, sandbox, expect) for name, body, full, kernel in CASES
@@ -145,8 +196,15 @@ TABLE = [(name, body, sandbox, expect) for name, body, full, kernel in CASES
 TGKILL = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine, -1)
 
 
-def module(body: str, victim: int) -> str:
-    body = body.replace("VICTIM", str(victim)).replace("SERVICE", str(os.getpid())).replace("TGKILL", str(TGKILL))
+def fill(text: str, victim: int, bait: dict[str, str] | None = None) -> str:
+    """`text` with the placeholders filled: the bait paths, VICTIM, SERVICE, TGKILL."""
+    for placeholder, path in (bait or {}).items():
+        text = text.replace(placeholder, path)
+    return text.replace("VICTIM", str(victim)).replace("SERVICE", str(os.getpid())).replace("TGKILL", str(TGKILL))
+
+
+def module(body: str, victim: int, bait: dict[str, str] | None = None) -> str:
+    body = fill(body, victim, bait)
     return TOY.replace("BODY", body)
 
 
@@ -163,6 +221,16 @@ def victims():
     yield started
     for w in started.values():
         w.close()
+
+
+@pytest.fixture(scope="module")
+def bait(victims, tmp_path_factory):
+    """Bait files per sandbox (module docstring); the scratch one lies in that sandbox's victim's scratch."""
+    store = tmp_path_factory.mktemp("store")
+    planted = {name: plant_bait(store, w.transport.scratch) for name, w in victims.items()}
+    yield planted
+    for paths in planted.values():
+        Path(paths[BAIT_TMP]).unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -182,21 +250,21 @@ def victim_answers(victim: SandboxWorker) -> None:
 
 
 @pytest.mark.parametrize(("name", "body", "sandbox", "expect"), TABLE, ids=[f"{t[0]}-{t[2]}" for t in TABLE])
-def test_hostile_module_is_rejected_or_contained(name, body, sandbox, expect, victims, service_signals):
+def test_hostile_module_is_rejected_or_contained(name, body, sandbox, expect, victims, bait, service_signals):
     victim = victims[sandbox]
     victim_answers(victim)
     attacker = SandboxWorker(SANDBOXES[sandbox], label=f"attacker-{name[:12]}")
     attacker.start()
     try:
         assert attacker.isolation["pidns"] and attacker.isolation["proc_private"] and attacker.isolation["seccomp"]
-        source = module(body, victim.transport.worker_pid)
+        source = module(body, victim.transport.worker_pid, bait[sandbox])
         if expect[0] == REJECT:
             _, kind, fragment = expect
             with pytest.raises(SandboxViolation) as caught:
                 attacker.call("load", source=source)
             assert caught.value.kind == kind, str(caught.value)
-            assert fragment.replace("VICTIM", str(victim.transport.worker_pid)) in caught.value.detail, \
-                str(caught.value)
+            fragment = fill(fragment, victim.transport.worker_pid, bait[sandbox])
+            assert fragment in caught.value.detail, str(caught.value)
             assert not attacker.alive
         else:
             try:
@@ -205,6 +273,7 @@ def test_hostile_module_is_rejected_or_contained(name, body, sandbox, expect, vi
             except EnvironmentCodeError as exc:  # the attempt failed inside the module: also contained
                 seen = str(exc)
             assert expect[1] in seen, seen
+            assert SECRET not in seen and PASSWD_ROOT not in seen, f"the module read a host file: {seen}"
             assert "trace-sbx-victim" not in seen, "the module read the victim's command line"
             leak = [e for e in (json.loads(seen) if seen.startswith("[") else []) if isinstance(e, list)]
             mine, victim_pid = "1", str(victim.transport.worker_pid)  # pid 1: the module's own worker

@@ -129,6 +129,8 @@ def test_protocol_round_trip_and_isolation_report():
         assert iso["audit_hook"] and iso["rlimits"]["max_processes"] == 0
         if ROOT:  # every layer is in force when the service runs as root on Linux
             assert iso["pidns"] and iso["netns"] and iso["mount_ro"] and iso["proc_private"] and iso["seccomp"]
+            assert iso["fs_root"] and "fs_root" in iso["held"] and "/dev/null" in iso["fs_root_binds"]
+            assert not any(b == "/etc" or b.startswith(("/etc/", "/tmp")) for b in iso["fs_root_binds"])
             assert iso["uid_dropped"] and iso["uid_distinct"] and 1_000_000 <= iso["uid"] < 1_065_536
             assert iso["network"] == "netns" and iso["missing"] == [] and not iso["allowed_weak"]
         info = w.call("load", source=module())
@@ -329,7 +331,8 @@ def test_no_seccomp_table_is_an_error_not_a_silent_allow():
         seccomp_program("riscv64")
 
 
-@pytest.mark.parametrize("code", [
+#: Modules environment code may use, each exercised in a way that imports more on first use.
+ALLOWED = [
     "import datetime\nx = datetime.datetime.strptime('2026-01-02', '%Y-%m-%d')",   # imports _strptime lazily
     "import datetime\nx = datetime.date(2026, 1, 2).strftime('%A %d %B')",
     "import decimal\nx = decimal.Decimal('1.105').quantize(decimal.Decimal('0.01'), rounding=decimal.ROUND_HALF_UP)",
@@ -337,10 +340,95 @@ def test_no_seccomp_table_is_an_error_not_a_silent_allow():
     "import pydantic\nx = pydantic.TypeAdapter(int).validate_python('3')",
     "import json\nx = json.dumps({'a': [1, 2.5]}, indent=2, sort_keys=True)",
     "import string\nx = string.Template('$a').substitute(a=1)",
-])
+]
+
+
+@pytest.mark.parametrize("code", ALLOWED)
 def test_allowed_modules_work_after_lockdown(code):
-    """The sandbox uid may not read the interpreter's stdlib (a Python under /root, mode 0700), so
-    whatever an allowed module imports on first use must already be loaded."""
+    """Whatever an allowed module imports on first use must load after lockdown: through the worker's
+    own root (fs_root binds the stdlib and site-packages), or, where that layer is off, because the
+    worker pre-imported it (the sandbox uid may not read a Python under /root, mode 0700)."""
     with SandboxWorker(SandboxConfig(call_timeout_s=20.0), label="allowed") as w:
         w.call("load", source=module(code))
         assert w.call("solve", seed=5)
+
+
+#: Run inside a private mount namespace with the repository bound at CLONE (under a 0700 directory):
+#: the allowed-module table through real workers, with and without the worker's own root.
+_DRIVER = """
+import json, sys
+from services.environment.sandbox.parent import PROJECT_ROOT, SandboxConfig, SandboxWorker
+from tests.unit.environment.test_sandbox import ALLOWED, module
+out = {"project_root": str(PROJECT_ROOT), "prefix": sys.prefix, "cases": {}, "without_fs_root": ""}
+for code in ALLOWED:
+    try:
+        with SandboxWorker(SandboxConfig(call_timeout_s=20.0), label="p0700") as w:
+            out["fs_root_binds"] = w.isolation["fs_root_binds"]
+            w.call("load", source=module(code))
+            w.call("solve", seed=5)
+        out["cases"][code] = "ok"
+    except Exception as exc:
+        out["cases"][code] = f"{type(exc).__name__}: {exc}"
+with SandboxWorker(SandboxConfig(call_timeout_s=20.0), label="p0700-mode") as w:  # the 0700 dir, as the worker sees it
+    w.call("load", source=module("return [{'message': oct(os.stat('%s').st_mode & 0o777)}]" % PROJECT_ROOT.parent))
+    out["parent_mode_in_worker"] = w.call("solve", seed=1)[0]["message"]
+try:
+    weak = SandboxConfig(call_timeout_s=20.0, fs_root=False, allow_weak=True)
+    with SandboxWorker(weak, label="p0700-weak") as w:
+        w.call("load", source=module(next(c for c in ALLOWED if "TypeAdapter" in c)))
+        w.call("solve", seed=5)
+    out["without_fs_root"] = "ok"
+except Exception as exc:
+    out["without_fs_root"] = f"{type(exc).__name__}: {exc}"
+print("RESULT " + json.dumps(out))
+"""
+
+#: Binds the repository at CLONE in a private mount namespace, then runs _DRIVER with CLONE's venv.
+_BIND_AND_RUN = """
+import ctypes, os, sys
+repo, clone, driver = sys.argv[1:4]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x00020000) == 0, os.strerror(ctypes.get_errno())                    # CLONE_NEWNS
+assert libc.mount(None, b"/", None, 0x4000 | (1 << 18), None) == 0, os.strerror(ctypes.get_errno())  # rprivate
+assert libc.mount(repo.encode(), clone.encode(), None, 0x1000 | 0x4000, None) == 0, os.strerror(ctypes.get_errno())
+os.chdir(clone)
+python = os.path.join(clone, ".venv", "bin", "python")
+os.execve(python, [python, "-c", driver], {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="binding the project under a 0700 directory needs root (CI runs as root)")
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists(), reason="needs the project's .venv")
+def test_allowed_modules_work_with_the_project_under_a_0700_directory():
+    """Issue #28, defect 7: a clone inside a 0700 directory (as root's home is). Rather than copy the
+    project and its virtualenv (hundreds of MB), this test binds the repository -- .venv included --
+    at <0700 dir>/clone in a private mount namespace of a helper process (so nothing changes for the
+    rest of the machine), and runs the allowed-module table there with that clone's interpreter: the
+    service's project root, PYTHONPATH and site-packages all lie under the 0700 directory, exactly as
+    in a fresh clone under /root. With the worker's own root (`fs_root`: the binds' parents are fresh
+    0755 directories) every case works; without it (control) the sandbox uid cannot reach the
+    virtualenv, and pydantic's lazy import fails as the issue reports."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="trace-0700-"))  # mkdtemp: mode 0700, owned by root
+    clone = base / "clone"
+    clone.mkdir()
+    try:
+        assert base.stat().st_mode & 0o777 == 0o700
+        proc = subprocess.run([sys.executable, "-c", _BIND_AND_RUN, str(REPO), str(clone), _DRIVER],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        clone.rmdir()  # rmdir, never rmtree: the bind lived only in the helper's namespace
+        shutil.rmtree(base)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1].removeprefix("RESULT "))
+    assert out["project_root"] == str(clone) and out["prefix"] == str(clone / ".venv")
+    assert any(b.startswith(str(clone)) for b in out["fs_root_binds"])
+    failed = {code: why for code, why in out["cases"].items() if why != "ok"}
+    assert not failed and len(out["cases"]) == len(ALLOWED), failed
+    assert out["parent_mode_in_worker"] == "0o755"  # a fresh directory of the worker's root, not the host's 0700
+    assert "ModuleNotFoundError" in out["without_fs_root"], out["without_fs_root"]

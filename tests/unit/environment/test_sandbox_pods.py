@@ -109,6 +109,29 @@ def test_the_pod_the_service_creates_is_valid_and_locked_down(template, config):
                       require_egress_policy=template.startswith("chart")) == []
 
 
+#: The hostile table's file reads (test_hostile_envs.py, issue #28) as a pod sees them: no host
+#: path, store or other worker's directory is mounted, so the pod's filesystem is its image (read-only)
+#: plus its own emptyDir scratch. What a real cluster's runtime does with that is not checked here.
+POD_READS = ["/tmp", "/etc/passwd", "/var/lib/trace/artifacts", "/scratch-of-another-worker"]
+
+
+@pytest.mark.parametrize("template", ["chart:defaults", "chart:gpu-pools", "builtin"])
+def test_the_pod_mounts_nothing_of_the_read_table(template):
+    base = chart_template(template.split(":")[1]) if template.startswith("chart") else default_template()
+    pod = build_pod(SandboxConfig(backend="kubernetes", pod=PodConfig(image="registry.example/trace/sandbox:1")),
+                    "env", namespace=NS, worker_id="w", template=base)
+    spec = pod["spec"]
+    (c,) = spec["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert [v["name"] for v in spec["volumes"]] == ["scratch"] and set(spec["volumes"][0]) == {"name", "emptyDir"}
+    assert c["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+    assert not any("hostPath" in v or "persistentVolumeClaim" in v or "csi" in v for v in spec["volumes"])
+    mounted = [m["mountPath"] for m in c["volumeMounts"]]
+    for path in POD_READS:
+        assert not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted), (path, mounted)
+    assert json.loads({e["name"]: e["value"] for e in c["env"]}["TRACE_SANDBOX_CONFIG"])["fs_root"] is True
+
+
 def _with(path: str, value: Any):
     def change(t: dict) -> dict:
         t = copy.deepcopy(t)
