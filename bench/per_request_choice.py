@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from trace_common.model_refs import UNCONFINED
     from trace_common.moe import PerRequestChooser, choose_adapter_per_request
     from trace_common.moe.composition_io import load_composition
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     composition = args.composition or _default_composition()
     if not composition:
         raise SystemExit("no composition: run the smollm2 example through its gates stage, or pass --composition URI")
-    composed = load_composition(composition, routing="per_request").composed
+    composed = load_composition(composition, routing="per_request", allowed=UNCONFINED).composed
     assert composed is not None
     prompts = load_prompts(args.trajectories, args.episodes)
     tokens = sum(len(p) for p in prompts)

@@ -76,10 +76,12 @@ def child(layout: str, data: Path, which: str, reps: int, model_ref: str) -> Non
     from services.trainer.grpo.logprobs import _parts, selected_logprobs, shared_prefix_len
     from services.trainer.grpo.lora import attach_lora
     from services.trainer.grpo.models import load_base
+    from trace_common.model_refs import UNCONFINED
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     batches = [json.loads(data.read_text())[which]]
-    base, tok, _ = load_base(model_ref, cache_dir=Path(tempfile.gettempdir()) / "trace-bench-models")
+    base, tok, _ = load_base(model_ref, cache_dir=Path(tempfile.gettempdir()) / "trace-bench-models",
+                            allowed=UNCONFINED)
     model = attach_lora(base, GRPOConfig(seed=0))
     model.train()
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0

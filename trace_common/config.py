@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SERVICE_NAMES = ("rollout", "analysis", "environment", "trainer", "inference")
 
@@ -45,12 +45,26 @@ class ServiceSettings(BaseSettings):
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1 << 30,
                                    description="Largest request/response message; artifacts travel by URI.")
     artifact_root: str = Field("file://./.trace", description="Artifact store root: file:///abs/dir or s3://bucket[/prefix].")
+    model_roots: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Where a request may name a model, adapter, composition or gates file "
+        "besides built-in agent names and this service's artifact store (trace_common/model_refs.py): absolute "
+        "directories (file:///abs/dir or /abs/dir) or s3://bucket[/prefix] on this service's S3 server. A JSON "
+        "list or comma-separated; empty (the default) allows the store and built-in agents only. Any other path a "
+        "request names is PERMISSION_DENIED before a job exists.")
     s3_endpoint: str | None = Field(None, description="host:port of the S3 server (MinIO) for s3:// roots.")
     s3_access_key: str | None = Field(None, description="S3 access key (from a Secret in Kubernetes).")
     s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (from a Secret in Kubernetes).")
     s3_region: str = Field("us-east-1", description="S3 region; MinIO and rclone accept us-east-1.")
     s3_secure: bool = Field(False, description="Use HTTPS to reach the S3 server.")
     max_concurrent_jobs: int = Field(4, ge=1, le=1024, description="Jobs running at once; more wait as PENDING.")
+    max_pending_jobs: int = Field(1000, ge=1, le=100_000, description="Jobs waiting as PENDING at once; a Create "
+                                  "past it is RESOURCE_EXHAUSTED (retry later). trace_common/jobs.py.")
+    max_pending_bytes: int = Field(256 * 1024 * 1024, ge=1 << 20, le=1 << 40, description="Bytes the PENDING jobs' "
+                                   "specs may hold together (each job's estimated in-memory footprint); a Create "
+                                   "past it is RESOURCE_EXHAUSTED (retry later). trace_common/jobs.py.")
+    retained_jobs: int = Field(10_000, ge=1, le=1_000_000, description="Jobs kept for Get/List/Watch; past it the "
+                               "oldest finished ones are evicted, their request_id with them (a retry then creates "
+                               "a new job).")
     grace_seconds: float = Field(10.0, ge=0, le=600, description="On SIGTERM, in-flight RPCs get this long to finish.")
     log_level: str = Field("INFO", description="Python logging level name.")
 
@@ -79,12 +93,20 @@ class ServiceSettings(BaseSettings):
                              "e.g. file:///var/lib/trace or s3://trace-artifacts")
         return v
 
+    @field_validator("model_roots", mode="before")
+    @classmethod
+    def _roots(cls, v: object) -> list[str]:
+        return parse_model_roots(v)
+
     @model_validator(mode="after")
     def _pairs(self) -> ServiceSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together: set both to enable TLS, or neither")
         if self.tls_pair is not None:
             _check_tls_pair(*self.tls_pair)
+        if any(r.startswith("s3://") for r in self.model_roots) and not self.s3_endpoint:
+            raise ValueError(f"model_roots lists s3:// roots but s3_endpoint is unset; set "
+                             f"TRACE_{self.service_name.upper()}_S3_ENDPOINT=host:port")
         if self.artifact_root.startswith("s3://") and not self.s3_endpoint:
             raise ValueError(f"artifact_root is {self.artifact_root} but s3_endpoint is unset; "
                              f"set TRACE_{self.service_name.upper()}_S3_ENDPOINT=host:port")
@@ -107,6 +129,40 @@ class ServiceSettings(BaseSettings):
         return S3Settings(endpoint=self.s3_endpoint, access_key=self.s3_access_key or "",
                           secret_key=self.s3_secret_key or SecretStr(""), region=self.s3_region,
                           secure=self.s3_secure)
+
+
+def parse_model_roots(value: object) -> list[str]:
+    """`model_roots` as a list of root URIs (`file:///abs/dir`, `s3://bucket[/prefix]`, no trailing '/'),
+    from a list or from an environment value (a JSON list, or comma-separated); ValueError saying how
+    to write it otherwise."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"model_roots {text!r} is not a JSON list ({exc}); give e.g. "
+                                 '["/models", "s3://models/base"] or /models,s3://models/base') from None
+        else:
+            value = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"model_roots must be a list of directories, got {type(value).__name__}")
+    out = []
+    for root in value:
+        root = str(root)
+        if root.startswith("/"):
+            root = Path(root).as_uri()
+        if root.startswith("s3://"):
+            if not root[len("s3://"):].split("/", 1)[0]:
+                raise ValueError(f"model root {root!r} has no bucket; give s3://bucket[/prefix]")
+        elif not root.startswith("file:///"):
+            raise ValueError(f"model root {root!r} must be an absolute directory (/abs/dir or file:///abs/dir) "
+                             "or s3://bucket[/prefix]")
+        stripped = root.rstrip("/")
+        out.append(root if stripped == "file:" else stripped)  # file:/// (the whole disk) stays as given
+    return out
 
 
 def token_env(service: str) -> str:

@@ -10,6 +10,24 @@ code name (`TraceError.code`); a cancel request cancels the body's task. Outputs
 published by SUCCEEDED jobs; what a body registered before failing stays listed but the job
 is not reported complete.
 
+Bounded per service (trust boundaries: no client can exhaust a service): at most `max_pending` jobs
+wait as PENDING, and their specs together hold at most `max_pending_bytes` (each job's footprint,
+given by the caller: `estimate_footprint` of what its body keeps); past either cap `submit` raises
+ResourceExhausted with a retry hint. A job's footprint is released when it starts running or ends
+while pending. A body may take its validated spec as `submit(spec=...)` instead of closing over it:
+a pending job then holds the spec pickled, as one bytes object (its footprint is that size), and the
+body reads it back as `ctx.spec` when the job starts. Ten thousand task ids held as objects spread
+over ~1 MiB of small-object arenas, and a few long-lived objects allocated beside them (job records)
+keep those arenas from ever being returned; one large bytes object is returned whole when freed.
+A job cancelled before it started drops its body and spec at once, and the manager then hands freed
+heap pages back to the OS (`trace_common.malloc.release_free_memory`), so the process's RSS returns
+near where it was (tests/integration/test_job_flood.py measures it).
+
+`request_id` makes a Create idempotent within one run: the key is (run_id, request_id), so the same
+request_id under another run_id is another request. The entry lives as long as its job: a job evicted
+from the table (a finished job, past `retain` jobs) takes its entry with it, and a retry of that
+request_id afterwards creates a new job (the old one is gone; its results stay in the store).
+
 `current_job()` is the running job's `JobContext` anywhere in its body's context -- worker
 threads started with `asyncio.to_thread` included, since they copy the context -- so shared code
 that runs for minutes inside some job (a base-agent build: `trace_common.agents`) reports as that
@@ -25,7 +43,9 @@ import contextvars
 import enum
 import itertools
 import logging
+import pickle
 import re
+import sys
 import threading
 import time
 import uuid
@@ -33,15 +53,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from trace_common import limits
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, TraceError
+from trace_common.malloc import release_free_memory
 from trace_common.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
-MAX_LABELS = 16
-MAX_LABEL_VALUE = 256
+MAX_LABELS = limits.LABELS
+MAX_LABEL_VALUE = limits.LABEL_VALUE_CHARS
+MAX_REQUEST_ID = limits.REQUEST_ID_CHARS
+#: Defaults of the pending-job caps (ServiceSettings.max_pending_jobs / max_pending_bytes).
+DEFAULT_MAX_PENDING = 1000
+DEFAULT_MAX_PENDING_BYTES = 256 * 1024 * 1024
+#: Seconds after a pending job's cancellation before freed heap pages go back to the OS (one trim
+#: for a burst of cancellations).
+TRIM_DELAY_S = 0.5
 
 
 class JobState(enum.IntEnum):
@@ -113,6 +142,39 @@ def validate_labels(labels: dict[str, str], field_name: str = "labels") -> dict[
     return dict(labels)
 
 
+def estimate_footprint(*values: Any) -> int:
+    """Bytes `values` hold in this process, estimated: `sys.getsizeof` summed over each object and what
+    it holds (dict keys and values, sequence and set items, pydantic models' and dataclasses' fields,
+    `__slots__`), each object counted once. An estimate of what a pending job keeps alive: a spec of
+    10,000 task ids holds ~6x its JSON size (every id is an object of its own)."""
+    seen: set[int] = set()
+    stack = list(values)
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, (bool, type)):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj, 64)
+        if isinstance(obj, (str, bytes, bytearray, memoryview)):
+            continue
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        else:
+            fields = getattr(obj, "__dict__", None)
+            if isinstance(fields, dict):
+                stack.append(fields)
+            for name in getattr(type(obj), "__slots__", ()):
+                stack.append(getattr(obj, name, None))
+            private = getattr(obj, "__pydantic_private__", None)
+            if isinstance(private, dict):
+                stack.append(private)
+    return total
+
+
 class JobContext:
     """What a running job body may do: report progress, metrics and outputs."""
 
@@ -121,6 +183,8 @@ class JobContext:
         self.job_id = job_id
         self._loop = loop
         self._loop_thread = threading.get_ident() if loop is not None else None
+        #: The spec given to `submit(spec=...)`, read back when the job started (None when none was).
+        self.spec: Any = None
 
     def progress(self, completed: int | None = None, total: int | None = None, stage: str | None = None,
                  message: str | None = None) -> None:
@@ -178,17 +242,40 @@ class JobManager:
     """
 
     def __init__(self, service: str, metrics: ServiceMetrics | None = None, max_concurrent: int = 4,
-                 max_queued: int = 1000, retain: int = 10_000):
+                 max_pending: int = DEFAULT_MAX_PENDING, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 retain: int = 10_000):
         self.service = service
         self._metrics = metrics
         self._sem = asyncio.Semaphore(max_concurrent)
-        self._max_queued = max_queued
+        self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
         self._retain = retain
         self._jobs: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Task] = {}
-        self._by_request: dict[str, str] = {}
+        #: (run_id, request_id) -> job id, and back (pruned with the job in `_evict`).
+        self._by_request: dict[tuple[str, str], str] = {}
+        self._request_of: dict[str, tuple[str, str]] = {}
+        #: PENDING job id -> its footprint in bytes (released when it starts or ends).
+        self._pending: dict[str, int] = {}
+        #: Job id -> its body, until the job starts (then the running task holds it) or ends before that
+        #: (then it is dropped here: nothing else references it, not even a cancelled task's traceback).
+        self._bodies: dict[str, JobBody] = {}
+        #: Job id -> (pickled spec, or None, and the spec itself when it could not be pickled), until it starts.
+        self._specs: dict[str, tuple[bytes | None, Any]] = {}
+        self._trim: asyncio.TimerHandle | None = None
         self._watchers: dict[str, set[asyncio.Queue[JobRecord]]] = {}
         self._seq = itertools.count()
+        #: Called with a job id when the job is evicted: a service's own per-job tables (the rollout
+        #: service's output-prefix writers, the trainer's iterations) shrink with the job table.
+        self.on_evict: list[Callable[[str], None]] = []
+
+    @classmethod
+    def from_settings(cls, service: str, metrics: ServiceMetrics | None, settings: Any) -> JobManager:
+        """The job table of a service configured by its ServiceSettings (max_concurrent_jobs,
+        max_pending_jobs, max_pending_bytes, retained_jobs)."""
+        return cls(service, metrics, max_concurrent=settings.max_concurrent_jobs,
+                   max_pending=settings.max_pending_jobs, max_pending_bytes=settings.max_pending_bytes,
+                   retain=settings.retained_jobs)
 
     # -- queries ---------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord:
@@ -246,37 +333,78 @@ class JobManager:
     def validate_request(run_id: str, labels: dict[str, str] | None, request_id: str) -> dict[str, str]:
         """Checks of the fields every Create…Job request has; call before any other work."""
         validate_run_id(run_id)
-        if len(request_id) > 128:
-            raise InvalidArgument(field="request_id", expected="at most 128 characters", got=len(request_id))
+        if len(request_id) > MAX_REQUEST_ID:
+            raise InvalidArgument(field="request_id", expected=f"at most {MAX_REQUEST_ID} characters",
+                                  got=len(request_id), fix="use a short unique id, e.g. a UUID")
         return validate_labels(labels or {})
 
+    @property
+    def pending_bytes(self) -> int:
+        """The footprints of the PENDING jobs, summed (bytes)."""
+        return sum(self._pending.values())
+
     def submit(self, kind: str, body: JobBody, *, run_id: str = "", labels: dict[str, str] | None = None,
-               request_id: str = "") -> JobRecord:
-        """Create a job and schedule its body. A repeated `request_id` returns the existing job."""
+               request_id: str = "", footprint: int | None = None, spec: Any = None) -> JobRecord:
+        """Create a job and schedule its body. A repeated `request_id` under the same `run_id` returns the
+        existing job. `spec`: what the body reads as `ctx.spec`, held pickled while the job waits (held
+        as is when it cannot be pickled). `footprint`: bytes the body keeps alive while the job waits
+        (`estimate_footprint` of what it closes over); by default the pickled spec's size (or the
+        spec's estimate). ResourceExhausted when the pending jobs' count or bytes would pass the caps
+        (module docstring)."""
         labels = self.validate_request(run_id, labels, request_id)
-        if request_id:
-            if request_id in self._by_request:
-                return self._jobs[self._by_request[request_id]]
-        active = sum(1 for j in self._jobs.values() if not j.state.terminal)
-        if active >= self._max_queued:
-            raise ResourceExhausted(f"{active} {self.service} jobs are pending or running (limit "
-                                    f"{self._max_queued}); wait for some to finish or cancel them")
+        found = self.by_request(request_id, run_id=run_id)
+        if found is not None:
+            return found
+        frozen: bytes | None = None
+        if spec is not None:
+            try:
+                frozen = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                frozen = None  # (e.g. a spec holding a lambda): held as is, counted by its estimate
+        if footprint is None:
+            footprint = len(frozen) if frozen is not None else estimate_footprint(spec)
+        footprint = max(0, int(footprint))
+        self._check_room(footprint)
         job_id = f"{kind[:12]}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         rec = JobRecord(job_id=job_id, kind=kind, state=JobState.PENDING, create_time=time.time(),
                         run_id=run_id, labels=labels, version=next(self._seq))
         self._jobs[job_id] = rec
+        self._pending[job_id] = footprint
+        if spec is not None:
+            self._specs[job_id] = (frozen, None if frozen is not None else spec)
+            del spec
         if request_id:
-            self._by_request[request_id] = job_id
+            self._by_request[(run_id, request_id)] = job_id
+            self._request_of[job_id] = (run_id, request_id)
         if self._metrics:
             self._metrics.jobs_active.labels(kind).inc()
-        self._tasks[job_id] = asyncio.get_running_loop().create_task(self._run(job_id, body))
+        self._bodies[job_id] = body
+        del body
+        self._tasks[job_id] = asyncio.get_running_loop().create_task(self._run(job_id))
         self._evict()
         return rec
 
-    def by_request(self, request_id: str) -> JobRecord | None:
-        """The job an earlier request with this `request_id` created (what `submit` returns again)."""
-        job_id = self._by_request.get(request_id) if request_id else None
+    def by_request(self, request_id: str, *, run_id: str) -> JobRecord | None:
+        """The job an earlier request with this `request_id` under this `run_id` created (what `submit`
+        returns again); None when there is none, or its job was evicted."""
+        job_id = self._by_request.get((run_id, request_id)) if request_id else None
         return self._jobs.get(job_id) if job_id else None
+
+    def _check_room(self, footprint: int) -> None:
+        """ResourceExhausted, with a retry hint, unless one more pending job of `footprint` bytes fits."""
+        count, held = len(self._pending), self.pending_bytes
+        setting = f"TRACE_{self.service.upper()}_MAX_PENDING"
+        hint = ("retry after some of them start or finish (WatchJob / ListJobs show them), with backoff, "
+                "or cancel pending jobs you no longer need")
+        if count >= self._max_pending:
+            raise ResourceExhausted(f"{count} {self.service} jobs are pending (limit {self._max_pending}, "
+                                    f"{setting}_JOBS); {hint}")
+        if held + footprint > self._max_pending_bytes:
+            mib = 1 << 20
+            raise ResourceExhausted(
+                f"{count} pending {self.service} jobs hold {held / mib:.1f} MiB and this one "
+                f"{footprint / mib:.1f} MiB, over the limit of {self._max_pending_bytes / mib:.1f} MiB of pending "
+                f"specs ({setting}_BYTES); {hint}, or send smaller specs (fewer task ids, a shorter prompt)")
 
     def cancel(self, job_id: str) -> JobRecord:
         rec = self.get(job_id)
@@ -308,15 +436,21 @@ class JobManager:
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
     # -- internals -------------------------------------------------------------------------
-    async def _run(self, job_id: str, body: JobBody) -> None:
+    async def _run(self, job_id: str) -> None:
         try:
             async with self._sem:
-                if self._jobs[job_id].state.terminal:
+                body = self._bodies.pop(job_id, None)
+                frozen, spec = self._specs.pop(job_id, (None, None))
+                if body is None or self._jobs[job_id].state.terminal:
                     return
+                self._pending.pop(job_id, None)
                 self._update(job_id, state=JobState.RUNNING, start_time=time.time())
                 ctx = JobContext(self, job_id, asyncio.get_running_loop())
+                ctx.spec = pickle.loads(frozen) if frozen is not None else spec  # (bytes this manager pickled)
+                frozen = spec = None
                 _CURRENT_JOB.set(ctx)  # this task's own context: seen by its body and the threads it starts
-                result = await body(ctx)
+                running, body = body(ctx), None  # (the coroutine holds the closure only while it runs)
+                result = await running
             self._finish(job_id, JobState.SUCCEEDED, result=result)
         except asyncio.CancelledError:
             self._finish(job_id, JobState.CANCELLED, message="cancelled")
@@ -328,11 +462,30 @@ class JobManager:
         finally:
             self._tasks.pop(job_id, None)
 
+    def _trim_soon(self) -> None:
+        """Hand freed heap pages back to the OS shortly (one trim for a burst of cancellations): by
+        then the ended tasks have dropped their bodies."""
+        if self._trim is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (the service stopped): nothing to hand back
+            return
+
+        def trim() -> None:
+            self._trim = None
+            release_free_memory()
+        self._trim = loop.call_later(TRIM_DELAY_S, trim)
+
     def _finish(self, job_id: str, state: JobState, *, result: Any = None, message: str | None = None,
                 error: tuple[str, str] | None = None) -> None:
         rec = self._jobs[job_id]
         if rec.state.terminal:
             return
+        self._bodies.pop(job_id, None)                   # ended before it started: body and spec dropped now,
+        self._specs.pop(job_id, None)
+        if self._pending.pop(job_id, None) is not None:  # its room is free, and freed pages go back soon
+            self._trim_soon()
         changes: dict[str, Any] = {"state": state, "end_time": time.time()}
         if result is not None:
             changes["result"] = result
@@ -359,3 +512,8 @@ class JobManager:
         for j in done[: len(self._jobs) - self._retain]:
             self._jobs.pop(j.job_id, None)
             self._watchers.pop(j.job_id, None)
+            key = self._request_of.pop(j.job_id, None)
+            if key is not None and self._by_request.get(key) == j.job_id:
+                del self._by_request[key]
+            for hook in self.on_evict:
+                hook(j.job_id)

@@ -15,6 +15,8 @@ Semantics:
                       user's choice wins); else mallopt(M_ARENA_MAX, n)
                       n comes from TRACE_MALLOC_ARENA_MAX when set (0 = leave glibc's default)
     returns the cap now in force (None when this process's arenas are glibc's default)
+    release_free_memory(): malloc_trim(0) on Linux + glibc (else a no-op): freed heap pages of
+                      every arena go back to the OS; True when glibc released some
 """
 
 from __future__ import annotations
@@ -26,6 +28,27 @@ import sys
 
 M_ARENA_MAX = -8  # <malloc.h>
 DEFAULT_ARENAS = 2
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the OS (`malloc_trim(0)`). Freed memory otherwise stays in
+    the process (glibc keeps it for later allocations), so its RSS would not fall after, e.g., many
+    large pending jobs are cancelled (trace_common/jobs.py calls this then). True when pages were
+    released; False when none were, or this is not glibc."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is None:  # not glibc (musl has no malloc_trim)
+        return False
+    return bool(trim(ctypes.c_size_t(0)))
 
 
 def limit_arenas(n: int = DEFAULT_ARENAS) -> int | None:

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from trace_common.limits import Params
+
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
@@ -44,7 +46,7 @@ class EnvironmentRefModel(Strict):
     name: str = Field(description="Registry name, e.g. 'store', 'tau2-retail'.")
     version: str = Field("", description="Registry version; empty means the latest.")
     uri: str = Field("", description="Data or code location for envs that need one.")
-    params: dict[str, str] = Field(default_factory=dict, description="Environment parameters.")
+    params: Params = Field(default_factory=dict, description="Environment parameters (trace_common.limits).")
 
     @field_validator("name")
     @classmethod

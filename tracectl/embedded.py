@@ -17,6 +17,20 @@ Outbound endpoints: tracectl is the operator of the services it embeds. Each cal
 `allow_endpoint` adds one in-process (no request can): `tracectl run` adds the run config's
 endpoints this way (`overrides[EMBEDDED_ENDPOINTS]`, see tracectl/run/endpoints.py), and tests
 allow their local fake servers.
+
+Data directories: the rollout and environment services accept a data directory a request names
+(the tau2 `data`) only under their data roots (TRACE_<SERVICE>_DATA_ROOTS, trace_common/data_roots.py).
+`allow_data_root` adds one in-process, the same way: `tracectl run` and `tracectl rollout --env DIR`
+add the directory their input names (`overrides[EMBEDDED_DATA_ROOTS]`), and the test suite adds
+its tau2 data.
+
+Model references: every service loads a model, adapter, composition or gates file a request names only
+if it is a built-in agent, lies in its store, or lies under its model roots (TRACE_<SERVICE>_MODEL_ROOTS,
+trace_common/model_refs.py). A service tracectl starts itself lists, besides that variable's roots, the
+working directory and the built-in agent cache (`local_model_roots`), and the directories a command's
+input names (`allow_models_from_command`: `tracectl rollout/train --model DIR`, `serve --base DIR`, a
+run config's local base agent), so a user's own model directories keep working; a deployed service
+(`--target`) keeps its operator's roots.
 """
 
 from __future__ import annotations
@@ -43,6 +57,40 @@ log = logging.getLogger(__name__)
 CALLERS = ("analysis", "environment", "rollout")
 #: Key of `EmbeddedStack.overrides` holding endpoints to allow at start: service -> {profile -> fields}.
 EMBEDDED_ENDPOINTS = "embedded_endpoints"
+#: The services that read a data directory a request names (each has `data_roots` on its domain).
+DATA_READERS = ("environment", "rollout")
+#: Key of `EmbeddedStack.overrides` holding directories to list as data roots at start.
+EMBEDDED_DATA_ROOTS = "embedded_data_roots"
+#: Key of `EmbeddedStack.overrides` holding directories to list as model roots of every service at start.
+EMBEDDED_MODEL_ROOTS = "embedded_model_roots"
+
+
+def local_model_roots(service: str, extra: tuple[str | Path, ...] | list[str | Path] = ()) -> list[str]:
+    """The model roots of `service` when tracectl starts it (module docstring): its
+    TRACE_<SERVICE>_MODEL_ROOTS, the working directory, the built-in agent cache, then `extra`."""
+    from trace_common.agents.cache import default_cache_dir
+    from trace_common.config import parse_model_roots
+
+    listed = parse_model_roots(os.environ.get(f"TRACE_{service.upper()}_MODEL_ROOTS", ""))
+    local = [Path.cwd(), default_cache_dir(), *(Path(d) for d in extra)]
+    roots = [*listed, *(p.expanduser().resolve().as_uri() for p in local)]
+    return list(dict.fromkeys(roots))
+
+
+def model_dirs(*refs: str) -> list[Path]:
+    """The local directories `refs` name (a file's directory for a file; none for built-in agent
+    names, s3:// URIs and empty refs), for `allow_models_from_command`."""
+    from trace_common.agents.resolve import BUILT_IN
+
+    out = []
+    for ref in refs:
+        if not ref or ref in BUILT_IN or "://" in ref.removeprefix("file://"):
+            continue
+        path = Path(ref.removeprefix("file://")).expanduser()
+        if "/" not in ref and not path.exists():
+            continue  # a name (a served model, a scripted policy), not a path
+        out.append(path.parent if path.is_file() else path)
+    return out
 
 
 def is_loopback(host: str) -> bool:
@@ -119,6 +167,13 @@ class EmbeddedStack:
         for service in services:
             self.servers[service].definition.domain.endpoints.remove(name)
 
+    def allow_data_root(self, directory: str | Path, services: tuple[str, ...] = DATA_READERS) -> None:
+        """Let requests to `services` name data under `directory` (the operator's act, in-process)."""
+        for service in services:
+            roots = self.servers[service].definition.domain.data_roots
+            if Path(directory) not in roots:
+                roots.append(Path(directory))
+
     def _warn_without_auth(self) -> None:
         open_ = [name for name in SERVICE_NAMES if self.token_of(name) is None]
         if not open_:
@@ -139,10 +194,13 @@ class EmbeddedStack:
         allowed = self.overrides.get(EMBEDDED_ENDPOINTS) or {}
         common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
                          artifact_root=self.root.resolve().as_uri()),
-                  **{k: v for k, v in self.overrides.items() if k != EMBEDDED_ENDPOINTS}}  # e.g. an s3:// root
+                  **{k: v for k, v in self.overrides.items()  # e.g. an s3:// root
+                     if k not in (EMBEDDED_ENDPOINTS, EMBEDDED_DATA_ROOTS, EMBEDDED_MODEL_ROOTS, "model_roots")}}
+        # model roots: tracectl's own (local_model_roots), then those the overrides and the command name
+        model_roots = [*(self.overrides.get("model_roots") or ()), *(self.overrides.get(EMBEDDED_MODEL_ROOTS) or ())]
         try:
             for name in SERVICE_NAMES:
-                extra = {}
+                extra = {"model_roots": local_model_roots(name, model_roots)}
                 if name == "trainer":  # environments of a run are played through the environment service
                     extra["environment_address"] = self.servers["environment"].target
                     extra["environment_token"] = self.token_of("environment")  # its token, not the trainer's
@@ -153,6 +211,8 @@ class EmbeddedStack:
             for service, profiles in allowed.items():
                 for profile, fields in profiles.items():
                     self.allow_endpoint(profile, **fields, services=(service,))
+            for directory in self.overrides.get(EMBEDDED_DATA_ROOTS) or ():
+                self.allow_data_root(directory)
         except BaseException:
             await self.stop()
             raise
@@ -188,6 +248,26 @@ def allow_from_command(args, service: str, name: str, base_url: str, api_key_env
     allowed = {k: dict(v) for k, v in (overrides.get(EMBEDDED_ENDPOINTS) or {}).items()}
     allowed.setdefault(service, {})[name] = {"base_url": base_url, "api_key_env": api_key_env}
     args.overrides = {**overrides, EMBEDDED_ENDPOINTS: allowed}
+
+
+def allow_models_from_command(args, *refs: str) -> None:
+    """A command that names local model, adapter or gates paths is the operator of the services it
+    embeds: list their directories as model roots (module docstring). A deployed service keeps its own."""
+    dirs = model_dirs(*refs)
+    if not dirs:
+        return
+    overrides = dict(getattr(args, "overrides", None) or {})
+    roots = list(overrides.get(EMBEDDED_MODEL_ROOTS) or ())
+    args.overrides = {**overrides, EMBEDDED_MODEL_ROOTS: [*roots, *dirs]}
+
+
+def allow_data_from_command(args, directory: str | Path) -> None:
+    """A command that names a local data directory (`tracectl run`'s target.uri, `tracectl rollout
+    --env DIR`) is the operator of the services it embeds: list the directory as their data root. A
+    deployed service (`--target`) keeps its operator's roots."""
+    overrides = dict(getattr(args, "overrides", None) or {})
+    roots = list(overrides.get(EMBEDDED_DATA_ROOTS) or ())
+    args.overrides = {**overrides, EMBEDDED_DATA_ROOTS: [*roots, Path(directory)]}
 
 
 def read_state(root: Path) -> dict | None:
@@ -259,6 +339,12 @@ class BackgroundStack:
         async def forbid() -> None:
             self.stack.forbid_endpoint(name, services)
         self.call(forbid())
+
+    def allow_data_root(self, directory: str | Path, services: tuple[str, ...] = DATA_READERS) -> None:
+        """EmbeddedStack.allow_data_root, on the servers' loop."""
+        async def allow() -> None:
+            self.stack.allow_data_root(directory, services)
+        self.call(allow())
 
     def stub(self, service: str, token: str | None | bool = True):
         """A stub with the token `service` requires (token=True), none (None) or the given one."""

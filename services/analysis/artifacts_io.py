@@ -1,5 +1,15 @@
 """Reading rollout artifacts and writing an analysis's outputs (blocking; call via to_thread).
 
+Which rollout artifacts a job may read is decided before the job exists (`confine_rollouts`): an
+object of this service's own store under the request's own run, `runs/<run_id or adhoc>/rollouts/`,
+or an object under a store prefix the operator lists (`rollout_roots`, TRACE_ANALYSIS_ROLLOUT_ROOTS).
+`file://` paths are checked with symlinks resolved; '.'/'..' segments (also percent-encoded), other
+buckets, other directories and other runs' rollouts are PermissionDenied, naming the field and what
+is allowed, with one message whether or not the object exists (no object is read to decide; only
+symlinks along a `file://` path change the outcome). An
+adversarial review had copied another run's trajectories (and their evidence) into its own run's
+labels.jsonl by naming them.
+
 Rollout artifacts are JSONL files of `Trajectory` written through the artifact store, so each
 read is sha256-verified. Documented failures (each fails the job with that code):
   * NOT_FOUND            -- a rollout URI names no object;
@@ -14,12 +24,18 @@ analysis completed.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from urllib.parse import unquote
 
-from trace_common.artifacts import ArtifactInfo, ArtifactStore, S3Settings, open_store, open_uri
+from trace_common.artifacts import ArtifactInfo, ArtifactStore, S3Settings, open_store, validate_key
+from trace_common.artifacts.keys import RootSpec, parse_root_uri
 from trace_common.env import Trajectory, loads_jsonl
-from trace_common.errors import FailedPrecondition
+from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+
+#: The setting that lists the store prefixes a job may read besides its own run's rollouts.
+ROLLOUT_ROOTS_SETTING = "TRACE_ANALYSIS_ROLLOUT_ROOTS"
 
 
 @dataclass(frozen=True)
@@ -29,18 +45,95 @@ class RolloutSource:
     trajectories: int
 
 
-def normalise_uri(uri: str) -> str:
-    """Absolute local paths (accepted by the spec) become file:// URIs."""
-    return Path(uri).as_uri() if uri.startswith("/") else uri
+@dataclass(frozen=True)
+class RolloutRef:
+    """A rollout URI a request named, as `confine_rollouts` admitted it: `key` in `store`."""
+
+    uri: str
+    store: ArtifactStore
+    key: str
 
 
-def read_rollouts(uris: list[str], s3: S3Settings | None, observer=None
-                  ) -> tuple[list[Trajectory], list[RolloutSource]]:
+def _parse(uri: str) -> tuple[str, str, str] | None:
+    """(scheme, location, path) of a rollout URI: ('file', '', '/abs/path') or ('s3', bucket, 'key');
+    None when it has '.', '..' or empty segments (percent-decoded in file URIs) or is no such URI."""
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[len("s3://"):].partition("/")
+        parts = key.split("/")
+        return None if any(p in ("", ".", "..") for p in parts) else ("s3", bucket, key)
+    if uri.startswith("file://"):
+        rest = uri[len("file://"):]
+        uri = unquote(rest[len("localhost"):] if rest.startswith("localhost/") else rest)
+    if not uri.startswith("/") or "\x00" in uri:
+        return None
+    parts = uri[1:].split("/")
+    return None if any(p in ("", ".", "..") for p in parts) else ("file", "", uri)
+
+
+def _key_under(parsed: tuple[str, str, str], root: RootSpec, prefix: str) -> str | None:
+    """The key `parsed` names in the store rooted at `root` when it lies under `prefix` there (symlinks
+    resolved for file stores), else None."""
+    scheme, location, path = parsed
+    if scheme != root.scheme:
+        return None
+    if scheme == "s3":
+        base = f"{root.prefix}/" if root.prefix else ""
+        if location != root.location or not path.startswith(base + prefix):
+            return None
+        key = path[len(base):]
+    else:
+        base = root.location.rstrip("/") + "/"
+        if not path.startswith(base + prefix):
+            return None
+        key = path[len(base):]
+        real_base = os.path.realpath(os.path.join(root.location, prefix)) if prefix else os.path.realpath(root.location)
+        if not os.path.realpath(path).startswith(real_base.rstrip("/") + "/"):
+            return None   # a symlink inside points out of the allowed prefix
+    if key == prefix or not key:
+        return None
+    try:
+        return validate_key(key)
+    except InvalidArgument:
+        return None
+
+
+def confine_rollouts(uris: Sequence[str], run_id: str, store: ArtifactStore, roots: Sequence[str],
+                     s3: S3Settings | None, observer=None) -> list[RolloutRef]:
+    """Each of `uris` as a `RolloutRef` in `store` (this service's own store: only under
+    `runs/<run_id or adhoc>/rollouts/`) or in one of `roots` (the operator's store prefixes);
+    PermissionDenied for any other (module docstring). Reads nothing."""
+    own = parse_root_uri(store.root_uri)
+    prefix = f"runs/{run_id or 'adhoc'}/rollouts/"
+    allowed = [parse_root_uri(r, field="rollout_roots") for r in roots]
+    out = []
+    for i, uri in enumerate(uris):
+        parsed = _parse(uri)
+        key = _key_under(parsed, own, prefix) if parsed else None
+        if key is not None:
+            out.append(RolloutRef(uri=store.uri_for(key), store=store, key=key))
+            continue
+        for root in allowed:
+            key = _key_under(parsed, root, "") if parsed else None
+            if key is not None:
+                other = open_store(root.uri, s3 if root.scheme == "s3" else None, observer)
+                out.append(RolloutRef(uri=other.uri_for(key), store=other, key=key))
+                break
+        else:
+            raise PermissionDenied(
+                f"expected an object under {own.uri.rstrip('/')}/{prefix} (this service's store, this request's "
+                f"run) or under a store prefix the operator lists in {ROLLOUT_ROOTS_SETTING}; this URI is neither "
+                "(symlinks resolved, no '.' or '..' segments)", field=f"spec.rollout_uris[{i}]",
+                fix="pass the trajectories a rollout job of this run wrote (its output URI); tracectl analyze "
+                    "imports a local file into the run's store first")
+    return out
+
+
+def read_rollouts(refs: Sequence[RolloutRef]) -> tuple[list[Trajectory], list[RolloutSource]]:
+    """The trajectories of admitted rollout artifacts (sha256-verified reads)."""
     trajectories: list[Trajectory] = []
     sources: list[RolloutSource] = []
-    for raw in uris:
-        uri = normalise_uri(raw)
-        store, key = open_uri(uri, s3=s3 if uri.startswith("s3://") else None, observer=observer)
+    for ref in refs:
+        uri, store, key = ref.uri, ref.store, ref.key
         info = store.stat(key)
         data = store.get_bytes(key)
         batch = loads_jsonl(data, source=uri)

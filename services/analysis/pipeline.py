@@ -30,7 +30,7 @@ from trace_common.llm import LlmConfig
 
 from . import diagnostics_mode, plots
 from .analyst import Analyst, AnalystConfig
-from .artifacts_io import open_root, output_prefix, read_rollouts, write_files
+from .artifacts_io import RolloutRef, open_root, output_prefix, read_rollouts, write_files
 from .discovery import discover
 from .labeling import LabelRun, llm_label_runs
 from .metrics import CAPABILITIES, LABELS, M
@@ -95,14 +95,16 @@ def labels_jsonl(trajectories, runs: list[LabelRun]) -> bytes:
 
 
 async def run_analysis(ctx: JobContext, spec: AnalysisSpecModel, settings: AnalysisSettings,
-                       analyst: Analyst | AnalystConfig | None = None) -> AnalysisResult:
-    """The job body. LLM mode needs `analyst`: an Analyst, or the config to make one (closed at the end)."""
+                       analyst: Analyst | AnalystConfig | None = None, *,
+                       rollouts: list[RolloutRef]) -> AnalysisResult:
+    """The job body. LLM mode needs `analyst`: an Analyst, or the config to make one (closed at the end).
+    `rollouts`: spec.rollout_uris as artifacts_io.confine_rollouts admitted them (only these are read)."""
     cfg = JobConfig.resolve(spec, settings)
     th = cfg.thresholds
     s3 = settings.s3_settings()
     observer = M.artifact_observer
-    ctx.progress(stage="loading", message=f"reading {len(spec.rollout_uris)} rollout artifact(s)")
-    trajectories, sources = await asyncio.to_thread(read_rollouts, spec.rollout_uris, s3, observer)
+    ctx.progress(stage="loading", message=f"reading {len(rollouts)} rollout artifact(s)")
+    trajectories, sources = await asyncio.to_thread(read_rollouts, rollouts)
     n_failed = sum(not t.success for t in trajectories)
     n_passed = len(trajectories) - n_failed
     if n_failed == 0:

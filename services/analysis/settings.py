@@ -4,16 +4,23 @@ Per-job values in the AnalysisSpec (num_runs, thresholds, the LLM endpoint's tim
 concurrency) win over these; zero in the spec means "use the setting". Which LLM endpoints a job
 may call, and with which key, is only a setting: `endpoints` (TRACE_ANALYSIS_ENDPOINTS, see
 trace_common/endpoints.py); a spec names one of its profiles.
+
+Which rollout artifacts a job may read is a setting too: its own run's rollouts in this service's
+store, plus the store prefixes in `rollout_roots` (TRACE_ANALYSIS_ROLLOUT_ROOTS, see
+services/analysis/artifacts_io.py).
 """
 
+import json
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from trace_common.artifacts.keys import parse_root_uri
 from trace_common.config import ServiceSettings
 from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
+from trace_common.errors import InvalidArgument
 
 
 class AnalysisSettings(ServiceSettings):
@@ -21,6 +28,11 @@ class AnalysisSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TRACE_ANALYSIS_", extra="ignore", validate_default=True)
 
     endpoints: EndpointMap = Field(default_factory=dict, description=ENDPOINTS_DESCRIPTION)
+    rollout_roots: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Store prefixes (file:///abs/dir or s3://bucket[/prefix]) whose objects "
+        "a job's rollout_uris may name besides its own run's rollouts in this service's store "
+        "(runs/<run_id>/rollouts/); s3:// ones are read with this service's S3 settings. A JSON list or a "
+        "comma-separated string. Default: none.")
     llm_max_concurrency: int = Field(8, ge=1, le=1024, description="Analyst LLM requests in flight per job "
                                      "(discovery and all labeling runs together).")
     llm_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Per-request timeout of the analyst "
@@ -44,3 +56,21 @@ class AnalysisSettings(ServiceSettings):
     prompts_dir: Path | None = Field(None, description="Directory with discover.md and label.md; default "
                                      "./prompts/analysis, else the source tree's prompts/analysis.")
     plots: bool = Field(True, description="Render the PNG plots into the report directory.")
+
+    @field_validator("rollout_roots", mode="before")
+    @classmethod
+    def _rollout_roots(cls, v: object) -> list[str]:
+        if isinstance(v, str):
+            try:
+                v = json.loads(v) if v.lstrip().startswith("[") else [p for p in v.split(",") if p.strip()]
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"rollout_roots: {exc}; write a JSON list such as [\"s3://shared/rollouts\"]") from None
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("rollout_roots: expected a list of store prefixes such as [\"s3://shared/rollouts\"]")
+        out = []
+        for item in v:
+            try:
+                out.append(parse_root_uri(str(item).strip(), field="rollout_roots").uri)
+            except InvalidArgument as err:
+                raise ValueError(str(err)) from None
+        return out

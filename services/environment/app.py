@@ -6,6 +6,7 @@ calibration policies with the shared policy factory (calibration_policy.py)."""
 from __future__ import annotations
 
 from trace_common.grpc.server import ServiceDefinition
+from trace_common.model_refs import ModelRoots
 from trace_common.proto.trace.v1 import environment_service_pb2_grpc as pb_grpc
 
 from .calibration_policy import ModelCalibration
@@ -17,7 +18,8 @@ from .settings import EnvironmentSettings
 
 def create_service(settings: EnvironmentSettings | None = None) -> ServiceDefinition:
     settings = settings or EnvironmentSettings()
-    calibration = ModelCalibration(settings.calibration_sampling(), s3=settings.s3_settings())
+    calibration = ModelCalibration(settings.calibration_sampling(), s3=settings.s3_settings(),
+                                   allowed=ModelRoots.of(settings))
     domain = Environments(settings, calibration_factories=calibration)
     return ServiceDefinition(
         name="environment", full_names=["trace.v1.EnvironmentService"], metrics=M,

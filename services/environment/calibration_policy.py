@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trace_common.env import PolicyInfo
 from trace_common.errors import FailedPrecondition, InvalidArgument, TraceError, Unavailable
-from trace_common.model_refs import local_dir
+from trace_common.model_refs import ModelRoots, check_policy_refs
 from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
 from trace_common.specs import PolicyRefModel
 
@@ -70,8 +70,11 @@ class CalibrationSampling(BaseModel):
     keep_idle: int = Field(1, ge=0, le=16, description="Loaded policies kept while no job uses them.")
 
 
-def check_ref(ref: PolicyRefModel) -> None:
-    """Cheap checks (no loading) that `ref` can name a calibration policy; InvalidArgument otherwise."""
+def check_ref(ref: PolicyRefModel, allowed: ModelRoots | None = None) -> None:
+    """Cheap checks (no loading) that `ref` can name a calibration policy: InvalidArgument for a bad
+    backend or endpoint; for the model and adapter, the one rule of trace_common/model_refs.py under
+    `allowed` (the service's store and model roots; None: built-in agents only): PermissionDenied
+    outside them, NotFound for an allowed directory that is not a model / adapter."""
     if ref.backend == "POLICY_BACKEND_OPENAI_HTTP":
         if not ref.endpoint:
             raise InvalidArgument(field=f"{FIELD}.endpoint", expected="the base URL of the served base model "
@@ -82,23 +85,7 @@ def check_ref(ref: PolicyRefModel) -> None:
                               "_SCRIPTED (model 'skill-mixture@<p>')", got=ref.backend,
                               fix="Use SCRIPTED only with model 'skill-mixture@<p>'; for the base agent choose "
                               "POLICY_BACKEND_IN_PROCESS or POLICY_BACKEND_OPENAI_HTTP.")
-    path = local_dir(ref.model)
-    if path is not None:
-        if not (path / "config.json").is_file():
-            what = "does not exist" if not path.exists() else "has no config.json"
-            raise InvalidArgument(f"the model directory {what}", field=f"{FIELD}.model",
-                                  expected="a Hugging Face model directory", got=ref.model, fix=MODEL_FIX)
-    elif not ref.model.startswith("s3://"):
-        from trace_common.agents.resolve import BUILT_IN
-
-        if ref.model not in BUILT_IN:
-            raise InvalidArgument(field=f"{FIELD}.model", expected=f"a built-in base agent ({', '.join(BUILT_IN)}), "
-                                  "a model directory or its file:// / s3:// URI", got=ref.model, fix=MODEL_FIX)
-    adapter = local_dir(ref.adapter_uri) if ref.adapter_uri else None
-    if adapter is not None and not (adapter / "adapter_config.json").is_file():
-        raise InvalidArgument(field=f"{FIELD}.adapter_uri", expected="a PEFT adapter directory "
-                              "(adapter_config.json + adapter_model.safetensors)", got=ref.adapter_uri,
-                              fix="Point adapter_uri at an adapter the trainer wrote, or leave it empty.")
+    check_policy_refs(ref, allowed or ModelRoots(), FIELD)
 
 
 def describe_ref(ref: PolicyRefModel) -> dict[str, Any]:
@@ -123,9 +110,10 @@ class PolicyHost:
     Every method may be awaited from any thread's event loop; all state changes happen on
     the host loop, so they need no locks."""
 
-    def __init__(self, s3: Any = None, keep_idle: int = 1):
+    def __init__(self, s3: Any = None, keep_idle: int = 1, allowed: ModelRoots | None = None):
         self.s3 = s3
         self.keep_idle = keep_idle
+        self.allowed = allowed or ModelRoots()
         self._entries: dict[str, _Entry] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -164,7 +152,7 @@ class PolicyHost:
 
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = _Entry(asyncio.ensure_future(open_policy(ref, self.s3)))
+            entry = self._entries[key] = _Entry(asyncio.ensure_future(open_policy(ref, self.s3, allowed=self.allowed)))
         entry.leases += 1
         try:
             return await asyncio.shield(entry.task)
@@ -299,12 +287,16 @@ class CalibrationMaker:
 class ModelCalibration:
     """`calibration_factories` for `Environments`: PolicyRef (IN_PROCESS / OPENAI_HTTP) -> maker."""
 
-    def __init__(self, sampling: CalibrationSampling | None = None, s3: Any = None):
+    def __init__(self, sampling: CalibrationSampling | None = None, s3: Any = None,
+                 allowed: ModelRoots | None = None):
+        """`allowed`: where a calibration policy's model and adapter may lie (the service's
+        `ModelRoots.of(settings)`; None: built-in agents only)."""
         self.sampling = sampling or CalibrationSampling()
-        self.host = PolicyHost(s3, keep_idle=self.sampling.keep_idle)
+        self.allowed = allowed or ModelRoots()
+        self.host = PolicyHost(s3, keep_idle=self.sampling.keep_idle, allowed=self.allowed)
 
     def __call__(self, ref: PolicyRefModel) -> CalibrationMaker:
-        check_ref(ref)
+        check_ref(ref, self.allowed)
         params = SamplingParams(temperature=self.sampling.temperature, max_tokens=self.sampling.max_tokens)
         return CalibrationMaker(self.host, ref, params)
 

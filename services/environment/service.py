@@ -36,7 +36,7 @@ from typing import Any
 from trace_common.artifacts import ArtifactStore, open_store
 from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import InvalidArgument, Unimplemented
-from trace_common.jobs import JobManager, JobRecord, Output
+from trace_common.jobs import JobManager, JobRecord, Output, estimate_footprint
 from trace_common.llm import ChatClient, LlmConfig
 from trace_common.specs import PolicyRefModel
 
@@ -50,7 +50,7 @@ from .sandbox.parent import sandbox_for
 from .serving import EpisodeTable, StepOutcome
 from .settings import EnvironmentSettings
 from .specs import GenerationSpecModel
-from .targets import TargetInfo, resolve_target
+from .targets import TargetInfo, confined_params, resolve_target
 from .validation import ValidationConfig, ValidationReport, validate
 
 FactoryMaker = Callable[[], Any]
@@ -73,7 +73,7 @@ class Environments:
     def __init__(self, settings: EnvironmentSettings, store: ArtifactStore | None = None,
                  calibration_factories: Callable[[PolicyRefModel], FactoryMaker] | None = None):
         self.settings = settings
-        self.jobs = JobManager("environment", M, max_concurrent=settings.max_concurrent_jobs)
+        self.jobs = JobManager.from_settings("environment", M, settings)
         self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
         self.registry = EnvironmentRegistry(self.store)
         self.registry.load()
@@ -85,6 +85,9 @@ class Environments:
         self.calibration_factories = calibration_factories
         #: The operator's endpoint profiles (the embedded stack's operator may add more in-process).
         self.endpoints = Endpoints(settings.endpoints, "TRACE_ENVIRONMENT_ENDPOINTS")
+        #: Directories a request's target may name data under (TRACE_ENVIRONMENT_DATA_ROOTS; the embedded
+        #: stack's operator may add more in-process, as it adds endpoints).
+        self.data_roots = list(settings.data_roots)
         self._job_envs: dict[str, list[EnvironmentRecord]] = {}
 
     # -- generation jobs ---------------------------------------------------------------------
@@ -117,7 +120,9 @@ class Environments:
         ref = spec.target
         refuse_outbound_params(ref.params, "spec.target.params")
         endpoint = self.endpoints.llm(spec.llm, "spec.llm") if spec.llm is not None else None
-        target = resolve_target(ref.name, ref.version, ref.uri, dict(ref.params))
+        # a data directory the request names lies under the operator's roots (PERMISSION_DENIED otherwise)
+        target = resolve_target(ref.name, ref.version, params=confined_params(ref.name, ref.uri, dict(ref.params),
+                                                                               self.data_roots))
         library_mode = spec.mode == MODE_LIBRARY
         client = None
         if library_mode:
@@ -213,7 +218,8 @@ class Environments:
             ctx.progress(stage="done", message=f"{accepted} of {len(done)} accepted")
             return done
 
-        return self.jobs.submit("generation", body, run_id=run_id, labels=labels, request_id=request_id)
+        return self.jobs.submit("generation", body, run_id=run_id, labels=labels, request_id=request_id,
+                                footprint=estimate_footprint(spec))
 
     def _register(self, run_id: str, result: GenerationResult, target: TargetInfo) -> EnvironmentRecord:
         report = result.report

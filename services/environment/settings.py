@@ -8,12 +8,14 @@ thresholds (`TRACE_ENVIRONMENT_VALIDATION_*`, see services/environment/validatio
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.data_roots import ROOTS_DESCRIPTION, default_roots, parse_roots
 from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
 
 from .calibration_policy import CalibrationSampling
@@ -58,6 +60,8 @@ class EnvironmentSettings(ServiceSettings):
         "_SANDBOX_POD_<FIELD>), and the keyword sandbox_<field>; bounds and docs are SandboxConfig's.")
     # -- outbound endpoints -----------------------------------------------------------------------
     endpoints: EndpointMap = Field(default_factory=dict, description=ENDPOINTS_DESCRIPTION)
+    # -- data directories a request may name (a tau2 target's `data`) ----------------------------
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=default_roots, description=ROOTS_DESCRIPTION)
 
     # -- validation -----------------------------------------------------------------------------
     validation_seeds: int = Field(8, ge=2, le=500, description="Seeds for the determinism and oracle checks.")
@@ -93,6 +97,11 @@ class EnvironmentSettings(ServiceSettings):
     llm_max_tokens: int = Field(16_000, ge=256, le=1 << 20, description="max_tokens of one generation request.")
     llm_temperature: float = Field(0.2, ge=0, le=2, description="Sampling temperature of the generation agent.")
     prompt_path: str = Field("", description="Generation prompt file (default: prompts/environment/generate.md).")
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _data_roots(cls, v: object) -> list[Path]:
+        return parse_roots(v)
 
     @model_validator(mode="before")
     @classmethod

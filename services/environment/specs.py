@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from trace_common.limits import EvidenceList, FreeText, TaskIds
 from trace_common.specs import EnvironmentRefModel, LlmEndpointModel, PolicyRefModel, Strict
 
 CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -14,9 +15,9 @@ CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 class CapabilityModel(Strict):
     name: str
-    description: str = ""
-    evidence: list[str] = Field(default_factory=list, max_length=50)
-    failed_task_ids: list[str] = Field(default_factory=list, max_length=10_000)
+    description: FreeText = ""
+    evidence: EvidenceList = Field(default_factory=list)
+    failed_task_ids: TaskIds = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

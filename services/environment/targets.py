@@ -12,14 +12,20 @@ with a clear FailedPrecondition when the target names no toolkit, or lacks a too
 family's scripts call with the arguments they pass (a renamed tool, a changed argument).
 `summary()` -- recorded in every validation report and environment manifest -- names the
 toolkit and its module's sha256.
+
+A request's target names a data directory only under the operator's data roots:
+`confined_params` checks it (trace_common/data_roots.py) before `resolve_target` reads anything.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from trace_common.data_roots import confine
 from trace_common.env import make
 from trace_common.env.records import RecordToolkit
 from trace_common.env.surface import TargetSurface, describe_target, toolkit_class, toolkit_sha256
@@ -110,6 +116,19 @@ def _params(name: str, uri: str, params: dict[str, str]) -> dict[str, str]:
     out = dict(params)
     if uri and name.startswith("tau2"):
         out.setdefault("data", uri.removeprefix("file://"))
+    return out
+
+
+def confined_params(name: str, uri: str, params: dict[str, str], data_roots: Sequence[Path],
+                    setting: str = "TRACE_ENVIRONMENT_DATA_ROOTS") -> dict[str, str]:
+    """A request's target parameters with its data directory (`params['data']`, else a tau2 target's
+    `uri`) checked against the operator's `data_roots` and resolved (trace_common/data_roots.py):
+    PermissionDenied, naming the field, for one outside them. Pass the result to `resolve_target`."""
+    out = dict(params)
+    if out.get("data"):
+        out["data"] = confine(out["data"], data_roots, field="spec.target.params['data']", setting=setting)
+    elif uri and name.startswith("tau2"):
+        out["data"] = confine(uri, data_roots, field="spec.target.uri", setting=setting)
     return out
 
 

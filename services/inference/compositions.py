@@ -4,8 +4,9 @@ Loading runs in a worker thread (downloads, weight loading and validation take s
 builds a complete new `Served` entry before touching the registry. Only when every check passed
 is the entry swapped in under its name; the engine it replaces is closed after the swap (its
 in-flight batch finishes first: the batcher runs it to completion on its own thread). Any failure
--- a bad URI, an adapter trained on another base, gates of the wrong shape or adapter list --
-raises the domain error and leaves the registry exactly as it was.
+-- a reference outside the service's store and model roots (PermissionDenied, decided before anything
+is read: `allowed`, trace_common/model_refs.py), a bad URI, an adapter trained on another base, gates of
+the wrong shape or adapter list -- raises the domain error and leaves the registry exactly as it was.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_common.errors import NotFound, ResourceExhausted
+from trace_common.model_refs import ModelRoots
 from trace_common.moe.composition_io import LoadedComposition, default_cache_dir, load_composition
 from trace_common.policy.chat import ChatFormat
 from trace_common.policy.generation import stop_token_ids
@@ -55,8 +57,10 @@ class Served:
 class CompositionRegistry:
     """Name -> `Served`, with loads that never disturb what is already serving."""
 
-    def __init__(self, *, cache_dir: str = "", device: str = "cpu", dtype: str = "float32", s3=None,
-                 max_batch: int = 16, batch_wait_s: float = 0.005, max_compositions: int = 4):
+    def __init__(self, *, allowed: ModelRoots, cache_dir: str = "", device: str = "cpu", dtype: str = "float32",
+                 s3=None, max_batch: int = 16, batch_wait_s: float = 0.005, max_compositions: int = 4):
+        #: What a spec's base model, adapters and gates may name (the service's store and model roots).
+        self.allowed = allowed
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.device, self.dtype, self.s3 = device, dtype, s3
         self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
@@ -83,7 +87,7 @@ class CompositionRegistry:
     def _build(self, spec: CompositionSpecModel) -> Served:
         loaded = load_composition(base_model=spec.base_model, adapters=[(a.name, a.uri) for a in spec.adapters],
                                   gates_uri=spec.gates_uri, routing=spec.routing, cache_dir=self.cache_dir, s3=self.s3,
-                                  dtype=self.dtype, device=self.device)
+                                  dtype=self.dtype, device=self.device, allowed=self.allowed)
         tokenizer = loaded.tokenizer
         stops = stop_token_ids(tokenizer, loaded.model if loaded.composed is None else loaded.composed.base)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]

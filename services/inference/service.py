@@ -14,6 +14,8 @@ Errors (mapped to gRPC codes by the server interceptor, to HTTP statuses by `ope
   * malformed request, bad tool schema JSON,
     prompt over max_prompt_tokens or the context -> InvalidArgument (INVALID_ARGUMENT / 400)
   * too many compositions loaded                 -> ResourceExhausted (RESOURCE_EXHAUSTED / 429)
+  * a composition naming a model, adapter or gates
+    file outside the store and model roots       -> PermissionDenied (PERMISSION_DENIED)
   * generation failure inside the model          -> Unavailable (UNAVAILABLE / 503)
 None of them affects other requests or the loaded compositions.
 """
@@ -29,6 +31,7 @@ from typing import Any
 
 from trace_common.env.messages import FunctionCall, Message, ToolCall
 from trace_common.errors import InvalidArgument, TraceError
+from trace_common.model_refs import ModelRoots
 from trace_common.policy.toolcalls import parse_assistant_text
 
 from . import metrics as m
@@ -158,7 +161,7 @@ class Inference:
     def __init__(self, settings: InferenceSettings):
         self.settings = settings
         self.registry = CompositionRegistry(
-            cache_dir=settings.model_cache_dir, device=settings.device, dtype=settings.dtype,
+            allowed=ModelRoots.of(settings), cache_dir=settings.model_cache_dir, device=settings.device, dtype=settings.dtype,
             s3=settings.s3_settings(), max_batch=settings.max_batch, batch_wait_s=settings.batch_wait_s,
             max_compositions=settings.max_compositions)
 

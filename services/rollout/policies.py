@@ -23,6 +23,7 @@ from typing import Any
 
 from trace_common.env import Environment, Message, PolicyInfo, PolicyTurn
 from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.model_refs import ModelRoots
 from trace_common.specs import PolicyRefModel, SamplingModel
 
 from .metrics import POLICY_ERRORS, TOKENS
@@ -114,9 +115,11 @@ class ModelFactory(PolicyFactory):
         await self.policy.close()
 
 
-async def make_factory(policy: PolicyRefModel, sampling: SamplingModel, env_name: str, s3=None) -> PolicyFactory:
+async def make_factory(policy: PolicyRefModel, sampling: SamplingModel, env_name: str, s3=None, *,
+                       allowed: ModelRoots) -> PolicyFactory:
+    """`allowed`: the service's ModelRoots (what a model backend may load)."""
     if policy.backend == "POLICY_BACKEND_SCRIPTED":
         return ScriptedFactory(policy.model, env_name)
     from trace_common.policy.factory import open_policy
 
-    return ModelFactory(await open_policy(policy, s3), policy, sampling)
+    return ModelFactory(await open_policy(policy, s3, allowed=allowed), policy, sampling)

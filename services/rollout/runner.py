@@ -26,9 +26,12 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from trace_common.artifacts import ArtifactStore
+from trace_common.data_roots import confine
 from trace_common.endpoints import Endpoints, ResolvedEndpoint, read_api_key, refuse_outbound_params
 from trace_common.env import (
     Environment,
@@ -42,6 +45,7 @@ from trace_common.env import (
 )
 from trace_common.errors import InvalidArgument, NotFound, Unavailable
 from trace_common.jobs import JobContext, Output
+from trace_common.model_refs import ModelRoots, check_policy_refs
 from trace_common.stats import wilson_interval
 
 from . import metrics as m
@@ -76,6 +80,8 @@ class RolloutSummary:
 
 #: Environment parameters that carry a credential: given to the factory, never written to a trajectory.
 SECRET_PARAMS = frozenset({"user_api_key"})
+#: The setting listing the directories a request may name data under (RolloutSettings.data_roots).
+DATA_ROOTS_SETTING = "TRACE_ROLLOUT_DATA_ROOTS"
 
 
 @dataclass
@@ -100,11 +106,19 @@ class PlannedRollout:
         return len(self.seeds) * self.samples
 
 
-def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec, user: ResolvedEndpoint | None = None) -> dict:
-    """The factory's parameters; `user` is spec.user_simulator as the endpoint profiles resolved it."""
+def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec, user: ResolvedEndpoint | None = None,
+                data_roots: Sequence[Path] = ()) -> dict:
+    """The factory's parameters; `user` is spec.user_simulator as the endpoint profiles resolved it.
+    A data directory the request names (tau2: `environment.params['data']`, else `environment.uri`)
+    must lie under `data_roots` (trace_common/data_roots.py: PermissionDenied otherwise); the factory
+    gets it resolved."""
     params = dict(spec.environment.params)
-    if spec.environment.uri:  # environments backed by a data directory (tau2) take it as `data`
-        params.setdefault("data", spec.environment.uri.removeprefix("file://"))
+    if params.get("data"):
+        params["data"] = confine(params["data"], data_roots, field="spec.environment.params['data']",
+                                 setting=DATA_ROOTS_SETTING)
+    elif spec.environment.uri:  # environments backed by a data directory (tau2) take it as `data`
+        params["data"] = confine(spec.environment.uri, data_roots, field="spec.environment.uri",
+                                 setting=DATA_ROOTS_SETTING)
     if user is not None and spec.user_simulator is not None:  # environments with an LLM user (tau2)
         params["user_base_url"] = user.base_url
         params["user_model"] = user.model
@@ -119,16 +133,28 @@ def _env_params(spec: RolloutSpecModel, env_spec: EnvSpec, user: ResolvedEndpoin
     return params
 
 
-def plan(spec: RolloutSpecModel, endpoints: Endpoints | None = None) -> PlannedRollout:
+def plan(spec: RolloutSpecModel, endpoints: Endpoints | None = None,
+         data_roots: Sequence[Path] = (), *, allowed: ModelRoots | None = None) -> PlannedRollout:
     """Resolve endpoints, environment and tasks now, so a bad request fails before a job exists.
-    `endpoints`: the service's profiles (None: none, so no HTTP policy or LLM user is allowed)."""
+    `endpoints`: the service's profiles (None: none, so no HTTP policy or LLM user is allowed);
+    `data_roots`: the directories a request may name data under (none: it may name none);
+    `allowed`: where the policy's model, adapter and composition may lie (trace_common/model_refs.py;
+    None: built-in agents only)."""
     endpoints = endpoints or Endpoints(setting="TRACE_ROLLOUT_ENDPOINTS")
     refuse_outbound_params(spec.environment.params, "spec.environment.params")
     user = endpoints.llm(spec.user_simulator, "spec.user_simulator") if spec.user_simulator is not None else None
     spec = spec.model_copy(update={"policy": endpoints.policy(spec.policy, "spec.policy")})
     env_spec = get_spec(spec.environment.name, spec.environment.version or None)
-    params = _env_params(spec, env_spec, user)
-    env = env_spec.factory(**params)
+    params = _env_params(spec, env_spec, user, data_roots)
+    try:
+        env = env_spec.factory(**params)
+    except NotFound:
+        if "data" in env_spec.params and not params.get("data"):
+            # the service's own data is missing: say so without its path (it may lie under HOME)
+            raise NotFound(f"environment {env_spec.name!r}: this service has no data for it (its TRACE_TAU2_DATA "
+                           "is unset or incomplete); name a data directory under one of the operator's data roots "
+                           f"({DATA_ROOTS_SETTING}), or ask the operator to set TRACE_TAU2_DATA") from None
+        raise
     if spec.tasks.task_ids:
         try:
             seeds = [int(t) for t in spec.tasks.task_ids]
@@ -152,6 +178,7 @@ def plan(spec: RolloutSpecModel, endpoints: Endpoints | None = None) -> PlannedR
         raise InvalidArgument(field="spec.tasks", expected="at least one task", got=0)
     if spec.policy.backend == "POLICY_BACKEND_SCRIPTED":
         check_scripted(spec.policy.model, env_spec.name)
+    check_policy_refs(spec.policy, allowed or ModelRoots(), "spec.policy")
     return PlannedRollout(spec, env_spec, seeds, spec.samples_per_task or 1, params)
 
 
@@ -175,11 +202,11 @@ def sampling_seed(base: int, task_seed: int, k: int) -> int:
 
 
 async def run(ctx: JobContext, p: PlannedRollout, store: ArtifactStore, key_prefix: str,
-              default_concurrency: int, s3=None) -> RolloutSummary:
+              default_concurrency: int, s3=None, *, allowed: ModelRoots) -> RolloutSummary:
     spec = p.spec
     env_name = p.env_spec.name
     ctx.progress(stage="loading policy", message=f"{spec.policy.backend} {spec.policy.model}")
-    factory: PolicyFactory = await make_factory(spec.policy, spec.sampling, env_name, s3)
+    factory: PolicyFactory = await make_factory(spec.policy, spec.sampling, env_name, s3, allowed=allowed)
     params, recorded = p.params, p.recorded_params
     sem = asyncio.Semaphore(spec.concurrency or default_concurrency)
     done = 0

@@ -1,13 +1,16 @@
 """Settings of the rollout service (`TRACE_ROLLOUT_*`). The endpoints an OPENAI_HTTP policy or an LLM
 user simulator may call, and their keys, are only a setting: `endpoints` (TRACE_ROLLOUT_ENDPOINTS,
-trace_common/endpoints.py)."""
+trace_common/endpoints.py). The data directories a request may name (the tau2 `data` parameter) are
+also only a setting: `data_roots` (TRACE_ROLLOUT_DATA_ROOTS, trace_common/data_roots.py)."""
 
-from typing import ClassVar
+from pathlib import Path
+from typing import Annotated, ClassVar
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.data_roots import ROOTS_DESCRIPTION, default_roots, parse_roots
 from trace_common.endpoints import ENDPOINTS_DESCRIPTION, EndpointMap
 
 
@@ -17,3 +20,9 @@ class RolloutSettings(ServiceSettings):
 
     default_concurrency: int = Field(8, ge=1, le=1024, description="Episodes played at once when a job says 0.")
     endpoints: EndpointMap = Field(default_factory=dict, description=ENDPOINTS_DESCRIPTION)
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=default_roots, description=ROOTS_DESCRIPTION)
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _data_roots(cls, v: object) -> list[Path]:
+        return parse_roots(v)

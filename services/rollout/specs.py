@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from trace_common.limits import Identifier, Prompt, TaskIds
 from trace_common.specs import (
     EnvironmentRefModel,
     LlmEndpointModel,
@@ -15,8 +16,8 @@ from trace_common.specs import (
 
 
 class TaskSelectionModel(Strict):
-    split: str = Field("", description="Named split ('train', 'test'); ignored when task_ids is set.")
-    task_ids: list[str] = Field(default_factory=list, max_length=100_000)
+    split: Identifier = Field("", description="Named split ('train', 'test'); ignored when task_ids is set.")
+    task_ids: TaskIds = Field(default_factory=list, description="At most trace_common.limits.TASK_IDS ids.")
     limit: int = Field(0, ge=0, le=1_000_000)
 
 
@@ -31,7 +32,8 @@ class RolloutSpecModel(Strict):
     seed: int = 0
     user_simulator: LlmEndpointModel | None = None
     output_uri: str = ""
-    system_prompt: str = Field("", max_length=200_000, description="Replaces the environment's system prompt.")
+    system_prompt: Prompt = Field("", description="Replaces the environment's system prompt (at most "
+                                  "trace_common.limits.PROMPT_CHARS characters).")
 
     @field_validator("output_uri")
     @classmethod

@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trace_common.model_refs import ModelRoots
+
 EVENT_PREFIX = "@@trace-event "
 SPEC_ENV = "TRACE_TRAINER_JOB_SPEC"
 
@@ -43,6 +45,9 @@ class WorkerSpec(BaseModel):
     policy: dict[str, Any] = Field(description="PolicyRefModel fields.")
     config: dict[str, Any] = Field(default_factory=dict, description="GRPO config (validated by the service).")
     artifact_root: str
+    model_roots: list[str] = Field(default_factory=list, description="The service's model roots: with "
+                                   "artifact_root, where the worker may load models and adapters from "
+                                   "(trace_common/model_refs.py; the service checked the job's references).")
     s3_endpoint: str | None = None
     s3_access_key: str | None = None
     s3_region: str = "us-east-1"
@@ -55,6 +60,11 @@ class WorkerSpec(BaseModel):
     env_modules: list[str] = Field(default_factory=list, description="Modules to import before resolving the env.")
     environment_target: str = Field("", description="EnvironmentService host:port for environments that are not "
                                                     "built in (played over gRPC, see envs.py).")
+
+
+def worker_model_roots(spec: WorkerSpec) -> ModelRoots:
+    """The service's model-reference rule, as the worker applies it again before loading anything."""
+    return ModelRoots(store=spec.artifact_root, roots=tuple(spec.model_roots), setting="TRACE_TRAINER_MODEL_ROOTS")
 
 
 #: The variable a training worker reads the environment service's token from (set by the executors).

@@ -7,7 +7,8 @@ A job is cheap to reject and expensive to run, so everything checkable without l
 model is checked in `create_job` before a job exists: the kind, the capability name, one
 environment that is registered (and accepts its parameters and the training split), the
 GRPO config (messages say how to fix), that a config asking for guided rollouts gets hints from
-that environment (`check_guidance`), the policy reference, the executor's settings, the vLLM
+that environment (`check_guidance`), the policy's model and adapter references (this store or
+TRACE_TRAINER_MODEL_ROOTS, else PERMISSION_DENIED: trace_common/model_refs.py), the executor's settings, the vLLM
 server and adapter directory of vLLM rollouts against the operator's settings (`outbound.py`) and
 the resume URI. `validate_config` parses a config alone, for clients that check theirs before any
 work starts (configs.py). Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
@@ -29,8 +30,8 @@ from services.trainer.grpo.guidance import check_guidance
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument
-from trace_common.jobs import JobContext, JobManager, JobRecord, Output
-from trace_common.model_refs import check_model_ref
+from trace_common.jobs import JobContext, JobManager, JobRecord, Output, estimate_footprint
+from trace_common.model_refs import ModelRoots, check_policy_refs
 
 from . import metrics as m
 from .configs import validate_training_config
@@ -57,14 +58,17 @@ class IterationRecord:
 class Training:
     def __init__(self, settings: TrainerSettings, store: ArtifactStore | None = None, kube_api_client=None):
         self.settings = settings
-        self.jobs = JobManager("trainer", M, max_concurrent=settings.max_concurrent_jobs)
+        self.jobs = JobManager.from_settings("trainer", M, settings)
         self.store = store or open_store(settings.artifact_root, settings.s3_settings(), M.artifact_observer)
         self.local = LocalExecutor(settings)
         self.endpoints = Endpoints(settings.endpoints, "TRACE_TRAINER_ENDPOINTS")
+        #: Where a job's base model and adapter may lie: this store and TRACE_TRAINER_MODEL_ROOTS.
+        self.model_roots = ModelRoots.of(settings, self.store.root_uri)
         self._kube_api_client = kube_api_client
         self._kube = None
         self.iterations: dict[str, deque[IterationRecord]] = {}
         self.prefixes: dict[str, str] = {}
+        self.jobs.on_evict.append(self._forget)
         for module in settings.env_modules:
             try:
                 importlib.import_module(module)
@@ -77,7 +81,7 @@ class Training:
         if spec.kind == "TRAINING_KIND_GATES":
             config = validate_gates(spec, self.store, self.settings.environment_address,
                                     environment_token(self.settings))
-            check_model_ref(spec.policy.model)
+            check_policy_refs(spec.policy, self.model_roots)
             self._check_executor(spec)
             return config
         if not CAPABILITY_RE.match(spec.capability):
@@ -102,7 +106,7 @@ class Training:
                                   "the base model itself)", got=spec.policy.backend,
                                   fix="for rollouts from a vLLM server set config.rollout_backend='vllm' and "
                                       "config.vllm={'base_url': ..., 'adapter_dir': ...}")
-        check_model_ref(spec.policy.model)
+        check_policy_refs(spec.policy, self.model_roots)
         mounts = self._check_executor(spec)
         # the vLLM server and the adapter directory are the operator's (outbound.py), never the request's
         return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor,
@@ -145,7 +149,7 @@ class Training:
         resume = self.resume_key(spec.resume_from_uri)
         gates = spec.kind == "TRAINING_KIND_GATES"
         prefix = gates_prefix(run_id, spec.capability) if gates else prefix_for(run_id, spec.capability)
-        if self.jobs.by_request(request_id) is None:   # (a retried request gets its job back from submit)
+        if self.jobs.by_request(request_id, run_id=run_id) is None:   # (a retried request gets its job back from submit)
             self._refuse_second_writer(prefix)
         s3 = self.settings
         kube = spec.executor == "EXECUTOR_KUBERNETES"
@@ -156,6 +160,7 @@ class Training:
                                environments=[e.model_dump() for e in spec.environments] if gates else [],
                                adapter_uris=dict(spec.adapter_uris) if gates else {}, policy=spec.policy.model_dump(),
                                config=config.model_dump(mode="json"), artifact_root=self.store.root_uri,
+                               model_roots=list(self.model_roots.roots),
                                s3_endpoint=s3.s3_endpoint, s3_access_key=s3.s3_access_key, s3_region=s3.s3_region,
                                s3_secure=s3.s3_secure, prefix=prefix, resume_from=resume,
                                events_key=events_key_for(prefix, ctx.job_id) if kube else "",
@@ -171,10 +176,16 @@ class Training:
             ctx.progress(stage="done", message=str(result.get("stop_reason", "")))
             return result
 
-        rec = self.jobs.submit("training", body, run_id=run_id, labels=labels, request_id=request_id)
+        rec = self.jobs.submit("training", body, run_id=run_id, labels=labels, request_id=request_id,
+                               footprint=estimate_footprint(spec, config))
         self.prefixes.setdefault(rec.job_id, prefix)
         self.iterations.setdefault(rec.job_id, deque(maxlen=MAX_KEPT_ITERATIONS))
         return rec
+
+    def _forget(self, job_id: str) -> None:
+        """An evicted job's iterations and checkpoint prefix go with it (JobManager.on_evict)."""
+        self.iterations.pop(job_id, None)
+        self.prefixes.pop(job_id, None)
 
     def _refuse_second_writer(self, prefix: str) -> None:
         """One live job per checkpoint prefix: two workers training the same run's capability would

@@ -31,7 +31,7 @@ from typing import Any
 from trace_common.errors import FailedPrecondition, TraceError
 from trace_common.malloc import limit_arenas_or_exit
 
-from .jobspec import EVENT_PREFIX, SPEC_ENV, WorkerSpec, adapter_lineage, encode_event
+from .jobspec import EVENT_PREFIX, SPEC_ENV, WorkerSpec, adapter_lineage, encode_event, worker_model_roots
 from .jobspec import env_factory as resolve_env
 
 log = logging.getLogger("trace.trainer.worker")
@@ -133,7 +133,7 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
         cache = Path(spec.cache_dir or tempfile.gettempdir()) / "trace-models"
         device = dist.device
         base, tokenizer, label = load_base(spec.policy["model"], adapter_ref=spec.policy.get("adapter_uri", ""),
-                                           cache_dir=cache, s3=s3, device=device)
+                                           cache_dir=cache, s3=s3, device=device, allowed=worker_model_roots(spec))
         trainer = make_trainer(config, base, tokenizer, env_factory, store=store, prefix=spec.prefix,
                                capability=spec.capability, on_event=sink.emit, should_stop=stop.is_set, dist=dist,
                                model_label=label, lineage=adapter_lineage(spec.prefix))

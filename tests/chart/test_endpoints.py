@@ -105,3 +105,35 @@ def test_bad_profiles_are_refused_by_helm(args, fragment):
     proc = template(*args)
     assert proc.returncode != 0, "helm accepted " + " ".join(args)
     assert fragment in proc.stderr, proc.stderr
+
+
+MODEL_ROOTS = ["s3://models/base", "/models"]
+
+
+@pytest.mark.parametrize("service", ["rollout", "environment", "trainer", "inference"])
+def test_model_roots_are_rendered_for_the_services_that_load_models(service, monkeypatch):
+    """`modelRoots` (empty by default: nothing rendered) becomes TRACE_<SVC>_MODEL_ROOTS, which the
+    service's own settings model reads back as the same roots (trace_common/model_refs.py)."""
+    from services.inference.settings import InferenceSettings
+
+    var = f"TRACE_{service.upper()}_MODEL_ROOTS"
+    assert var not in _env(render("defaults").docs, service)
+    env = _env(_docs("--set", "modelRoots={" + ",".join(MODEL_ROOTS) + "}"), service)
+    for k in list(os.environ):
+        if k.startswith("TRACE_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv(var, env[var]["value"])
+    monkeypatch.setenv(f"TRACE_{service.upper()}_S3_ENDPOINT", "minio:9000")
+    settings = {**SETTINGS, "inference": InferenceSettings}[service]()
+    assert settings.model_roots == ["s3://models/base", "file:///models"]
+
+
+def test_model_roots_are_not_rendered_for_analysis():
+    env = _env(_docs("--set", "modelRoots={s3://models/base}"), "analysis")
+    assert "TRACE_ANALYSIS_MODEL_ROOTS" not in env
+
+
+@pytest.mark.parametrize("bad", ["models/relative", "http://example.com/m"])
+def test_a_model_root_that_is_not_absolute_is_refused_by_the_schema(bad):
+    proc = template("--set", "modelRoots={" + bad + "}")
+    assert proc.returncode != 0 and "modelRoots" in proc.stderr

@@ -20,7 +20,8 @@ from tests.support.tls import self_signed
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 #: Keys only some service blocks have (everything else is the shared shape).
-SERVICE_EXTRAS = {"environment": {"sandbox"}, "trainer": {"jobs"}, "inference": {"http"}}
+SERVICE_EXTRAS = {"environment": {"sandbox", "dataRoots"}, "trainer": {"jobs"}, "inference": {"http"},
+                  "rollout": {"dataRoots"}, "analysis": {"rolloutRoots"}}
 
 # --set arguments helm must refuse, and the field path its message must name.
 BAD_VALUES = [

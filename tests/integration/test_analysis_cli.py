@@ -14,7 +14,8 @@ from tests.unit.analysis.fixtures import (
     small_planted_set,
 )
 from tests.unit.analysis.standin_llm import ScriptedAnalyst, StandinServer
-from trace_common.env import write_jsonl
+from trace_common.artifacts import open_store
+from trace_common.env import dumps_jsonl, write_jsonl
 from tracectl.cli import main
 
 pytestmark = pytest.mark.integration
@@ -46,6 +47,22 @@ def test_analyze_a_local_rollout_writes_the_report_to_the_run_directory(tmp_path
     for name in REPORT_FILES:                                                          # --out copy, verified
         assert (tmp_path / "copy" / name).read_bytes() == (folder / name).read_bytes()
     assert json.loads((folder / "report.json").read_text())["config"]["num_runs"] == 5
+
+
+@pytest.mark.parametrize(("stored_in", "imported"), [("other", True), ("cli-2", False)])
+def test_a_stored_rollout_is_read_from_this_runs_rollouts(tmp_path, capsys, stored_in, imported):
+    """The service reads only this run's rollouts: a store-written file of another run is copied
+    (sha256-verified) into this run's first; one already there is read in place."""
+    root = tmp_path / "store"
+    info = open_store(root.as_uri()).put_bytes(f"runs/{stored_in}/rollouts/part-000.jsonl", dumps_jsonl(planted_set()))
+    code, out, err = analyze(capsys, info.uri, "--root", root, "--run-id", "cli-2", "--runs", "5",
+                             "--min-passing-runs", "4")
+    assert code == 0, err
+    assert ("imported" in err) is imported, err
+    copy = root / "runs" / "cli-2" / "rollouts" / "part-000.jsonl"
+    assert copy.read_bytes() == dumps_jsonl(planted_set())
+    report = json.loads(next((root / "runs" / "cli-2" / "analysis").glob("*/report.json")).read_text())
+    assert report["inputs"]["rollout_uris"] == [copy.as_uri()]
 
 
 def test_analyze_in_llm_mode(tmp_path, capsys):

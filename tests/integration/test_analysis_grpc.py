@@ -81,7 +81,8 @@ def test_missing_rollout_fails_the_job_over_grpc(embedded_stack):
     stub = embedded_stack.stub("analysis")
     missing = (embedded_stack.root.resolve() / "runs" / "nope" / "rollouts" / "absent.jsonl").as_uri()
     created = stub.CreateAnalysisJob(A.CreateAnalysisJobRequest(
-        spec=A.AnalysisSpec(rollout_uris=[missing], mode=A.ANALYST_MODE_DIAGNOSTICS), request_id=new_request_id()))
+        spec=A.AnalysisSpec(rollout_uris=[missing], mode=A.ANALYST_MODE_DIAGNOSTICS), run_id="nope",
+        request_id=new_request_id()))
     final = watch_to_end(stub, created.job.job_id)[-1]
     assert final.state == t.JOB_STATE_FAILED and final.error.code == "NOT_FOUND"
     assert "absent.jsonl" in final.error.message

@@ -129,7 +129,7 @@ CASES = [
     ("inference", "LoadComposition", INF.LoadCompositionRequest(spec=INF.CompositionSpec(
         name="c", base_model="micro", gates_uri="gates.safetensors")), "INVALID_ARGUMENT", "gates_uri"),
     ("inference", "LoadComposition", INF.LoadCompositionRequest(spec=INF.CompositionSpec(
-        name="c", base_model="/nonexistent/model")), "NOT_FOUND", "nonexistent"),
+        name="c", base_model="/nonexistent/model")), "PERMISSION_DENIED", "base_model"),
     ("inference", "UnloadComposition", INF.UnloadCompositionRequest(name="ghost"), "NOT_FOUND", "ghost"),
     ("inference", "Generate", INF.GenerateRequest(), "INVALID_ARGUMENT", "request.model"),
     ("inference", "Generate", INF.GenerateRequest(model="m", messages=[t.ChatMessage(role="wizard")]),

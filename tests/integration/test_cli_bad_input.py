@@ -3,7 +3,10 @@ config, against real services (the session's embedded stack, reached with --targ
 
 Each bad file -- the wrong top-level shape, a scalar, non-UTF-8 text, binary bytes, an empty file --
 gives exit status 2 (tracectl/exits.py) with one line on stderr naming the flag and the file, no
-traceback, nothing written, and no job on any service. Each config mistake (a typo'd key and a
+traceback, nothing written, and no job on any service. So does a non-file or an over-cap file in
+its place (/dev/zero, a FIFO, a directory, a sparse file one byte over the reader's cap), without
+being read (bounded memory, no hang); `tracectl report` on a manifest.json that is a directory or a
+FIFO says the stored data is damaged (exit 3, one line). Each config mistake (a typo'd key and a
 wrong type per section, `training.grpo` and `gates.config` included, which only the trainer can
 parse) is refused before the first stage: exit 2, the field named by its dotted path with the
 closest valid name where one exists, no manifest, no job. Below: `run --check`, the trainer's
@@ -13,6 +16,8 @@ ValidateTrainingConfig RPC itself, and the tau2 data directory of a run config.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import uuid
 from pathlib import Path
 
@@ -124,6 +129,65 @@ def test_a_bad_file_is_one_line_and_starts_nothing(tmp_path, monkeypatch, capsys
     assert fragment in err, err
     assert _files(tmp_path) == before                        # nothing written (no store, no report, no --out)
     assert _jobs(embedded_stack, run_id) == dict.fromkeys(JOB_SERVICES, 0)
+
+
+def _special(kind: str, path: Path, reader: str) -> str:
+    """Put a non-file or an over-cap file at `path`; the fragment the one-line error must hold."""
+    from tracectl.inputs import CONFIG_MAX_BYTES, DATA_MAX_BYTES
+
+    if kind == "dev-zero":                      # endless bytes: never read
+        path.symlink_to("/dev/zero")
+        return "a character device, not a regular file"
+    if kind == "fifo":                          # no writer: opening it would block forever
+        os.mkfifo(path)
+        return "a FIFO (named pipe), not a regular file"
+    if kind == "directory":
+        path.mkdir()
+        return "a directory, not a file"
+    cap = DATA_MAX_BYTES if reader == "jsonl" or path.name == "tasks.json" else CONFIG_MAX_BYTES
+    with open(path, "wb") as f:                 # sparse: over the cap without writing it
+        f.truncate(cap + 1)
+    return "too large: over the cap of"
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge", "directory"])
+@pytest.mark.parametrize("command", sorted(READERS))
+def test_a_non_file_or_huge_file_is_one_line_without_reading_it(tmp_path, monkeypatch, capsys, embedded_stack,
+                                                                  command, kind):
+    reader, filename = READERS[command]
+    path = tmp_path / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if command in TAU2_DIRS:
+        (path.parent / "policy.md").write_text("# policy\n")
+    fragment = _special(kind, path, reader)
+    if command in TAU2_DIRS and kind != "huge":   # a data directory whose tasks.json is no file is no data directory
+        fragment = "tasks.json"
+    run_id = f"odd-{uuid.uuid4().hex[:8]}"
+    argv, flag = _command(command, path, embedded_stack, run_id)
+    monkeypatch.chdir(tmp_path)
+    before, peak = _files(tmp_path), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (code, err)
+    assert "Traceback" not in out + err and err.count("\n") == 1 and flag in err and fragment in err, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024   # KiB: nothing big was read
+    assert _files(tmp_path) == before
+    assert _jobs(embedded_stack, run_id) == dict.fromkeys(JOB_SERVICES, 0)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_report_on_a_manifest_that_is_not_a_file_is_damaged_data(tmp_path, capsys, kind):
+    manifest = tmp_path / "store" / "runs" / "odd" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    if kind == "directory":
+        (manifest / "inner").mkdir(parents=True)
+    else:
+        os.mkfifo(manifest)
+    code = main(["report", "odd", "--root", (tmp_path / "store").as_uri()])
+    out, err = capsys.readouterr()
+    assert code == 3, (code, err)                                   # tracectl/exits.py: stored data is damaged
+    assert "Traceback" not in out + err and err.count("\n") == 1, err
+    assert "manifest.json is damaged: it is not a regular file" in err and "Delete it" in err, err
 
 
 # -- a mistake in every section of a run config --------------------------------------------------------------

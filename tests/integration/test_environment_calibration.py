@@ -113,17 +113,19 @@ def test_no_calibration_policy_is_a_named_scripted_fallback(embedded_stack):
     assert info["note"].startswith("fallback: the job named no calibration_policy")
 
 
-@pytest.mark.parametrize(("policy", "fragment"), [
-    (t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="no-such-agent"),
-     "spec.calibration_policy.model: expected a built-in base agent"),
-    (t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="/nonexistent/trace-model"),
-     "the model directory does not exist"),
-    (t.PolicyRef(backend=t.POLICY_BACKEND_OPENAI_HTTP, model="served"), "spec.calibration_policy.endpoint"),
+@pytest.mark.parametrize(("policy", "code", "fragment"), [
+    # neither a built-in agent nor under the store or a model root (trace_common/model_refs.py)
+    (t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="no-such-agent"), "PERMISSION_DENIED",
+     "spec.calibration_policy.model: 'no-such-agent' is not a model location"),
+    (t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="/nonexistent/trace-model"), "PERMISSION_DENIED",
+     "allowed: a built-in base agent (micro"),
+    (t.PolicyRef(backend=t.POLICY_BACKEND_OPENAI_HTTP, model="served"), "INVALID_ARGUMENT",
+     "spec.calibration_policy.endpoint"),
 ])
-def test_unloadable_refs_fail_at_creation(embedded_stack, policy, fragment):
+def test_unloadable_refs_fail_at_creation(embedded_stack, policy, code, fragment):
     with pytest.raises(grpc.RpcError) as err:
         embedded_stack.stub("environment").CreateGenerationJob(E.CreateGenerationJobRequest(spec=_spec(policy)))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in err.value.details()
+    assert err.value.code().name == code and fragment in err.value.details()
     _assert_healthy(embedded_stack)
 
 

@@ -200,8 +200,10 @@ def test_failed_loads_keep_the_previous_composition_serving(embedded_stack, serv
          "unknown adapter"),
         (_spec(world, (tmp_path / "missing" / "gates.safetensors").as_uri()), grpc.StatusCode.NOT_FOUND,
          "does not exist"),
-        (INF.CompositionSpec(name=NAME, base_model="file:///nonexistent/model"), grpc.StatusCode.NOT_FOUND,
-         "nonexistent"),
+        (INF.CompositionSpec(name=NAME, base_model=(tmp_path / "nonexistent-model").as_uri()),  # a model root
+         grpc.StatusCode.NOT_FOUND, "nonexistent"),
+        (INF.CompositionSpec(name=NAME, base_model="file:///nonexistent/model"),  # outside the store and roots
+         grpc.StatusCode.PERMISSION_DENIED, "base_model"),
     ]
     for spec, code, needle in cases:
         with pytest.raises(grpc.RpcError) as err:

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 from tests.unit.trainer.helpers import save_store_model
 from trace_common.artifacts import open_store
 from trace_common.grpc.client import messages
+from trace_common.model_refs import UNCONFINED
 from trace_common.proto.trace.v1 import types_pb2 as t
 
 pytestmark = pytest.mark.integration
@@ -98,7 +99,7 @@ def test_gates_job_to_succeeded_with_a_composition_a_policy_generates_with(embed
     from trace_common.policy.base import PolicyRequest, SamplingParams
     from trace_common.policy.transformers_backend import TransformersPolicy
 
-    loaded = load_composition(outputs["composition"].uri, cache_dir=tmp_path / "cache")
+    loaded = load_composition(outputs["composition"].uri, cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     assert loaded.expert_names == ["base", *CAPS]
     policy = TransformersPolicy.from_model(loaded.composed.base, loaded.tokenizer, max_wait_s=0.0)
 

@@ -3,6 +3,9 @@
 `embedded_stack` has no auth; `authed_stack` requires a token and a 1 MiB message limit.
 Both are `tracectl.embedded.BackgroundStack`: `.stub(service)`, `.targets`, `.metrics_urls`,
 `.root`, `.domain(service)`, `.call(coro)`.
+
+`embedded_stack` also lists the tau2 test data ($TRACE_TAU2_DATA or ../shared/tau2) as a data root of
+the rollout and environment services, so requests may name data directories under it.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tracectl.embedded import BackgroundStack
+from trace_common.domains.tau2.data import default_data_root
+from tracectl.embedded import EMBEDDED_DATA_ROOTS, BackgroundStack
 
 TOKEN = "test-token-" + "x" * 16
 
 
 @pytest.fixture(scope="session")
 def embedded_stack(tmp_path_factory) -> Iterator[BackgroundStack]:
-    s = BackgroundStack(tmp_path_factory.mktemp("embedded"))
+    s = BackgroundStack(tmp_path_factory.mktemp("embedded"), overrides={EMBEDDED_DATA_ROOTS: [default_data_root()]})
     yield s
     s.close()
 

@@ -19,6 +19,7 @@ from trace_common.endpoints import Endpoints, read_api_key, refuse_outbound_para
 from trace_common.env import Message
 from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from trace_common.llm import LlmConfig
+from trace_common.model_refs import UNCONFINED
 from trace_common.policy.base import PolicyRequest, SamplingParams
 from trace_common.policy.factory import open_policy
 from trace_common.policy.http_backend import OpenAIPolicy
@@ -194,7 +195,7 @@ def test_one_api_key_rule_for_the_chat_client_and_the_http_policy(monkeypatch, v
 
 def _one_turn(ref: PolicyRefModel) -> None:
     async def go():
-        policy = await open_policy(ref)
+        policy = await open_policy(ref, allowed=UNCONFINED)
         try:
             await policy.complete(PolicyRequest(messages=[Message.user("hi")], params=SamplingParams(max_tokens=8)))
         finally:

@@ -124,13 +124,174 @@ def test_submit_rejects_bad_input(kwargs, field):
     run(go())
 
 
-def test_queue_limit_is_resource_exhausted():
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(("caps", "footprints", "accepted", "fragment"), [
+    # count cap: one job runs, two wait; the fourth would be a third pending job
+    (dict(max_pending=2), [0, 0, 0, 0], 3, "2 unittest jobs are pending (limit 2, TRACE_UNITTEST_MAX_PENDING_JOBS)"),
+    # bytes cap: 3 x 1 MiB wait within 3.5 MiB (the running job's footprint is released when it starts)
+    (dict(max_pending_bytes=3 * MIB + MIB // 2), [MIB] * 5, 4, "over the limit of 3.5 MiB of pending specs"),
+    # one spec larger than the whole cap is refused even with nothing pending
+    (dict(max_pending_bytes=2 * MIB), [0, 3 * MIB], 1, "this one 3.0 MiB"),
+])
+def test_pending_caps_are_resource_exhausted_with_a_retry_hint(caps, footprints, accepted, fragment):
     async def go():
-        jm = JobManager("unittest", max_concurrent=1, max_queued=2)
-        jm.submit("kind", _forever)
-        jm.submit("kind", _forever)
-        with pytest.raises(errors.ResourceExhausted, match="limit 2"):
+        jm = JobManager("unittest", max_concurrent=1, **caps)
+        done = 0
+        for fp in footprints:
+            try:
+                jm.submit("kind", _forever, footprint=fp)
+            except errors.ResourceExhausted as err:
+                assert fragment in str(err) and "retry after some of them start or finish" in str(err), str(err)
+                break
+            done += 1
+            await asyncio.sleep(0)        # the first job starts running, releasing its pending room
+        assert done == accepted
+        await jm.shutdown()
+    run(go())
+
+
+@pytest.mark.parametrize("how", ["cancel", "start"])
+def test_pending_room_is_released_when_a_job_leaves_pending(how):
+    async def go():
+        jm = JobManager("unittest", max_concurrent=1, max_pending=1, max_pending_bytes=2 * MIB)
+        blocker = jm.submit("kind", _forever, footprint=MIB)
+        await asyncio.sleep(0)
+        waiting = jm.submit("kind", _forever, footprint=MIB)
+        assert jm.pending_bytes == MIB
+        with pytest.raises(errors.ResourceExhausted):
             jm.submit("kind", _forever)
+        if how == "cancel":
+            jm.cancel(waiting.job_id)
+        else:
+            jm.cancel(blocker.job_id)
+            await asyncio.sleep(0.01)     # `waiting` takes the slot
+            assert jm.get(waiting.job_id).state == JobState.RUNNING
+        assert jm.pending_bytes == 0
+        jm.submit("kind", _forever, footprint=MIB)
+        await jm.shutdown()
+    run(go())
+
+
+def test_a_cancelled_pending_job_drops_its_body():
+    """The closure over a pending job's spec is freed once the job is cancelled (nothing keeps it)."""
+    import gc
+    import weakref
+
+    class Spec:
+        pass
+
+    async def go():
+        jm = JobManager("unittest", max_concurrent=1)
+        jm.submit("kind", _forever)
+        spec = Spec()
+        ref = weakref.ref(spec)
+
+        async def body(ctx, spec=spec):
+            await asyncio.sleep(3600)
+        rec = jm.submit("kind", body, footprint=1)
+        del spec, body
+        await asyncio.sleep(0)
+        assert ref() is not None          # held while pending
+        jm.cancel(rec.job_id)
+        assert ref() is None              # at once: its task never holds it (nor a cancelled task's traceback)
+        await asyncio.sleep(0.01)
+        gc.collect()
+        assert ref() is None
+        await jm.shutdown()
+    run(go())
+
+
+@pytest.mark.parametrize(("spec", "pickled"), [
+    ({"task_ids": [str(i) for i in range(10_000)], "prompt": "p" * 60_000}, True),
+    ({"factory": lambda: None, "task_ids": ["1", "2"]}, False),    # cannot be pickled: held as is
+])
+def test_a_spec_waits_pickled_and_the_body_reads_it_back(spec, pickled):
+    import pickle
+
+    from trace_common.jobs import estimate_footprint
+
+    async def go():
+        jm = JobManager("unittest", max_concurrent=1)
+        blocker = jm.submit("kind", _forever)
+        await asyncio.sleep(0)
+        seen = []
+
+        async def body(ctx):
+            seen.append(ctx.spec)
+        rec = jm.submit("kind", body, spec=spec)
+        expected = len(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)) if pickled else estimate_footprint(spec)
+        assert jm.pending_bytes == expected
+        assert isinstance(jm._specs[rec.job_id][0], bytes) is pickled
+        jm.cancel(blocker.job_id)
+        assert (await jm.wait(rec.job_id, 5)).state == JobState.SUCCEEDED
+        assert seen[0]["task_ids"] == spec["task_ids"] and (seen[0] is spec) is not pickled
+        assert jm._specs == {} and jm._bodies == {}
+    run(go())
+
+
+@pytest.mark.parametrize(("value", "at_least"), [
+    ("x" * 100_000, 100_000),
+    ([f"t{i:05d}" for i in range(10_000)], 10_000 * 50),     # each id is an object of its own
+    ({"a": ["x" * 1000] * 3}, 1000),                          # a shared object counts once
+])
+def test_estimate_footprint_counts_what_a_value_holds(value, at_least):
+    from trace_common.jobs import estimate_footprint
+
+    got = estimate_footprint(value)
+    assert at_least <= got < at_least * 3 + 10_000, got
+
+
+def test_estimate_footprint_walks_pydantic_specs():
+    from services.rollout.specs import RolloutSpecModel
+    from trace_common.jobs import estimate_footprint
+
+    def spec(n: int, prompt: int):
+        return RolloutSpecModel.model_validate({
+            "environment": {"name": "store"}, "policy": {"backend": "POLICY_BACKEND_SCRIPTED", "model": "m"},
+            "tasks": {"task_ids": [str(i) for i in range(n)]}, "system_prompt": "p" * prompt})
+    small, big = estimate_footprint(spec(1, 1)), estimate_footprint(spec(10_000, 60_000))
+    assert big - small > 10_000 * 50 + 60_000
+
+
+@pytest.mark.parametrize(("first", "again", "same"), [
+    (("r1", "run-a"), ("r1", "run-a"), True),
+    (("r1", "run-a"), ("r1", "run-b"), False),     # the key is (run_id, request_id): another run, another job
+    (("r1", ""), ("r1", "run-a"), False),
+    (("r1", "run-a"), ("r2", "run-a"), False),
+])
+def test_request_id_is_scoped_to_its_run(first, again, same):
+    async def go():
+        jm = JobManager("unittest")
+        a = jm.submit("kind", _forever, request_id=first[0], run_id=first[1])
+        b = jm.submit("kind", _forever, request_id=again[0], run_id=again[1])
+        assert (a.job_id == b.job_id) is same
+        assert jm.by_request(again[0], run_id=again[1]).job_id == b.job_id
+        assert jm.by_request(first[0], run_id=first[1]).job_id == a.job_id
+        assert jm.by_request(again[0], run_id="other-run") is None
+        await jm.shutdown()
+    run(go())
+
+
+def test_an_evicted_request_id_is_pruned_and_a_retry_is_a_new_job():
+    async def go():
+        jm = JobManager("unittest", retain=3)
+        forgotten: list[str] = []
+        jm.on_evict.append(forgotten.append)          # a service's own per-job tables shrink with it
+        first = jm.submit("kind", _ok, request_id="keep", run_id="r")
+        await jm.wait(first.job_id, 5)
+        for i in range(5):
+            await jm.wait(jm.submit("kind", _ok, request_id=f"other-{i}", run_id="r").job_id, 5)
+        jm.submit("kind", _ok)                        # evicts the oldest finished jobs
+        with pytest.raises(errors.NotFound):
+            jm.get(first.job_id)
+        assert jm.by_request("keep", run_id="r") is None
+        assert len(jm._by_request) <= 3              # entries leave with their jobs
+        assert first.job_id in forgotten and all(j not in jm._jobs for j in forgotten)
+        again = jm.submit("kind", _ok, request_id="keep", run_id="r")
+        assert again.job_id != first.job_id and again.state == JobState.PENDING
+        await jm.wait(again.job_id, 5)
         await jm.shutdown()
     run(go())
 

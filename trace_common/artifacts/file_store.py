@@ -19,7 +19,9 @@ A crash between the two renames leaves new bytes beside the old digest; readers 
 ArtifactCorrupted (never return unverified bytes) until the key is rewritten.
 
 Unlike S3, a path cannot be both an object and a "directory" of other objects: writing
-`a/b` when `a` is an object (or vice versa) raises FailedPrecondition.
+`a/b` when `a` is an object (or vice versa) raises FailedPrecondition. Reading an object whose
+path holds a directory (or a FIFO, a device) raises `NotAFile`, an ArtifactCorrupted: the tree was
+changed behind the store's back.
 """
 
 from __future__ import annotations
@@ -43,6 +45,16 @@ from .keys import RESERVED_SEGMENT_PREFIX, SIDECAR_SUFFIX, RootSpec, file_uri
 from .localio import TMP_PREFIX, fsync_dir, publish_verified, receive_bytes, write_all
 
 LOCK_NAME = RESERVED_SEGMENT_PREFIX + "lock"
+
+
+class NotAFile(ArtifactCorrupted):
+    """Reading an artifact whose path holds no file but a directory (or another non-file): the store
+    was changed behind its back (e.g. `runs/<id>/manifest.json` made a directory). Damaged stored
+    data, like a digest mismatch, and never a traceback: the caller says what to delete or re-run."""
+
+
+def _kind(mode: int) -> str:
+    return "a directory" if stat_mod.S_ISDIR(mode) else "something other than a file"
 
 
 def sidecar_line(hexdigest: str, name: str) -> bytes:
@@ -120,15 +132,17 @@ class FileStore(ArtifactStore):
         path = self._path(key)
         with self._dir_lock(os.path.dirname(path), exclusive=False, key=key):
             recorded = self._read_record(path)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:  # (non-blocking: a FIFO planted at the path must not hang the reader; a file reads as usual)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             except (FileNotFoundError, NotADirectoryError):
                 raise NotFound(f"artifact {self._uri_for(key)} does not exist") from None
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):  # (before open(): a directory's fd raises IsADirectoryError there)
+            os.close(fd)
+            raise NotAFile(f"artifact {self._uri_for(key)} is not a file ({_kind(st.st_mode)} stands where its bytes "
+                           "belong); remove it and rewrite the artifact from its source")
         f = open(fd, "rb", buffering=0)
         try:
-            st = os.fstat(fd)
-            if not stat_mod.S_ISREG(st.st_mode):
-                raise NotFound(f"artifact {self._uri_for(key)} does not exist (it is a directory of other artifacts)")
             yield f, recorded, st.st_size
         finally:
             f.close()

@@ -8,11 +8,14 @@ A composition artifact is two objects under one prefix (e.g. `runs/<run>/moe/`):
   hidden_size, num_layers, num_slots, gate_parameters, routing_share, training}`, written last so
   a manifest never points at gates that are not there yet.
 
-`load_composition(uri)` turns a manifest URI (or an in-memory spec: base, adapters, gates) into a
-ready-to-run model + tokenizer. Everything is validated before anything is returned, with errors
+`load_composition(uri, allowed=...)` turns a manifest URI (or an in-memory spec: base, adapters, gates)
+into a ready-to-run model + tokenizer. Every reference it names -- the manifest, the base model, each
+adapter, the gates -- must first pass the caller's `trace_common.model_refs.ModelRoots` (PermissionDenied
+naming the field, before anything is read or downloaded); the gates are read through their store, so
+their sha256 sidecar is verified. Everything is validated before anything is returned, with errors
 that name the mismatch: an adapter trained on another base, gates trained for another hidden size,
-layer count or adapter list, a missing or damaged file. The caller's previous model is never
-touched, so a service can keep serving it when a load fails.
+layer count or adapter list, a base whose config.json no loader reads, a missing or damaged file.
+The caller's previous model is never touched, so a service can keep serving it when a load fails.
 
 Routing modes (`PolicyRef.routing`; the inference service's `CompositionSpec.routing` enum names them,
 mapped in `trace_common.specs.COMPOSITION_ROUTING`):
@@ -38,7 +41,6 @@ within-request switching and blends the adapters instead of choosing one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -54,7 +56,7 @@ from safetensors.torch import load_file, save_file
 from trace_common.artifacts import ArtifactStore, S3Settings, open_uri
 from trace_common.errors import InvalidArgument, NotFound, TraceError
 from trace_common.hf_load import load_causal_lm
-from trace_common.model_refs import materialize
+from trace_common.model_refs import ModelRoots, fetch_file, materialize
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.config import MoEConfig
 
@@ -224,30 +226,19 @@ def write_composition(store: ArtifactStore, prefix: str, model: ComposedMoEModel
 
 
 # ---- reading -------------------------------------------------------------------------------------
-def _local_path(uri: str) -> Path | None:
-    if uri.startswith("file://"):
-        return Path(uri[len("file://"):])
-    if uri.startswith("/"):
-        return Path(uri)
-    return None
+def read_manifest(uri: str, s3: S3Settings | None = None, *, allowed: ModelRoots,
+                  field: str = "composition_uri") -> CompositionManifest:
+    """The manifest at `uri`, read through its store (sha256-verified); PermissionDenied first when
+    `allowed` refuses `uri`."""
+    r = allowed.resolve(uri, field)
+    if r.kind == "built_in":
+        raise InvalidArgument(field=field, expected=f"the URI of a {MANIFEST_FILE}", got=uri)
+    if r.root:
+        from trace_common.artifacts import open_store
 
-
-def fetch_file(uri: str, cache_dir: Path, s3: S3Settings | None = None) -> Path:
-    """A local copy of one artifact, sha256-verified by the store; a local file without a recorded
-    digest (no `<name>.sha256` beside it, i.e. not written through a store) is used in place."""
-    local = _local_path(uri)
-    if local is not None and not (local.parent / f"{local.name}.sha256").exists():
-        if not local.is_file():
-            raise NotFound(f"{uri} does not exist; give the URI of a file in the artifact store")
-        return local
-    store, key = open_uri(uri, s3)
-    dest = cache_dir / "files" / hashlib.sha256(uri.encode()).hexdigest()[:16] / Path(key).name
-    store.get_file(key, dest)
-    return dest
-
-
-def read_manifest(uri: str, s3: S3Settings | None = None) -> CompositionManifest:
-    store, key = open_uri(uri, s3)
+        store, key = open_store(r.root, s3), r.key
+    else:
+        store, key = open_uri(r.path.as_uri() if r.path is not None else r.uri, s3)
     raw = store.get_bytes(key)
     try:
         return CompositionManifest.model_validate_json(raw)
@@ -265,12 +256,15 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
                      adapters: Sequence[tuple[str, str]] | None = None, gates_uri: str = "",
                      routing: Routing = "token", merged_adapter: str | None = None,
                      cache_dir: str | Path | None = None, s3: S3Settings | None = None, dtype: str = "float32",
-                     device: str | torch.device = "cpu", moe_config: MoEConfig | None = None) -> LoadedComposition:
+                     device: str | torch.device = "cpu", moe_config: MoEConfig | None = None,
+                     allowed: ModelRoots) -> LoadedComposition:
     """Build a composition from a manifest URI / manifest, or from (base_model, adapters, gates_uri).
 
-    With no adapters the plain base is served (slot 0 only). With adapters and no gates, exactly one
-    adapter is allowed and every token goes to it. Every check happens before returning (module
-    docstring); errors are `InvalidArgument` / `NotFound` / `ArtifactCorrupted` naming the problem.
+    `allowed` decides which references may be read (the service's `ModelRoots.of(settings)`); every one
+    is checked before anything is read. With no adapters the plain base is served (slot 0 only). With
+    adapters and no gates, exactly one adapter is allowed and every token goes to it. Every check
+    happens before returning (module docstring); errors are `PermissionDenied` / `InvalidArgument` /
+    `NotFound` / `ArtifactCorrupted` naming the problem.
     """
     from transformers import AutoTokenizer
 
@@ -281,7 +275,7 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     manifest: CompositionManifest | None = None
     if source is not None:
-        manifest = source if isinstance(source, CompositionManifest) else read_manifest(source, s3)
+        manifest = source if isinstance(source, CompositionManifest) else read_manifest(source, s3, allowed=allowed)
         base_model = manifest.base_model
         adapters = [(a.name, a.uri) for a in manifest.adapters]
         gates_uri = manifest.gates_uri
@@ -299,17 +293,30 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
         raise InvalidArgument(field="gates_uri", expected=f"gates for a composition of {len(adapters)} adapters",
                               fix="give the gates.safetensors written by gate training (or a single adapter)")
 
-    base_dir = materialize(base_model, cache_dir=cache / "dirs", s3=s3, field="base_model")
+    # every reference is decided before any is read (a refused adapter leaves nothing downloaded)
+    allowed.resolve(base_model, "base_model")
+    for name, uri in adapters:
+        allowed.resolve(uri, f"adapters.{name}")
+    if gates_uri:
+        allowed.resolve(gates_uri, "gates_uri")
+    base_dir = materialize(base_model, allowed=allowed, cache_dir=cache / "dirs", s3=s3, field="base_model")
     if not (base_dir / "config.json").is_file():
-        raise NotFound(f"base model {base_model!r} resolved to {base_dir}, which has no config.json; give a "
-                       "directory written by save_pretrained")
-    adapter_dirs = {name: materialize(uri, cache_dir=cache / "dirs", s3=s3, field=f"adapters.{name}")
+        raise NotFound(f"base_model {base_model!r} has no config.json; give a directory written by save_pretrained")
+    adapter_dirs = {name: materialize(uri, allowed=allowed, cache_dir=cache / "dirs", s3=s3, field=f"adapters.{name}")
                     for name, uri in adapters}
-    gates_path = fetch_file(gates_uri, cache, s3) if gates_uri else None
+    gates_path = fetch_file(gates_uri, cache, s3, allowed=allowed, field="gates_uri") if gates_uri else None
     gates = read_gates(gates_path) if gates_path is not None else None
 
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = load_causal_lm(base_dir, dtype=_DTYPES[dtype], device=device).eval()
+    try:  # a config.json no loader reads (unknown model_type, not JSON, unreadable files) is the caller's input
+        tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        base = load_causal_lm(base_dir, dtype=_DTYPES[dtype], device=device).eval()
+    except TraceError:
+        raise
+    except (ValueError, OSError, KeyError) as exc:
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise InvalidArgument(field="base_model", expected="a Hugging Face model directory (config.json with a "
+                              "model_type transformers knows, weights, tokenizer) written by save_pretrained",
+                              got=base_model, reason=f"it does not load ({type(exc).__name__}: {detail})") from None
     config = base.config
     num_layers, hidden = int(config.num_hidden_layers), int(config.hidden_size)
     if gates is not None:
@@ -332,8 +339,16 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
                                  merged_adapter=chosen, **common)
     if not adapters:
         return LoadedComposition(model=base, routing=routing, composed=None, gate_parameters=0, **common)
-    composed = ComposedMoEModel.from_adapter_dirs(base, [adapter_dirs[n] for n in names], names=names,
-                                                  config=moe_config)
+    try:  # an adapter directory whose files no loader reads is the caller's input too
+        composed = ComposedMoEModel.from_adapter_dirs(base, [adapter_dirs[n] for n in names], names=names,
+                                                      config=moe_config)
+    except TraceError:
+        raise
+    except (ValueError, OSError, KeyError) as exc:
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise InvalidArgument(field="adapters", expected="PEFT adapter directories (adapter_config.json, "
+                              "adapter_model.safetensors) written by the trainer",
+                              reason=f"one does not load ({type(exc).__name__}: {detail})") from None
     if gates is not None:
         try:
             composed.load_gate_state_dict({k: v.float() for k, v in gates[0].items()})

@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from trace_common.model_refs import ModelRoots
 from trace_common.moe.composition_io import LoadedComposition, Routing, load_composition
 from trace_common.moe.export import PerRequestChooser
 from trace_common.moe.soft_routing import generate_soft_batch
@@ -78,11 +79,12 @@ class RoutedPolicy(TransformersPolicy):
 
 
 def composition_policy(uri: str, base_dir: str | Path | None = None, *, routing: Routing = "token",
-                       s3=None, name: str = "composition") -> RoutedPolicy:
+                       s3=None, name: str = "composition", allowed: ModelRoots) -> RoutedPolicy:
     """Load the composition manifest at `uri` and wrap it as a policy. `base_dir`, when given,
     must be the base model the composition was trained on (checked by load_composition's own
-    validation when the manifest names the same agent)."""
-    loaded = load_composition(uri, routing=routing, s3=s3)
+    validation when the manifest names the same agent). `allowed`: which references the manifest
+    and what it names may be (trace_common.model_refs)."""
+    loaded = load_composition(uri, routing=routing, s3=s3, allowed=allowed)
     if base_dir is not None and loaded.base_dir.resolve() != Path(base_dir).resolve():
         from trace_common.errors import InvalidArgument
 

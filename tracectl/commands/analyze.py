@@ -12,10 +12,13 @@ service writes them to `<root>/runs/<run_id>/analysis/<job_id>/` itself; for a r
 they are downloaded (sha256-verified) into `--out` (default `./runs/<run_id>/analysis/<job_id>`),
 s3:// outputs with the TRACE_ANALYSIS_S3_* credentials.
 
-Rollouts are given as artifact URIs (file://, s3://) or local paths. A local JSONL that the
-artifact store did not write (no `.sha256` record) is first imported into the embedded store
-under `runs/<run_id>/rollouts/`; a remote service cannot read local files, so there it must
-be uploaded first.
+Rollouts are given as artifact URIs (file://, s3://) or local paths. The analysis service reads
+only its own run's rollouts (`runs/<run_id>/rollouts/` of its store; `runs/adhoc/rollouts/` without
+--run-id) and the store prefixes its operator lists (TRACE_ANALYSIS_ROLLOUT_ROOTS). So, for the
+embedded service, a local file (path or file:// URI) that is not already there is first imported
+into the embedded store under `runs/<run_id>/rollouts/` (a store-written one is read sha256-verified
+to do so); an s3:// URI is passed as it is. A remote service cannot read local files: there a local
+path is refused here, and URIs are passed for that service to decide.
 
 A local rollout file is checked before anything is imported or started: UTF-8 text, one JSON
 object per line, not empty. A spec the service refuses (INVALID_ARGUMENT) is shown with the flags
@@ -32,6 +35,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import grpc
 from pydantic import SecretStr
@@ -103,17 +107,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_analyze)
 
 
-def _local_rollout(path: Path, root: Path, run_id: str, remote: bool) -> str:
-    if not path.is_file():
+def _local_rollout(path: Path, root: Path, run_id: str, remote: bool, taken: set[str]) -> str:
+    """The URI the analysis service reads `path` by: the file itself when it already lies in the
+    embedded store under this run's rollouts, else a copy imported there (key not in `taken`)."""
+    if not path.exists():  # (a directory, FIFO or device: check_rollout says which, without reading it)
         raise UsageError(f"rollout {path}: no such file; give a file:// or s3:// URI or an existing JSONL path")
     check_rollout(path)
-    if Path(f"{path}.sha256").is_file():  # written by the artifact store: readable by URI as it is
-        return path.resolve().as_uri()
+    stored = Path(f"{path}.sha256").is_file()  # written by an artifact store: its reads are verified
     if remote:
+        if stored:
+            return path.resolve().as_uri()
         raise UsageError(f"rollout {path}: a local file is not readable by the remote analysis service; upload "
                          "it to the artifact store (s3://...) and pass its URI")
-    key = f"runs/{run_id}/rollouts/{path.name}" if run_id else f"imports/{path.name}"
-    info = open_store(root.resolve().as_uri()).put_file(key, path)
+    store = open_store(root.resolve().as_uri())
+    runs = f"runs/{run_id or 'adhoc'}/rollouts"
+    own = (root.resolve() / runs).resolve()
+    if stored and path.resolve().is_relative_to(own):
+        return path.resolve().as_uri()
+    name, n = path.name, 1
+    while f"{runs}/{name}" in taken:  # two inputs of one command with one file name
+        n += 1
+        name = f"{path.stem}-{n}{path.suffix}"
+    key = f"{runs}/{name}"
+    if stored:  # copy what the store recorded, verified against its sha256
+        source, source_key = open_uri(path.resolve().as_uri())
+        info = store.put_bytes(key, source.get_bytes(source_key))
+    else:
+        info = store.put_file(key, path)
+    taken.add(key)
     print(f"imported {path} as {info.uri}", file=sys.stderr)
     return info.uri
 
@@ -126,12 +147,17 @@ def check_rollout(path: Path) -> None:
 
 
 def rollout_uris(items: list[str], root: Path, run_id: str, remote: bool) -> list[str]:
-    uris = []
+    uris: list[str] = []
+    taken: set[str] = set()
     for item in items:
-        if item.startswith("file://") and Path(item.removeprefix("file://")).is_file():
-            check_rollout(Path(item.removeprefix("file://")))   # readable here too: checked before any job
-        uris.append(item if item.startswith(("file://", "s3://")) else _local_rollout(Path(item), root, run_id,
-                                                                                         remote))
+        if item.startswith("s3://") or (remote and item.startswith("file://")):
+            local = Path(unquote(item.removeprefix("file://")))
+            if item.startswith("file://") and local.is_file():
+                check_rollout(local)   # readable here too: checked before any job
+            uris.append(item)
+        else:
+            local = Path(unquote(item.removeprefix("file://"))) if item.startswith("file://") else Path(item)
+            uris.append(_local_rollout(local, root, run_id, remote, taken))
     return uris
 
 

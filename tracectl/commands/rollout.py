@@ -13,8 +13,8 @@ from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.connect import Connection, add_connection_args
-from tracectl.embedded import allow_from_command
-from tracectl.inputs import read_json
+from tracectl.embedded import allow_data_from_command, allow_from_command, allow_models_from_command
+from tracectl.inputs import DATA_MAX_BYTES, read_json
 from tracectl.progress import follow, state_name
 
 BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEND_IN_PROCESS,
@@ -55,7 +55,7 @@ def environment_ref(env: str) -> t.EnvironmentRef:
             raise InvalidArgument(field="--env", expected="a registered environment name or a tau2 data directory "
                                   "(holding tasks.json)", got=env, fix="e.g. --env store or --env ../shared/tau2/retail")
         fix = "restore the file from tau2-bench"
-        read_json(path / "tasks.json", "--env", list, fix=fix)
+        read_json(path / "tasks.json", "--env", list, fix=fix, max_bytes=DATA_MAX_BYTES)
         if (path / "split_tasks.json").is_file():
             read_json(path / "split_tasks.json", "--env", dict, fix=fix)
         return t.EnvironmentRef(name=f"tau2-{path.resolve().name}", uri=path.resolve().as_uri())
@@ -74,6 +74,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         sampling=t.SamplingParams(temperature=args.temperature))
     console = Console(soft_wrap=True)
     allow_from_command(args, "rollout", "cli-policy", args.endpoint)
+    if args.backend == "in-process":  # a local --model / --adapter directory: the embedded service may load it
+        allow_models_from_command(args, args.model, args.adapter)
+    if spec.environment.uri:  # a tau2 --env directory: the embedded service may read it
+        allow_data_from_command(args, spec.environment.uri.removeprefix("file://"))
     with Connection(args) as conn:
         st = conn.stub("rollout")
         job = st.CreateRolloutJob(R.CreateRolloutJobRequest(spec=spec, run_id=args.run_id,

@@ -131,7 +131,8 @@ async def _local(args: argparse.Namespace, messages: list[dict], tools: list[dic
     from trace_common.grpc.client import messages as pb_messages
 
     spec = composition_spec(args, "route-trace")
-    async with inference_in_process(root=args.root) as here, inference_stub(here.target, here.token) as (stub, md):
+    async with inference_in_process(root=args.root, spec=spec) as here, \
+            inference_stub(here.target, here.token) as (stub, md):
         info = (await stub.LoadComposition(pb_messages("inference").LoadCompositionRequest(spec=spec),
                                            metadata=md)).composition
         return await _generate(stub, md, args, messages, tools, info)

@@ -24,7 +24,7 @@ from trace_common.errors import ArtifactCorrupted, InvalidArgument, TraceError
 from trace_common.suggest import error_lines
 from tracectl import exits
 from tracectl.connect import Connection
-from tracectl.embedded import EMBEDDED_ENDPOINTS
+from tracectl.embedded import EMBEDDED_ENDPOINTS, allow_data_from_command, allow_models_from_command
 from tracectl.run.config import RunConfig, load_config
 from tracectl.run.endpoints import run_endpoints
 from tracectl.run.jobs import JobRunner, StageFailed
@@ -124,6 +124,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "s3_secret_key": os.environ.get(cfg.store.s3_secret_key_env, ""),
                                "s3_secure": cfg.store.s3_secure}
     conn_args.overrides = {**getattr(conn_args, "overrides", {}), EMBEDDED_ENDPOINTS: endpoints}
+    data = cfg.target.params.get("data") or cfg.target.uri.removeprefix("file://")
+    if data:  # the target's data directory: the embedded rollout and environment services may read it
+        allow_data_from_command(conn_args, data)
+    if cfg.base_agent.backend == "in-process":  # a local base agent directory: the embedded services may load it
+        allow_models_from_command(conn_args, cfg.base_agent.name)
     with Connection(conn_args) as conn:
         pipe = Pipeline(cfg, JobRunner(conn), store, manifest)
         try:  # before any work: nothing is created and no manifest is written when this fails

@@ -111,9 +111,10 @@ def composition_spec(args: argparse.Namespace, name: str, routing: str = "token"
 
     inf = messages("inference")
     if args.composition:
+        from trace_common.model_refs import UNCONFINED
         from trace_common.moe.composition_io import read_manifest
 
-        manifest = read_manifest(args.composition)
+        manifest = read_manifest(args.composition, allowed=UNCONFINED)  # the user's own file, read here
         name = name or args.composition.rstrip("/").rsplit("/", 2)[-2].replace("/", "-") or "composition"
         return inf.CompositionSpec(name=name, base_model=manifest.base_model, gates_uri=manifest.gates_uri,
                                    adapters=[inf.AdapterRef(name=a.name, uri=a.uri) for a in manifest.adapters],
@@ -142,18 +143,23 @@ class InferenceHere:
 
 @contextlib.asynccontextmanager
 async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int = 0, http_port: int = 0,
-                               metrics_port: int = 0, **settings) -> AsyncIterator[InferenceHere]:
+                               metrics_port: int = 0, spec=None, **settings) -> AsyncIterator[InferenceHere]:
     """Start the inference service in this process (TRACE_INFERENCE_* env vars apply; the keyword
-    arguments win), yield how to reach it, stop it on exit. tracectl's one way to start it itself."""
+    arguments win), yield how to reach it, stop it on exit. tracectl's one way to start it itself.
+    Its model roots are tracectl's (`tracectl.embedded.local_model_roots`) plus the directories the
+    CompositionSpec `spec` names (the user named them: tracectl is this service's operator)."""
     from pydantic import ValidationError
 
     from services.launch import build
     from trace_common.grpc.server import TraceServer
+    from tracectl.embedded import local_model_roots, model_dirs
 
+    refs = [spec.base_model, spec.gates_uri, *(a.uri for a in spec.adapters)] if spec is not None else []
     try:
         service_settings, definition = build("inference", host=host, port=port, http_host=host,
                                              http_port=http_port, metrics_host=host, metrics_port=metrics_port,
-                                             artifact_root=root.resolve().as_uri(), **settings)
+                                             artifact_root=root.resolve().as_uri(),
+                                             model_roots=local_model_roots("inference", model_dirs(*refs)), **settings)
     except ValidationError as err:  # e.g. a blank TRACE_INFERENCE_AUTH_TOKEN
         first = err.errors()[0]
         raise SystemExit(f"invalid inference settings (env TRACE_INFERENCE_*): "
@@ -236,7 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             console.print(f"grpc={target} model={info.spec.name}", highlight=False, soft_wrap=True)
             return 0
         async with inference_in_process(root=args.root, host=args.host, port=args.port, http_port=args.http_port,
-                                        metrics_port=args.metrics_port, device=args.device) as here:
+                                        metrics_port=args.metrics_port, device=args.device, spec=spec) as here:
             info = await load(here.target, here.token)
             if info is None:
                 return 1

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 
 from trace_common.errors import TraceError
 from tracectl import exits
-from tracectl.inputs import read_json
+from tracectl.inputs import DATA_MAX_BYTES, read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +45,7 @@ def check_task_files(args: argparse.Namespace) -> None:
 
     directory = resolve_domain_dir(args.data, args.domain)
     fix = "restore the file from tau2-bench"
-    read_json(directory / "tasks.json", "--data", list, fix=fix)
+    read_json(directory / "tasks.json", "--data", list, fix=fix, max_bytes=DATA_MAX_BYTES)
     if (directory / "split_tasks.json").is_file():
         read_json(directory / "split_tasks.json", "--data", dict, fix=fix)
 

@@ -30,6 +30,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
+from tracectl.embedded import allow_models_from_command
 from tracectl.inputs import read_json
 from tracectl.progress import follow, state_name
 
@@ -127,6 +128,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     creates = not (args.list or args.cancel or args.checkpoints or args.watch)
     spec = build_spec(args) if creates else None   # bad input is refused before any service starts
+    if creates:  # a local --model / --adapter directory: the embedded trainer may load it
+        allow_models_from_command(args, args.model, args.adapter)
     with Connection(args) as conn:
         st = conn.stub("trainer")
         if args.list:

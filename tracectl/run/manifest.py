@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from trace_common.artifacts import ArtifactStore
+from trace_common.artifacts.file_store import NotAFile
 from trace_common.errors import ArtifactCorrupted, NotFound
 
 STAGES = ("rollout", "analysis", "environments", "adapters", "gates", "evaluation", "report")
@@ -68,6 +69,8 @@ class Manifest(BaseModel):
             data = store.get_bytes(key)
         except NotFound:
             return None
+        except NotAFile:
+            raise corrupted(store, run_id, "it is not a regular file (a directory or the like stands in its place)") from None
         except ArtifactCorrupted as err:
             raise corrupted(store, run_id, "its bytes fail the sha256 check recorded when it was written") from err
         try:

@@ -262,6 +262,12 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{ include "trace.artifactEnv" (dict "root" $root "prefix" $P) }}
 - name: TRACE_{{ $P }}_MAX_CONCURRENT_JOBS
   value: {{ $v.maxConcurrentJobs | quote }}
+- name: TRACE_{{ $P }}_MAX_PENDING_JOBS
+  value: {{ $v.maxPendingJobs | quote }}
+- name: TRACE_{{ $P }}_MAX_PENDING_BYTES
+  value: {{ int64 $v.maxPendingBytes | quote }}
+- name: TRACE_{{ $P }}_RETAINED_JOBS
+  value: {{ $v.retainedJobs | quote }}
 - name: TRACE_{{ $P }}_GRACE_SECONDS
   value: {{ $v.graceSeconds | quote }}
 - name: TRACE_{{ $P }}_LOG_LEVEL
@@ -272,6 +278,18 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{- end }}
 {{- if has .name (list "analysis" "environment" "rollout" "trainer") }}
 {{ include "trace.endpointsEnv" (dict "root" $root "name" .name) }}
+{{- end }}
+{{- if and $root.Values.modelRoots (has .name (list "environment" "inference" "rollout" "trainer")) }}
+- name: TRACE_{{ $P }}_MODEL_ROOTS
+  value: {{ join "," $root.Values.modelRoots | quote }}
+{{- end }}
+{{- if and (eq .name "analysis") $v.rolloutRoots }}
+- name: TRACE_ANALYSIS_ROLLOUT_ROOTS
+  value: {{ $v.rolloutRoots | toJson | quote }}
+{{- end }}
+{{- if and (has .name (list "environment" "rollout")) $v.dataRoots }}
+- name: TRACE_{{ $P }}_DATA_ROOTS
+  value: {{ $v.dataRoots | toJson | quote }}
 {{- end }}
 {{- if eq .name "inference" }}
 - name: TRACE_INFERENCE_HTTP_PORT

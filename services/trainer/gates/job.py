@@ -32,7 +32,7 @@ from typing import Any
 
 from services.trainer.gates.grpo import GateGRPOConfig
 from services.trainer.grpo.config import parse_config
-from services.trainer.jobspec import env_factory
+from services.trainer.jobspec import env_factory, worker_model_roots
 from trace_common.artifacts import ArtifactStore
 from trace_common.endpoints import refuse_outbound_params
 from trace_common.env.trajectory import Trajectory, loads_jsonl
@@ -184,8 +184,9 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
     assigned, targets = assign_environments(list(dir_uris), refs)
     base_trajectories = read_base_trajectories(store, config.base_provenance_uris) \
         if config.warm_start_steps and config.base_provenance != "none" else []
-    base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device)
-    dirs = [materialize(uri, cache_dir=cache, s3=s3, field="adapter_uris") for uri in dir_uris.values()]
+    allowed = worker_model_roots(spec)
+    base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device, allowed=allowed)
+    dirs = [materialize(uri, allowed=allowed, cache_dir=cache, s3=s3, field="adapter_uris") for uri in dir_uris.values()]
     composed = ComposedMoEModel.from_adapter_dirs(base, dirs, names=list(dir_uris))
     result = train_gate_job(config, composed, tokenizer, capability_envs={a: r.factory for a, r in assigned.items()},
                             target_envs=[(r.name, r.factory) for r in targets], adapter_uris=dir_uris,

@@ -70,7 +70,7 @@ from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
 from trace_common.hf_load import load_causal_lm
-from trace_common.model_refs import materialize
+from trace_common.model_refs import ModelRoots, materialize
 from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
@@ -594,12 +594,14 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
                 config: GateTrainingConfig | Mapping[str, Any] | None = None, *, store: ArtifactStore, prefix: str,
                 cache_dir: str | Path | None = None, s3: S3Settings | None = None, device: str = "cpu",
                 resume: bool | str = True, on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> GateTrainingResult:
+                should_stop: Callable[[], bool] | None = None, allowed: ModelRoots) -> GateTrainingResult:
     """Train the gates of base + adapters on provenance and write the composition artifact.
 
     Args:
         base_model: base model reference (HF dir, artifact URI of one, or built-in agent name); recorded
             as is in the manifest.
+        allowed: where base_model and the adapters may lie (`trace_common.model_refs.ModelRoots`; a
+            service passes its own, a trusted in-process caller `UNCONFINED`).
         adapters: capability name -> PEFT adapter directory (artifact URI or local path). The dict order
             is the slot order (slot k = k-th entry; slot 0 = base).
         provenance: capability name -> trajectories played in that capability's environment, and "base"
@@ -621,9 +623,10 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
     if not adapters:
         raise InvalidArgument(field="adapters", expected="at least one capability adapter to compose")
     cache = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "trace-compositions"
-    base_dir = materialize(base_model, cache_dir=cache / "dirs", s3=s3, field="base_model")
+    base_dir = materialize(base_model, allowed=allowed, cache_dir=cache / "dirs", s3=s3, field="base_model")
     names = list(adapters)
-    dirs = [materialize(uri, cache_dir=cache / "dirs", s3=s3, field="adapter_uris") for uri in adapters.values()]
+    dirs = [materialize(uri, allowed=allowed, cache_dir=cache / "dirs", s3=s3, field="adapter_uris")
+            for uri in adapters.values()]
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     base = load_causal_lm(base_dir, device=device).eval()
     model = ComposedMoEModel.from_adapter_dirs(base, dirs, names=names)

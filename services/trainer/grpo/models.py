@@ -6,7 +6,8 @@
   a cache directory (verified, published whole) and loaded from there;
 - a built-in base agent (`micro`, `smollm2`, `smollm2-base`), built or fetched from its cache by
   `trace_common.agents.resolve_base_agent`.
-All three go through `trace_common.model_refs.materialize`, as in every other service.
+All three go through `trace_common.model_refs.materialize`, as in every other service, confined to
+`allowed` (the service's store and model roots; anything else is PermissionDenied).
 `PolicyRef.adapter_uri`, when set, is a PEFT adapter merged into the base before training
 (e.g. a LoRA warm start): the frozen base of GRPO is then the warm-started model.
 """
@@ -21,19 +22,20 @@ import torch
 from trace_common.artifacts import S3Settings
 from trace_common.errors import InvalidArgument, NotFound
 from trace_common.hf_load import load_causal_lm
-from trace_common.model_refs import materialize
+from trace_common.model_refs import ModelRoots, materialize
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Settings | None = None,
-              dtype: str = "float32", device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Any, str]:
+              dtype: str = "float32", device: str | torch.device = "cpu",
+              allowed: ModelRoots) -> tuple[torch.nn.Module, Any, str]:
     """(model, tokenizer, label) with `adapter_ref` merged in if given; the model is in eval mode."""
     from transformers import AutoTokenizer
 
     if dtype not in _DTYPES:
         raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
-    directory = materialize(ref, cache_dir=cache_dir, s3=s3, field="policy.model")
+    directory = materialize(ref, allowed=allowed, cache_dir=cache_dir, s3=s3, field="policy.model")
     if not (directory / "config.json").is_file():
         raise NotFound(f"{directory} is not a Hugging Face model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -42,7 +44,7 @@ def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Setting
     if adapter_ref:
         from peft import PeftModel
 
-        adir = materialize(adapter_ref, cache_dir=cache_dir, s3=s3, field="policy.adapter_uri")
+        adir = materialize(adapter_ref, allowed=allowed, cache_dir=cache_dir, s3=s3, field="policy.adapter_uri")
         if not (adir / "adapter_config.json").is_file():
             raise NotFound(f"{adapter_ref} is not a PEFT adapter directory (no adapter_config.json)")
         model = PeftModel.from_pretrained(model, str(adir)).merge_and_unload()

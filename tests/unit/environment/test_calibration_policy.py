@@ -24,7 +24,8 @@ from services.environment.validation import ValidationConfig, validate
 from tests.support.fake_openai import FakeOpenAI, completion
 from tests.unit.trainer.helpers import save_store_model
 from trace_common.endpoints import Endpoints
-from trace_common.errors import FailedPrecondition, InvalidArgument, Unimplemented
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unimplemented
+from trace_common.model_refs import ModelRoots
 from trace_common.specs import PolicyRefModel
 
 from .helpers import SANDBOX, bundled, target
@@ -54,7 +55,7 @@ def _checked(ref: PolicyRefModel) -> PolicyRefModel:
 def _calibrate(ref: PolicyRefModel, family: str, target_name: str, sampling: CalibrationSampling = SAMPLING,
                cal: ValidationConfig = CAL):
     """Prepare the maker, validate one library bundle with it, release; returns (report, maker, calibration)."""
-    calibration = ModelCalibration(sampling)
+    calibration = ModelCalibration(sampling, allowed=_allowed())
     maker = calibration(_checked(ref))
     try:
         asyncio.run(maker.prepare())
@@ -193,25 +194,39 @@ def test_episodes_past_the_deadline_fail_calibration_not_the_candidate():
 
 # -- bad refs -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "fragment", "fix"), [
-    ({"model": "no-such-agent"}, "spec.calibration_policy.model: expected a built-in base agent", "save_pretrained"),
-    ({"model": "/nonexistent/trace-model"}, "the model directory does not exist", "save_pretrained"),
-    ({"model": "file:///tmp"}, "the model directory has no config.json", "save_pretrained"),
-    ({"model": "micro", "adapter_uri": "file:///tmp"}, "spec.calibration_policy.adapter_uri", "adapter the trainer"),
-    ({"backend": HTTP, "model": "served"}, "spec.calibration_policy.endpoint", "http://vllm:8000/v1"),
-    ({"backend": SCRIPTED, "model": "x"}, "spec.calibration_policy.backend", "POLICY_BACKEND_IN_PROCESS or"),
+def _allowed() -> ModelRoots:
+    """The environment service's rule as the settings read it (tests/conftest.py lists the test temp dirs)."""
+    return ModelRoots.of(EnvironmentSettings())
+
+
+#: An operator's rule for the cheap checks: a store and one root of each kind.
+ROOTS = ModelRoots(store="file:///srv/trace-store", roots=("file:///srv/models", "s3://bucket/models"),
+                   setting="TRACE_ENVIRONMENT_MODEL_ROOTS")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "fragment", "fix"), [
+    ({"model": "no-such-agent"}, PermissionDenied, "spec.calibration_policy.model: 'no-such-agent'", "MODEL_ROOTS"),
+    ({"model": "/nonexistent/trace-model"}, PermissionDenied, "allowed: a built-in base agent (micro", "MODEL_ROOTS"),
+    ({"model": "file:///tmp"}, PermissionDenied, "file:///srv/models, s3://bucket/models", "MODEL_ROOTS"),
+    ({"model": "/srv/models/none"}, NotFound, "spec.calibration_policy.model '/srv/models/none' has no config.json",
+     "save_pretrained"),
+    ({"model": "micro", "adapter_uri": "file:///tmp"}, PermissionDenied, "spec.calibration_policy.adapter_uri",
+     "MODEL_ROOTS"),
+    ({"backend": HTTP, "model": "served"}, InvalidArgument, "spec.calibration_policy.endpoint", "http://vllm:8000/v1"),
+    ({"backend": SCRIPTED, "model": "x"}, InvalidArgument, "spec.calibration_policy.backend",
+     "POLICY_BACKEND_IN_PROCESS or"),
 ])
-def test_refs_that_cannot_name_a_model_are_invalid_arguments(kwargs, fragment, fix):
+def test_refs_that_cannot_name_a_model_are_refused(kwargs, error, fragment, fix):
     ref = _ref(**{"backend": IN_PROCESS, **kwargs})
-    with pytest.raises(InvalidArgument) as err:
-        check_ref(ref)
+    with pytest.raises(error) as err:
+        check_ref(ref, ROOTS)
     assert fragment in str(err.value) and fix in str(err.value)  # names the field and says how to fix it
 
 
 @pytest.mark.parametrize("kwargs", [{"model": "micro"}, {"model": "smollm2"}, {"model": "s3://bucket/models/m"},
                                     {"backend": HTTP, "model": "served", "endpoint": "http://vllm:8000/v1"}])
 def test_loadable_looking_refs_pass_the_cheap_check(kwargs):
-    check_ref(_ref(**{"backend": IN_PROCESS, **kwargs}))  # no loading happens here (micro is not built)
+    check_ref(_ref(**{"backend": IN_PROCESS, **kwargs}), ROOTS)  # no loading happens here (micro is not built)
 
 
 def _broken(kind: str, good: Path, root: Path) -> Path:
@@ -233,7 +248,7 @@ def _broken(kind: str, good: Path, root: Path) -> Path:
 @pytest.mark.parametrize("kind", ["garbage_config", "no_weights", "truncated_weights"])
 def test_a_model_that_cannot_load_is_a_failed_precondition_and_not_cached(model_dir, tmp_path, kind):
     bad = _broken(kind, model_dir, tmp_path)
-    calibration = ModelCalibration(SAMPLING)
+    calibration = ModelCalibration(SAMPLING, allowed=_allowed())
     try:
         maker = calibration(_ref(model=str(bad)))  # config.json exists: the cheap check passes
         with pytest.raises(FailedPrecondition) as err:
@@ -254,7 +269,7 @@ def test_a_model_that_cannot_load_is_a_failed_precondition_and_not_cached(model_
 
 @pytest.mark.parametrize(("keep_idle", "loaded_after"), [(0, 0), (1, 1)])
 def test_makers_share_one_loaded_policy(model_dir, keep_idle, loaded_after):
-    calibration = ModelCalibration(CalibrationSampling(keep_idle=keep_idle))
+    calibration = ModelCalibration(CalibrationSampling(keep_idle=keep_idle), allowed=_allowed())
     try:
         ref = _ref(model=str(model_dir))
         a, b = calibration(ref), calibration(ref)
@@ -290,10 +305,10 @@ def test_scripted_calibration_is_always_flagged(tmp_path, ref, expected):
 
 @pytest.mark.parametrize(("wired", "error", "fragment"), [
     (False, Unimplemented, "calibration_factories"),
-    (True, InvalidArgument, "spec.calibration_policy.model"),
+    (True, PermissionDenied, "spec.calibration_policy.model"),
 ])
 def test_a_model_ref_needs_the_model_calibration_wired_in(tmp_path, wired, error, fragment):
-    calibration = ModelCalibration(SAMPLING) if wired else None
+    calibration = ModelCalibration(SAMPLING, allowed=_allowed()) if wired else None
     envs = Environments(EnvironmentSettings(artifact_root=tmp_path.as_uri()), calibration_factories=calibration)
     try:
         with pytest.raises(error, match=fragment):

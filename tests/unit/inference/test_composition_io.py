@@ -9,7 +9,9 @@ import torch
 
 from tests.unit.inference.helpers import composed, write_tiny_composition
 from tests.unit.inference.tiny import random_base_dir, save_adapter
-from trace_common.errors import InvalidArgument, NotFound, TraceError
+from trace_common.artifacts import open_store
+from trace_common.errors import InvalidArgument, NotFound, PermissionDenied, TraceError
+from trace_common.model_refs import UNCONFINED
 from trace_common.moe.composition_io import (
     CompositionManifest,
     load_composition,
@@ -20,11 +22,11 @@ from trace_common.moe.composition_io import (
 
 def test_round_trip_restores_gates_and_manifest(world, tmp_path):
     art = write_tiny_composition(world, tmp_path / "store")
-    manifest = read_manifest(art.manifest_uri)
+    manifest = read_manifest(art.manifest_uri, allowed=UNCONFINED)
     assert manifest.adapter_names == ["refunds", "addresses"]
     assert (manifest.num_layers, manifest.hidden_size, manifest.num_slots) == (2, 64, 3)
     assert manifest.gate_parameters == 2 * (64 * 3 + 3)
-    loaded = load_composition(art.manifest_uri, cache_dir=tmp_path / "cache")
+    loaded = load_composition(art.manifest_uri, cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     expected = composed(world).gate_state_dict()
     got = loaded.composed.gate_state_dict()
     assert set(got) == set(expected)
@@ -44,7 +46,7 @@ def test_round_trip_restores_gates_and_manifest(world, tmp_path):
 def test_routing_modes(world, tmp_path, routing, merged_adapter, expect_composed, expect_merged):
     art = write_tiny_composition(world, tmp_path / "store")
     loaded = load_composition(art.manifest_uri, routing=routing, merged_adapter=merged_adapter,
-                              cache_dir=tmp_path / "cache")
+                              cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     assert (loaded.composed is not None) == expect_composed
     assert loaded.merged_adapter == expect_merged
     ids = torch.tensor([[5, 6, 7, 8]])
@@ -56,8 +58,9 @@ def test_routing_modes(world, tmp_path, routing, merged_adapter, expect_composed
 def test_merged_equals_forcing_that_adapter(world, tmp_path):
     """The merged export computes what the composition computes with every token forced to that slot."""
     art = write_tiny_composition(world, tmp_path / "store")
-    merged = load_composition(art.manifest_uri, routing="merged", merged_adapter="refunds", cache_dir=tmp_path / "c")
-    token = load_composition(art.manifest_uri, cache_dir=tmp_path / "c")
+    merged = load_composition(art.manifest_uri, routing="merged", merged_adapter="refunds", cache_dir=tmp_path / "c",
+                              allowed=UNCONFINED)
+    token = load_composition(art.manifest_uri, cache_dir=tmp_path / "c", allowed=UNCONFINED)
     ids = torch.tensor([[3, 9, 27, 81, 100]])
     with torch.no_grad(), token.composed.forced(1):
         forced = token.model(input_ids=ids).logits
@@ -75,7 +78,9 @@ def _gates_of_other_base(world, tmp_path, *, hidden: int, layers: int):
                            target_modules=["q_proj"])
     model = ComposedMoEModel.from_adapter_dirs(AutoModelForCausalLM.from_pretrained(other), [adapter, adapter],
                                                names=["refunds", "addresses"])
-    return save_gates(model, tmp_path / f"gates-{hidden}-{layers}.safetensors"), adapter
+    name = f"gates-{hidden}-{layers}.safetensors"  # written through a store: gates are read sha256-verified
+    open_store(tmp_path.as_uri()).put_file(name, save_gates(model, tmp_path / "scratch" / name))
+    return tmp_path / name, adapter
 
 
 @pytest.mark.parametrize("case, error, needle", [
@@ -83,7 +88,10 @@ def _gates_of_other_base(world, tmp_path, *, hidden: int, layers: int):
     ("gates_layers_mismatch", InvalidArgument, "2 layers"),
     ("unknown_adapter", InvalidArgument, "unknown adapter(s) ['shipping']"),
     ("adapter_of_other_base", InvalidArgument, "different base"),
-    ("missing_base", NotFound, "neither a model directory"),
+    ("missing_base", PermissionDenied, "built-in base agent (micro"),
+    ("base_config_unknown_type", InvalidArgument, "base_model: expected a Hugging Face model directory"),
+    ("base_config_not_json", InvalidArgument, "base_model: expected a Hugging Face model directory"),
+    ("gates_without_digest", TraceError, "no valid sha256"),
     ("missing_gates_file", NotFound, "does not exist"),
     ("gates_not_safetensors", InvalidArgument, "not a readable safetensors"),
     ("two_adapters_no_gates", InvalidArgument, "gates for a composition of 2 adapters"),
@@ -107,22 +115,32 @@ def test_load_errors_name_the_problem(world, tmp_path, case, error, needle):
     elif case == "missing_gates_file":
         kwargs["gates_uri"] = (tmp_path / "nope.safetensors").as_uri()
     elif case == "gates_not_safetensors":
-        bad = tmp_path / "bad.safetensors"
-        bad.write_bytes(b"this is not a tensor file")
-        kwargs["gates_uri"] = str(bad)
+        kwargs["gates_uri"] = open_store(tmp_path.as_uri()).put_bytes("bad.safetensors", b"this is not a tensor").uri
+    elif case == "gates_without_digest":  # a file no store wrote is never used in place
+        bare = tmp_path / "bare.safetensors"
+        bare.write_bytes((tmp_path / "store" / "runs/t/moe/gates.safetensors").read_bytes())
+        kwargs["gates_uri"] = str(bare)
+    elif case.startswith("base_config_"):
+        import shutil
+
+        bad_base = tmp_path / "bad-base"
+        shutil.copytree(world.model_dir, bad_base)
+        (bad_base / "config.json").write_text('{"model_type": "no-such-architecture"}' if case.endswith("type")
+                                              else "this is not JSON")
+        kwargs.update(base_model=str(bad_base), adapters=[], gates_uri="")
     elif case == "two_adapters_no_gates":
         kwargs["gates_uri"] = ""
     elif case == "soft_one_adapter_no_gates":
         kwargs.update(adapters=adapters[:1], gates_uri="", routing="soft_trajectory")
     with pytest.raises(error) as err:
-        load_composition(cache_dir=tmp_path / "cache", **kwargs)
+        load_composition(cache_dir=tmp_path / "cache", allowed=UNCONFINED, **kwargs)
     assert needle in str(err.value)
     assert isinstance(err.value, TraceError)
 
 
 def test_single_adapter_without_gates_routes_everything_to_it(world, tmp_path):
     loaded = load_composition(base_model=str(world.model_dir), adapters=[("refunds", str(world.adapter_dirs["refunds"]))],
-                              cache_dir=tmp_path / "cache")
+                              cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     with torch.no_grad(), loaded.composed.capture_routing() as trace:
         loaded.model(input_ids=torch.tensor([[1, 2, 3]]))
     assert set(trace.experts().unique().tolist()) == {1}
@@ -144,5 +162,5 @@ def test_corrupted_gates_in_store_are_refused(world, tmp_path):
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ArtifactCorrupted):
-        load_composition(art.manifest_uri, cache_dir=tmp_path / "cache")
+        load_composition(art.manifest_uri, cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     assert json.loads((tmp_path / "store" / "runs/t/moe/composition.json").read_text())["num_slots"] == 3

@@ -16,6 +16,7 @@ from services.inference.specs import AdapterRefModel, CompositionSpecModel
 from tests.unit.inference.helpers import write_tiny_composition
 from tests.unit.inference.tiny import FIXED_REPLY, TOOLS, prompt_messages
 from trace_common.errors import InvalidArgument
+from trace_common.model_refs import UNCONFINED
 from trace_common.moe.export import choose_adapter_per_request
 
 
@@ -135,7 +136,7 @@ def test_soft_trajectory_serves_what_the_in_process_policy_generates(world, tmp_
     assert listed[0]["routing"] == "soft_trajectory" and listed[0]["gate_parameters"] > 0
 
     art = write_tiny_composition(world, tmp_path / "store2")
-    policy = composition_policy(art.manifest_uri, routing="soft_trajectory")
+    policy = composition_policy(art.manifest_uri, routing="soft_trajectory", allowed=UNCONFINED)
 
     async def generate():
         try:

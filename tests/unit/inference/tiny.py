@@ -274,13 +274,18 @@ def world_cache_key() -> str:
     return digest.hexdigest()
 
 
+#: Where `cached_world` keeps its worlds: the test stacks list it as a model root (tests/support/stack.py).
+TINY_WORLDS = Path(tempfile.gettempdir()) / "trace-tiny-worlds"
+
+
 def cached_world() -> TinyWorld:
     """`build_world` once per machine and version of the code it depends on (`world_cache_key`;
-    a temp-dir cache shared by the unit and integration suites, renamed into place complete or
-    not at all), checked by `check_world` before it is handed out."""
-    root = Path(tempfile.gettempdir()) / f"trace-tiny-world-{world_cache_key()[:16]}"
+    a temp-dir cache under TINY_WORLDS shared by the unit and integration suites, renamed into place
+    complete or not at all), checked by `check_world` before it is handed out."""
+    root = TINY_WORLDS / f"world-{world_cache_key()[:16]}"
     if not (root / "DONE").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="trace-tiny-world-build-"))
+        TINY_WORLDS.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="build-", dir=TINY_WORLDS))
         world = build_world(tmp)
         (tmp / "DONE").write_text(json.dumps({"final_sft_loss": world.final_sft_loss}))
         try:

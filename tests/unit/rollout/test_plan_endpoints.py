@@ -26,6 +26,10 @@ def _spec(**kw) -> RolloutSpecModel:
                                             "tasks": {"split": "test", "limit": 2}, **kw})
 
 
+#: The operator's data roots of these plans: the tau2 test data (a named data directory must lie under one).
+DATA_ROOTS = [tau2_data_root()]
+
+
 def _tau2(**kw) -> RolloutSpecModel:
     retail = (tau2_data_root() / "retail").resolve()
     return _spec(environment={"name": "tau2-retail", "uri": retail.as_uri()},  # plan loads no model
@@ -34,7 +38,8 @@ def _tau2(**kw) -> RolloutSpecModel:
 
 def test_the_user_simulator_comes_from_its_profile_and_its_key_is_never_recorded(monkeypatch):
     monkeypatch.setenv(KEY_ENV, "sk-user-sim")
-    p = runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen", "timeout_seconds": 5}), ENDPOINTS)
+    p = runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen", "timeout_seconds": 5}), ENDPOINTS,
+                    DATA_ROOTS)
     assert p.params["user_base_url"] == USER_URL and p.params["user_model"] == "qwen"
     assert p.params["user_api_key"] == "sk-user-sim"           # to the factory ...
     assert "user_api_key" not in p.recorded_params             # ... never into a trajectory
@@ -44,7 +49,7 @@ def test_the_user_simulator_comes_from_its_profile_and_its_key_is_never_recorded
 def test_an_unset_profile_key_fails_the_plan(monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(Exception, match=f"api_key_env={KEY_ENV!r} names an unset environment variable"):
-        runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen"}), ENDPOINTS)
+        runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen"}), ENDPOINTS, DATA_ROOTS)
 
 
 def test_the_http_policy_is_checked_by_plan():

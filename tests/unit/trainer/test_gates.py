@@ -16,6 +16,7 @@ from tests.unit.trainer.gates.test_grpo_toy import toy_world
 from trace_common.artifacts import open_store
 from trace_common.errors import InvalidArgument, NotFound
 from trace_common.jobs import JobState
+from trace_common.model_refs import UNCONFINED
 from trace_common.moe.composition_io import load_composition
 
 TOY = "tests.unit.trainer.gates.test_grpo_toy"
@@ -101,6 +102,6 @@ def test_gates_job_succeeds_with_a_loadable_composition(tmp_path):
     assert [c.iteration for c in domain.list_checkpoints(rec.job_id)] == [1, 2]
     outputs = {o.kind: o.uri for o in final.outputs}
     assert "/runs/r1/moe/r1-moe/composition.json" in outputs["composition"]
-    loaded = load_composition(outputs["composition"], cache_dir=tmp_path / "cache")
+    loaded = load_composition(outputs["composition"], cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     assert loaded.expert_names == ["base", "early", "late"] and loaded.gate_parameters > 0
     assert open_store(domain.store.root_uri).exists("runs/r1/moe/r1-moe/gates.safetensors")

@@ -9,7 +9,7 @@ import pytest
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
-from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
 
 def spec(**kw) -> TrainingSpecModel:
@@ -32,8 +32,13 @@ def spec(**kw) -> TrainingSpecModel:
     ({"config": {"train_split": "holdout"}}, InvalidArgument, "one of ['dev', 'test', 'train']"),
     ({"policy": {"backend": "POLICY_BACKEND_SCRIPTED", "model": "expert"}}, InvalidArgument,
      "POLICY_BACKEND_IN_PROCESS"),
-    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "/no/such/model"}}, NotFound, "config.json"),
-    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "gpt-9"}}, NotFound, "not a built-in base agent"),
+    # outside the store and the model roots: refused before anything is looked at (trace_common/model_refs.py)
+    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "/no/such/model"}}, PermissionDenied,
+     "spec.policy.model: '/no/such/model' is not a model location"),
+    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "gpt-9"}}, PermissionDenied,
+     "a built-in base agent (micro"),
+    ({"policy": {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro", "adapter_uri": "file:///etc"}},
+     PermissionDenied, "spec.policy.adapter_uri"),
     ({"kind": "TRAINING_KIND_GATES", "adapter_uris": {"a": "file:///x"}}, InvalidArgument, "this trainer's artifact store"),
     ({"executor": "EXECUTOR_KUBERNETES"}, FailedPrecondition, "TRACE_TRAINER_JOB_IMAGE"),
     ({"resume_from_uri": "file:///elsewhere/ckpt-3"}, InvalidArgument, "a checkpoint in this trainer's artifact"),

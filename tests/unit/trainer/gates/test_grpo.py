@@ -35,6 +35,7 @@ from tests.unit.trainer.grpo.helpers import tiny_tokenizer
 from trace_common.artifacts import open_store
 from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory
 from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.model_refs import UNCONFINED
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import load_composition
 
@@ -136,7 +137,7 @@ def test_warm_start_routes_each_task_to_its_slot_and_slot0_needs_its_provenance(
     assert its[-1]["values"]["rollouts_total"] == 2 * 16 + sum(h["episodes"] for h in result.history)
     kinds = {o["kind"] for o in result.outputs}
     assert {"composition", "gates"} <= kinds
-    loaded = load_composition(result.composition.manifest_uri, cache_dir=tmp_path / "cache")
+    loaded = load_composition(result.composition.manifest_uri, cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     for key, value in model.gate_state_dict().items():
         assert torch.equal(loaded.composed.gate_state_dict()[key], value), key
 

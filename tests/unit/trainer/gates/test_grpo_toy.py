@@ -31,6 +31,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from tests.unit.env.toy_env import SeededEnv
+from tests.unit.inference.tiny import TINY_WORLDS
 from tests.unit.trainer.grpo.helpers import WORDS, tiny_model, tiny_tokenizer, warm_start
 from trace_common.env import Message, MessageAction, Observation, StepResult, register
 from trace_common.errors import AlreadyExists, FailedPrecondition
@@ -136,7 +137,9 @@ def _conversations(letters: set[str] | None, n: int, seed: int) -> list[tuple[li
 @functools.lru_cache(maxsize=1)
 def toy_world() -> tuple[Path, dict[str, Path]]:
     """(base model dir, {adapter name: PEFT dir}), built once per process (~10 s on one thread)."""
-    root = Path(tempfile.mkdtemp(prefix="trace-gate-toy-"))
+    # under the tiny worlds' cache: a model root of the test services (tests/conftest.py)
+    TINY_WORLDS.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="gate-toy-", dir=TINY_WORLDS))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

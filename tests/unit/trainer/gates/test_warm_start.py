@@ -33,6 +33,7 @@ from trace_common.artifacts import open_store
 from trace_common.env.messages import Message, ToolCall
 from trace_common.env.trajectory import EnvInfo, PolicyInfo, Trajectory
 from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.model_refs import UNCONFINED
 from trace_common.moe import ComposedMoEModel
 from trace_common.moe.composition_io import load_composition
 from trace_common.policy.chat import ChatFormat
@@ -222,11 +223,11 @@ def test_train_gates_writes_a_loadable_composition(world, tmp_path):
     result = train_gates(str(world.model_dir), {c: str(world.adapter_dirs[c]) for c in CAPABILITIES},
                          {c: trajectories(c, 8, seed=3) for c in CAPABILITIES}, dict(CONFIG, max_steps=40),
                          store=store, prefix="runs/r1/moe", cache_dir=tmp_path / "cache",
-                         on_event=lambda kind, payload: events.append(kind))
+                         on_event=lambda kind, payload: events.append(kind), allowed=UNCONFINED)
     assert result.composition is not None
     manifest = result.composition.manifest
     assert manifest.training["steps"] == 40 and manifest.routing_share == result.routing_share
-    loaded = load_composition(result.composition.manifest_uri, cache_dir=tmp_path / "cache")
+    loaded = load_composition(result.composition.manifest_uri, cache_dir=tmp_path / "cache", allowed=UNCONFINED)
     model = _model(world)
     # the stored gates are the trained ones: same held-out routing accuracy as reported
     model.load_gate_state_dict(loaded.composed.gate_state_dict())

@@ -1,0 +1,47 @@
+"""The model roots of services tracectl starts itself (tracectl/embedded.py): its operator's
+TRACE_<SERVICE>_MODEL_ROOTS, the working directory, the built-in agent cache, and the local model
+directories a command names; nothing for built-in names, served model names or s3:// URIs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from trace_common.agents.cache import default_cache_dir
+from tracectl.embedded import EMBEDDED_MODEL_ROOTS, allow_models_from_command, local_model_roots, model_dirs
+
+
+def test_local_roots_are_the_operators_then_the_working_directory_and_the_agent_cache(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRACE_ROLLOUT_MODEL_ROOTS", "/srv/models,s3://models/base")
+    extra = tmp_path / "mine"
+    assert local_model_roots("rollout", [extra]) == [
+        "file:///srv/models", "s3://models/base", tmp_path.resolve().as_uri(),
+        default_cache_dir().expanduser().resolve().as_uri(), extra.resolve().as_uri()]
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    ("micro", None),                                   # a built-in agent: resolved by name
+    ("expert:perfect", None),                          # a scripted policy's name
+    ("s3://bucket/m", None),                           # in a store, not on this machine
+    ("", None),
+    ("{tmp}/model", "{tmp}/model"),                    # a directory
+    ("file://{tmp}/model", "{tmp}/model"),
+    ("{tmp}/model/adapter_config.json", "{tmp}/model"),  # a file: its directory
+    ("{tmp}/not-yet", "{tmp}/not-yet"),                # named, not there: the service says it is missing
+])
+def test_model_dirs_are_the_local_directories_a_command_names(tmp_path, ref, expected):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "adapter_config.json").write_text("{}")
+    got = model_dirs(ref.format(tmp=tmp_path))
+    assert got == ([] if expected is None else [tmp_path.__class__(expected.format(tmp=tmp_path))])
+
+
+def test_a_command_adds_its_directories_to_the_overrides(tmp_path):
+    args = argparse.Namespace(overrides={"max_message_bytes": 1 << 20})
+    allow_models_from_command(args, "micro", "")
+    assert EMBEDDED_MODEL_ROOTS not in args.overrides       # nothing local: nothing listed
+    allow_models_from_command(args, str(tmp_path), "s3://b/a")
+    allow_models_from_command(args, str(tmp_path / "other"))
+    assert args.overrides == {"max_message_bytes": 1 << 20, EMBEDDED_MODEL_ROOTS: [tmp_path, tmp_path / "other"]}
