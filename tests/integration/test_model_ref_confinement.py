@@ -107,6 +107,13 @@ def site(tmp_path_factory, world):
     for bad, text in (("unknown-type", '{"model_type": "no-such-architecture"}'), ("not-json", "{ not json")):
         shutil.copytree(world.model_dir, models / bad)
         (models / bad / "config.json").write_text(text)
+    config = json.loads((world.model_dir / "config.json").read_text())
+    for bad, change in (("hidden-size-text", {"hidden_size": "abc"}), ("negative-layers", {"num_hidden_layers": -1})):
+        shutil.copytree(world.model_dir, models / bad)
+        (models / bad / "config.json").write_text(json.dumps({**config, **change}))
+    shutil.copytree(world.model_dir, models / "garbage-weights")
+    for weights in (models / "garbage-weights").glob("*.safetensors"):
+        weights.write_bytes(b"garbage")
     art = write_tiny_composition(world, store, prefix="runs/r/moe")   # gates written through the store
     servers = Servers(artifact_root=store.as_uri(), model_roots=[str(models)])
     yield dict(tmp=tmp, store=store, models=models, outside=outside, gates=art.gates_uri, servers=servers)
@@ -264,7 +271,7 @@ def test_an_existing_and_a_missing_path_get_the_same_answer(site, target):
     assert answers[0] == answers[1]
 
 
-@pytest.mark.parametrize("bad", ["unknown-type", "not-json"])
+@pytest.mark.parametrize("bad", ["unknown-type", "not-json", "hidden-size-text", "negative-layers", "garbage-weights"])
 def test_a_base_model_whose_config_does_not_load_is_invalid_argument(site, bad):
     """An allowed directory whose config.json no loader reads: INVALID_ARGUMENT naming base_model
     (was INTERNAL), and nothing is loaded."""

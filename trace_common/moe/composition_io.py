@@ -312,11 +312,9 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
         base = load_causal_lm(base_dir, dtype=_DTYPES[dtype], device=device).eval()
     except TraceError:
         raise
-    except (ValueError, OSError, KeyError) as exc:
-        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
-        raise InvalidArgument(field="base_model", expected="a Hugging Face model directory (config.json with a "
-                              "model_type transformers knows, weights, tokenizer) written by save_pretrained",
-                              got=base_model, reason=f"it does not load ({type(exc).__name__}: {detail})") from None
+    except Exception as exc:  # noqa: BLE001 -- see _unloadable
+        raise _unloadable(exc, field="base_model", expected="a Hugging Face model directory (config.json with a "
+                          "model_type transformers knows, weights, tokenizer) written by save_pretrained") from None
     config = base.config
     num_layers, hidden = int(config.num_hidden_layers), int(config.hidden_size)
     if gates is not None:
@@ -344,11 +342,9 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
                                                       config=moe_config)
     except TraceError:
         raise
-    except (ValueError, OSError, KeyError) as exc:
-        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
-        raise InvalidArgument(field="adapters", expected="PEFT adapter directories (adapter_config.json, "
-                              "adapter_model.safetensors) written by the trainer",
-                              reason=f"one does not load ({type(exc).__name__}: {detail})") from None
+    except Exception as exc:  # noqa: BLE001 -- see _unloadable
+        raise _unloadable(exc, field="adapters", expected="PEFT adapter directories (adapter_config.json, "
+                          "adapter_model.safetensors) written by the trainer") from None
     if gates is not None:
         try:
             composed.load_gate_state_dict({k: v.float() for k, v in gates[0].items()})
@@ -360,6 +356,17 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     composed.eval()
     return LoadedComposition(model=composed, routing=routing, composed=composed,
                              gate_parameters=composed.num_gate_parameters(), **common)
+
+
+def _unloadable(exc: Exception, *, field: str, expected: str) -> InvalidArgument:
+    """The caller's model files do not load: INVALID_ARGUMENT naming `field`, never INTERNAL.
+
+    Every exception is mapped, not a list of types: the loaders behind one directory (transformers'
+    config classes, huggingface_hub's strict dataclasses, safetensors, tokenizers, peft) each raise
+    their own (ValueError, OSError, KeyError, TypeError, SafetensorError, StrictDataclass*Error, ...),
+    and an adversarial review found three that escaped a list as INTERNAL."""
+    detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return InvalidArgument(field=field, expected=expected, reason=f"it does not load ({type(exc).__name__}: {detail})")
 
 
 def _adapter_by_share(share: list[float], names: list[str]) -> str:
