@@ -84,8 +84,9 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "prlimit64": 302, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
         "process_vm_writev": 311, "kcmp": 312, "bpf": 321, "execveat": 322, "userfaultfd": 323,
         "perf_event_open": 298, "pidfd_send_signal": 424, "io_uring_setup": 425, "open_tree": 428,
-        "move_mount": 429, "fsopen": 430, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
-        "process_madvise": 440, "mount_setattr": 442, "process_mrelease": 448}),
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434,
+        "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
+        "process_mrelease": 448}),
     "aarch64": (0xC00000B7, {
         "socket": 198, "socketpair": 199, "connect": 203, "clone": 220, "execve": 221,
         "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "mount": 40,
@@ -94,14 +95,15 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
         "kcmp": 272, "bpf": 280, "execveat": 281, "userfaultfd": 282, "perf_event_open": 241,
         "pidfd_send_signal": 424, "io_uring_setup": 425, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-        "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
-        "process_mrelease": 448}),
+        "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
+        "process_madvise": 440, "mount_setattr": 442, "process_mrelease": 448}),
 }
 #: Syscalls refused with EPERM (clone is refused only without CLONE_THREAD; clone3 gets ENOSYS).
 DENIED_SYSCALLS = ("socket", "connect", "socketpair", "fork", "vfork", "execve", "execveat",
                    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "bpf", "perf_event_open",
-                   "io_uring_setup", "open_tree", "move_mount", "fsopen", "mount_setattr", "add_key",
-                   "request_key", "keyctl", "userfaultfd", "open_by_handle_at", "migrate_pages", "move_pages")
+                   "io_uring_setup", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+                   "mount_setattr", "add_key", "request_key", "keyctl", "userfaultfd", "open_by_handle_at",
+                   "migrate_pages", "move_pages")
 #: Syscalls that only ever reach another process: the worker is killed (SIGSYS) on the first one,
 #: so an attempt cannot be caught and hidden by the environment code.
 KILLING_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_send_signal",
