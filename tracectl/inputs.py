@@ -5,7 +5,8 @@ Each reader returns the parsed value or raises `InvalidArgument` with one line t
 flag and the file and says what is wrong and what was expected: unreadable (missing, a
 directory, no permission), not a regular file (a FIFO, a device such as /dev/zero, a socket),
 larger than its cap, binary (NUL bytes), not UTF-8 (the first bad byte and its offset),
-empty, not parseable (line and column), or of the wrong shape (a list where a mapping belongs).
+empty, not parseable (line and column), a YAML file with an alias (`*name`: refused, since
+aliases let a few bytes expand without bound), or of the wrong shape (a list where a mapping belongs).
 
 Only regular files are read, and only up to a cap: `CONFIG_MAX_BYTES` (1 MiB) for configs and
 message files, `DATA_MAX_BYTES` (256 MiB) for data (a tau2 task list, rollout trajectories). The
@@ -120,12 +121,31 @@ def read_json(path: Path, what: str, expected: type, fix: str = "", max_bytes: i
     return value
 
 
+def _refuse_aliases(text: str, what: str, path: Path, fix: str) -> None:
+    """InvalidArgument at the first YAML alias (`*name`) in `text`.
+
+    An alias reuses an anchored node without copying its text, so a few hundred bytes of nested
+    aliases compose into billions of nodes (an "alias bomb": 9 levels of 10 aliases each took
+    `tracectl run --check` past 60 s and 4 GB) and the byte cap alone cannot bound the parsed size.
+    No TRACE config needs them, so they are refused before anything is composed. The scan parses
+    events only (no nodes are built), and only when the text holds a '*' at all."""
+    if "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=_YAML_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise _bad(what, path, f"uses a YAML alias (*{event.anchor}) at line {mark.line + 1}, column "
+                       f"{mark.column + 1}; tracectl does not expand YAML anchors and aliases: write the "
+                       "repeated value out in full where it is used", fix)
+
+
 def read_yaml_mapping(path: Path, what: str, fix: str = "") -> dict[str, Any]:
     """A YAML file whose top level is a mapping (the shape of every tracectl config)."""
     text = read_text(path, what, fix)
     if not text.strip():
         raise _bad(what, path, "the file is empty; expected a mapping (key: value lines)", fix)
     try:
+        _refuse_aliases(text, what, path, fix)
         value = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

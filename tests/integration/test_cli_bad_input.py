@@ -5,7 +5,8 @@ Each bad file -- the wrong top-level shape, a scalar, non-UTF-8 text, binary byt
 gives exit status 2 (tracectl/exits.py) with one line on stderr naming the flag and the file, no
 traceback, nothing written, and no job on any service. So does a non-file or an over-cap file in
 its place (/dev/zero, a FIFO, a directory, a sparse file one byte over the reader's cap), without
-being read (bounded memory, no hang); `tracectl report` on a manifest.json that is a directory or a
+being read (bounded memory, no hang), and a YAML alias bomb of a few hundred bytes in a run config
+(refused at its first alias, before anything expands: bounded memory); `tracectl report` on a manifest.json that is a directory or a
 FIFO says the stored data is damaged (exit 3, one line). Each config mistake (a typo'd key and a
 wrong type per section, `training.grpo` and `gates.config` included, which only the trainer can
 parse) is refused before the first stage: exit 2, the field named by its dotted path with the
@@ -172,6 +173,35 @@ def test_a_non_file_or_huge_file_is_one_line_without_reading_it(tmp_path, monkey
     assert "Traceback" not in out + err and err.count("\n") == 1 and flag in err and fragment in err, err
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024   # KiB: nothing big was read
     assert _files(tmp_path) == before
+    assert _jobs(embedded_stack, run_id) == dict.fromkeys(JOB_SERVICES, 0)
+
+
+def _alias_bomb(levels: int = 9, width: int = 10) -> bytes:
+    """A few hundred bytes of YAML whose aliases compose into width**levels scalars (10**9 here)."""
+    rows = ["training:", "  grpo:", f"    l0: &l0 [{', '.join(['lol'] * width)}]"]
+    rows += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return ("\n".join(rows) + "\n").encode()
+
+
+#: commands that read a YAML run config
+YAML_READERS = sorted(c for c, (reader, name) in READERS.items() if name.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("command", YAML_READERS)
+def test_a_yaml_alias_bomb_is_one_line_with_bounded_memory(tmp_path, monkeypatch, capsys, embedded_stack, command):
+    path = tmp_path / READERS[command][1]
+    path.write_bytes(_alias_bomb())
+    assert path.stat().st_size < 1024                         # far under the byte cap: only aliases make it big
+    run_id = f"bomb-{uuid.uuid4().hex[:8]}"
+    argv, flag = _command(command, path, embedded_stack, run_id)
+    monkeypatch.chdir(tmp_path)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (code, err)
+    assert "Traceback" not in out + err and err.count("\n") == 1 and flag in err and path.name in err, err
+    assert "YAML alias (*l0) at line 4" in err and "write the repeated value out in full" in err, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024   # KiB: nothing was expanded
     assert _jobs(embedded_stack, run_id) == dict.fromkeys(JOB_SERVICES, 0)
 
 
