@@ -162,3 +162,23 @@ def test_seccomp_program_semantics(machine):
     assert run(numbers["clone3"]) == enosys
     assert run(numbers["clone"], 0x10000) == allow and run(numbers["clone"], 0x11) == eperm  # threads only
     assert run(other) == allow
+
+
+#: The mount API's syscalls (numbered after the unification of syscall tables: the same on every
+#: architecture). Each one could build or change a mount, so each is refused with EPERM.
+MOUNT_API_SYSCALLS = [("open_tree", 428), ("move_mount", 429), ("fsopen", 430), ("fsconfig", 431),
+                      ("fsmount", 432), ("fspick", 433), ("mount_setattr", 442)]
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+@pytest.mark.parametrize(("name", "nr"), MOUNT_API_SYSCALLS, ids=[n for n, _ in MOUNT_API_SYSCALLS])
+def test_seccomp_denies_every_mount_api_syscall(machine, name, nr):
+    import errno
+    import struct
+
+    from services.environment.sandbox.isolation import _ARCHES
+
+    arch, numbers = _ARCHES[machine]
+    assert name in DENIED_SYSCALLS and numbers.get(name) == nr, (name, numbers.get(name))
+    prog = [struct.unpack("=HBBI", ins) for ins in seccomp_program(machine, own_pid=1)]
+    assert _run_bpf(prog, arch, nr) == 0x00050000 | errno.EPERM
