@@ -57,6 +57,12 @@ class ServiceSettings(BaseSettings):
     s3_region: str = Field("us-east-1", description="S3 region; MinIO and rclone accept us-east-1.")
     s3_secure: bool = Field(False, description="Use HTTPS to reach the S3 server.")
     max_concurrent_jobs: int = Field(4, ge=1, le=1024, description="Jobs running at once; more wait as PENDING.")
+    max_concurrent_rpcs: int = Field(256, ge=1, le=100_000, description="gRPC calls in progress at once, open "
+                                     "streams (Watch…) included; a call past it is refused at once with "
+                                     "RESOURCE_EXHAUSTED (retry later). Bounds the memory that concurrent large "
+                                     "requests can hold: about this many x max_message_bytes x 3 at worst. Raise it "
+                                     "for many clients at once (the environment service sees one StepEpisode per "
+                                     "episode stepping, from every training job).")
     max_pending_jobs: int = Field(1000, ge=1, le=100_000, description="Jobs waiting as PENDING at once; a Create "
                                   "past it is RESOURCE_EXHAUSTED (retry later). trace_common/jobs.py.")
     max_pending_bytes: int = Field(256 * 1024 * 1024, ge=1 << 20, le=1 << 40, description="Bytes the PENDING jobs' "

@@ -1,9 +1,10 @@
 """Data directories a request names, confined to the directories the operator lists.
 
 A request may name a data directory (the tau2 `data` parameter: `EnvironmentRef.uri` or
-`EnvironmentRef.params["data"]`). The rollout and environment services accept one only when it
-lies under one of their operator-listed data roots (`TRACE_ROLLOUT_DATA_ROOTS`,
-`TRACE_ENVIRONMENT_DATA_ROOTS`; default: the directory `$TRACE_TAU2_DATA` names, when set):
+`EnvironmentRef.params["data"]`). The rollout, environment and trainer services accept one only
+when it lies under one of their operator-listed data roots (`TRACE_ROLLOUT_DATA_ROOTS`,
+`TRACE_ENVIRONMENT_DATA_ROOTS`, `TRACE_TRAINER_DATA_ROOTS`; default: the directory `$TRACE_TAU2_DATA`
+names, when set):
 
     value       an absolute path or a file:/// URI; anything else is refused
     '.', '..'   refused as segments (also percent-encoded in a URI), before anything is resolved
@@ -14,17 +15,23 @@ A refusal is `PermissionDenied` naming the field and the setting, with one messa
 refused value: it never says whether the path exists, where it points, or what the roots are (the
 default root is the service's own data path, and it may lie under HOME). What is accepted is
 passed on resolved, so the loader reads the directory that was checked.
+
+A request that names no data directory gets the service's own (`$TRACE_TAU2_DATA`, else the
+development layout's `../shared/tau2`). When that is missing, the loader's NotFound names its path;
+`own_data_hidden` re-raises it as a NotFound that names the environment and the settings only
+(the rollout, environment and trainer services wrap the environment's first instantiation in it).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
-from trace_common.errors import PermissionDenied
+from trace_common.errors import NotFound, PermissionDenied, TraceError
 
 #: The variable whose directory is every service's default data root (trace_common/domains/tau2/data.py).
 TAU2_DATA_ENV = "TRACE_TAU2_DATA"
@@ -101,3 +108,32 @@ def confine(value: str, roots: Sequence[Path], *, field: str, setting: str) -> s
             field=field, fix="leave it empty to use the service's own data, or ask the operator to list the "
             f"directory in {setting}")
     return os.path.realpath(path)
+
+
+def uses_own_data(name: str, version: str | None, params: Mapping[str, object]) -> bool:
+    """The registered environment `name` takes a `data` parameter and `params` name none, so it
+    reads the service's own data directory. False for a name the registry does not hold."""
+    # imported here: the registry imports every built-in environment; this module stays light
+    from trace_common.env.registry import get_spec
+
+    try:
+        spec = get_spec(name, version or None)
+    except TraceError:
+        return False
+    return "data" in spec.params and not params.get("data")
+
+
+@contextmanager
+def own_data_hidden(name: str, version: str | None, params: Mapping[str, object], *, setting: str) -> Iterator[None]:
+    """Run the block that instantiates environment `name` with `params`. When it reads the service's
+    own data (`uses_own_data`) and that raises NotFound, re-raise a NotFound naming the environment,
+    TRACE_TAU2_DATA and `setting` -- never the missing path, which may lie under HOME. Any other
+    error, and a NotFound about a directory the request named, passes unchanged."""
+    try:
+        yield
+    except NotFound:
+        if not uses_own_data(name, version, params):
+            raise
+        raise NotFound(f"environment {name!r}: this service has no data for it (its {TAU2_DATA_ENV} is unset or "
+                       f"incomplete); name a data directory under one of the operator's data roots ({setting}), "
+                       f"or ask the operator to set {TAU2_DATA_ENV}") from None

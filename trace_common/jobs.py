@@ -21,7 +21,10 @@ over ~1 MiB of small-object arenas, and a few long-lived objects allocated besid
 keep those arenas from ever being returned; one large bytes object is returned whole when freed.
 A job cancelled before it started drops its body and spec at once, and the manager then hands freed
 heap pages back to the OS (`trace_common.malloc.release_free_memory`), so the process's RSS returns
-near where it was (tests/integration/test_job_flood.py measures it).
+near where it was (tests/integration/test_job_flood.py measures it). Watching is bounded too: at most
+MAX_WATCHERS_PER_JOB streams watch one job at once (one more is ResourceExhausted), and each holds at
+most WATCH_QUEUE unread records: a watcher slower than the job's updates loses the oldest unread
+ones, never the latest (so it always sees the terminal record).
 
 `request_id` makes a Create idempotent within one run: the key is (run_id, request_id), so the same
 request_id under another run_id is another request. The entry lives as long as its job: a job evicted
@@ -71,6 +74,10 @@ DEFAULT_MAX_PENDING_BYTES = 256 * 1024 * 1024
 #: Seconds after a pending job's cancellation before freed heap pages go back to the OS (one trim
 #: for a burst of cancellations).
 TRIM_DELAY_S = 0.5
+#: Watch streams open on one job at once; one more is ResourceExhausted.
+MAX_WATCHERS_PER_JOB = 64
+#: Unread records held for one watcher; past it the oldest unread one is dropped for the newest.
+WATCH_QUEUE = 16
 
 
 class JobState(enum.IntEnum):
@@ -315,10 +322,15 @@ class JobManager:
         return page, nxt
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
-        """Yield the job now and then every change (none skipped), ending after a terminal state."""
+        """Yield the job now and then its changes in order, ending after a terminal state. A watcher
+        that falls WATCH_QUEUE records behind skips the oldest it has not read (never the latest).
+        ResourceExhausted when MAX_WATCHERS_PER_JOB streams already watch this job."""
         rec = self.get(job_id)
-        queue: asyncio.Queue[JobRecord] = asyncio.Queue()
         watchers = self._watchers.setdefault(job_id, set())
+        if len(watchers) >= MAX_WATCHERS_PER_JOB:
+            raise ResourceExhausted(f"{len(watchers)} streams already watch {self.service} job {job_id} (limit "
+                                    f"{MAX_WATCHERS_PER_JOB}); close one, or poll Get…Job instead of watching")
+        queue: asyncio.Queue[JobRecord] = asyncio.Queue(maxsize=WATCH_QUEUE)
         watchers.add(queue)
         try:
             yield rec
@@ -503,6 +515,8 @@ class JobManager:
         rec = replace(self._jobs[job_id], **changes, version=next(self._seq))
         self._jobs[job_id] = rec
         for queue in self._watchers.get(job_id, ()):
+            if queue.full():          # a slow watcher: drop its oldest unread record, keep the newest
+                queue.get_nowait()
             queue.put_nowait(rec)
 
     def _evict(self) -> None:

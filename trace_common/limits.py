@@ -7,7 +7,7 @@ enforced while the spec validates, so a refusal is INVALID_ARGUMENT naming the f
 fix, before any job exists. Each cap is far above what the repo's own configs and tests send: the
 longest real system prompt (a tau2 policy with its instructions) is under 20,000 characters, the
 demo evaluates 500 tasks by split and limit, tau2's task lists hold at most 114 ids of 3 characters,
-and the pipeline passes at most 10 evidence quotes and 100 failed task ids per capability.
+the longest store URI the stages write is under 200 characters, and the pipeline passes at most 10 evidence quotes and 100 failed task ids per capability.
 
 The checks run before pydantic's own validation of the field (`BeforeValidator`), so an oversized
 list is refused without validating each of its items.
@@ -23,8 +23,13 @@ from pydantic import BeforeValidator
 PROMPT_CHARS = 65_536
 #: Free text written by a person or an analyst: a capability's description, one evidence quote.
 TEXT_CHARS = 16_384
-#: One identifier: a task id, a split name, an environment parameter's name (characters).
+#: One identifier: a task id, a split name, an environment parameter's name, a registry name or
+#: version, an adapter/composition/profile name, a served model name (characters).
 ID_CHARS = 256
+#: One URI or reference: an artifact or data URI, a model/adapter/composition reference (a store URI,
+#: a path under an operator's model root, a built-in agent name), an endpoint URL (characters). Linux's
+#: PATH_MAX is 4096, so no path a service could open is longer.
+URI_CHARS = 4096
 #: A list of task ids (entries): a rollout's task_ids, a capability's failed_task_ids.
 TASK_IDS = 10_000
 #: Evidence quotes of one capability (entries).
@@ -59,7 +64,9 @@ def _entries(cap: int, what: str, fix: str):
 Prompt = Annotated[str, _text(PROMPT_CHARS, "a prompt", "shorten it, or leave it empty for the environment's "
                                                           "own system prompt")]
 FreeText = Annotated[str, _text(TEXT_CHARS, "free text", "shorten it (one paragraph or quote)")]
-Identifier = Annotated[str, _text(ID_CHARS, "an identifier", "use the id as the environment lists it")]
+Identifier = Annotated[str, _text(ID_CHARS, "an identifier", "use the id or name as the service lists it")]
+UriRef = Annotated[str, _text(URI_CHARS, "a URI or reference", "name the artifact by its store URI, or the model "
+                                                                 "by a path under an operator model root")]
 TaskIds = Annotated[list[Identifier], _entries(TASK_IDS, "a task id list", "split the tasks over several jobs, "
                                                                            "or select them by split and limit")]
 EvidenceList = Annotated[list[FreeText], _entries(EVIDENCE_ITEMS, "evidence quotes", "keep the most telling ones")]

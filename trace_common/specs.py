@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from trace_common.limits import Params
+from trace_common.limits import Identifier, Params, UriRef
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -43,9 +43,9 @@ class Strict(BaseModel):
 class EnvironmentRefModel(Strict):
     """Which environment to play (registry name + version, optional data URI and params)."""
 
-    name: str = Field(description="Registry name, e.g. 'store', 'tau2-retail'.")
-    version: str = Field("", description="Registry version; empty means the latest.")
-    uri: str = Field("", description="Data or code location for envs that need one.")
+    name: Identifier = Field(description="Registry name, e.g. 'store', 'tau2-retail'.")
+    version: Identifier = Field("", description="Registry version; empty means the latest.")
+    uri: UriRef = Field("", description="Data or code location for envs that need one.")
     params: Params = Field(default_factory=dict, description="Environment parameters (trace_common.limits).")
 
     @field_validator("name")
@@ -69,16 +69,16 @@ class PolicyRefModel(Strict):
 
     backend: Literal["POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP", "POLICY_BACKEND_SCRIPTED"] = Field(
         description="Where completions come from.")
-    model: str = Field(min_length=1, description="Base model dir/URI/built-in name or served model name.")
-    adapter_uri: str = ""
-    adapter_name: str = ""
-    endpoint: str = Field("", description="OPENAI_HTTP: accepted only when equal to the base_url of one of the "
+    model: UriRef = Field(min_length=1, description="Base model dir/URI/built-in name or served model name.")
+    adapter_uri: UriRef = ""
+    adapter_name: Identifier = ""
+    endpoint: UriRef = Field("", description="OPENAI_HTTP: accepted only when equal to the base_url of one of the "
                           "service's endpoint profiles (that profile applies).")
-    composition_uri: str = ""
+    composition_uri: UriRef = ""
     routing: Literal["", "token", "per_request", "merged", "soft_trajectory"] = Field(
         "", description="How a composition is applied (trace_common.moe.composition_io.Routing); empty means "
                         "token-level routing.")
-    endpoint_profile: str = Field("", description="OPENAI_HTTP: the service's endpoint profile to call.")
+    endpoint_profile: Identifier = Field("", description="OPENAI_HTTP: the service's endpoint profile to call.")
     #: Set only by `checked_endpoint` (trace_common.endpoints.Endpoints.policy), never from a request.
     _credential_env: str = PrivateAttr("")
     _endpoint_checked: bool = PrivateAttr(False)
@@ -151,10 +151,10 @@ class LlmEndpointModel(Strict):
     which key (trace_common/endpoints.py): `profile` names one of its endpoint profiles, or
     `base_url` equals a profile's base_url; `api_key_env` is refused (kept so the refusal can name it)."""
 
-    profile: str = Field("", description="The service's endpoint profile to call.")
-    base_url: str = Field("", description="Accepted only when equal to a profile's base_url (that profile applies).")
-    model: str = Field(min_length=1, description="Served model name.")
-    api_key_env: str = Field("", description="Refused when set: a request never names a credential.")
+    profile: Identifier = Field("", description="The service's endpoint profile to call.")
+    base_url: UriRef = Field("", description="Accepted only when equal to a profile's base_url (that profile applies).")
+    model: UriRef = Field(min_length=1, description="Served model name (vLLM serves a model under its path).")
+    api_key_env: Identifier = Field("", description="Refused when set: a request never names a credential.")
     timeout_seconds: float = Field(0.0, ge=0.0, le=3600.0)
     max_concurrency: int = Field(0, ge=0, le=1024)
 

@@ -18,16 +18,17 @@ Outbound endpoints: tracectl is the operator of the services it embeds. Each cal
 endpoints this way (`overrides[EMBEDDED_ENDPOINTS]`, see tracectl/run/endpoints.py), and tests
 allow their local fake servers.
 
-Data directories: the rollout and environment services accept a data directory a request names
-(the tau2 `data`) only under their data roots (TRACE_<SERVICE>_DATA_ROOTS, trace_common/data_roots.py).
-`allow_data_root` adds one in-process, the same way: `tracectl run` and `tracectl rollout --env DIR`
-add the directory their input names (`overrides[EMBEDDED_DATA_ROOTS]`), and the test suite adds
+Data directories: the rollout, environment and trainer services accept a data directory a request
+names (the tau2 `data`) only under their data roots (TRACE_<SERVICE>_DATA_ROOTS, trace_common/data_roots.py).
+`allow_data_root` adds one in-process, the same way: `tracectl run`, `tracectl rollout --env DIR` and
+`tracectl train --env DIR` add the directory their input names (`overrides[EMBEDDED_DATA_ROOTS]`), and the test suite adds
 its tau2 data.
 
 Model references: every service loads a model, adapter, composition or gates file a request names only
 if it is a built-in agent, lies in its store, or lies under its model roots (TRACE_<SERVICE>_MODEL_ROOTS,
 trace_common/model_refs.py). A service tracectl starts itself lists, besides that variable's roots, the
-working directory and the built-in agent cache (`local_model_roots`), and the directories a command's
+working directory (not for the long-lived `tracectl up` and `serve`) and the built-in agent cache
+(`local_model_roots`), and the directories a command's
 input names (`allow_models_from_command`: `tracectl rollout/train --model DIR`, `serve --base DIR`, a
 run config's local base agent), so a user's own model directories keep working; a deployed service
 (`--target`) keeps its operator's roots.
@@ -58,21 +59,24 @@ CALLERS = ("analysis", "environment", "rollout")
 #: Key of `EmbeddedStack.overrides` holding endpoints to allow at start: service -> {profile -> fields}.
 EMBEDDED_ENDPOINTS = "embedded_endpoints"
 #: The services that read a data directory a request names (each has `data_roots` on its domain).
-DATA_READERS = ("environment", "rollout")
+DATA_READERS = ("environment", "rollout", "trainer")
 #: Key of `EmbeddedStack.overrides` holding directories to list as data roots at start.
 EMBEDDED_DATA_ROOTS = "embedded_data_roots"
 #: Key of `EmbeddedStack.overrides` holding directories to list as model roots of every service at start.
 EMBEDDED_MODEL_ROOTS = "embedded_model_roots"
 
 
-def local_model_roots(service: str, extra: tuple[str | Path, ...] | list[str | Path] = ()) -> list[str]:
+def local_model_roots(service: str, extra: tuple[str | Path, ...] | list[str | Path] = (), *,
+                      cwd: bool = True) -> list[str]:
     """The model roots of `service` when tracectl starts it (module docstring): its
-    TRACE_<SERVICE>_MODEL_ROOTS, the working directory, the built-in agent cache, then `extra`."""
+    TRACE_<SERVICE>_MODEL_ROOTS, the working directory (unless `cwd` is False: a long-lived server,
+    `tracectl up` or `serve`, started from / or HOME would otherwise serve every model under it to
+    every token holder), the built-in agent cache, then `extra`."""
     from trace_common.agents.cache import default_cache_dir
     from trace_common.config import parse_model_roots
 
     listed = parse_model_roots(os.environ.get(f"TRACE_{service.upper()}_MODEL_ROOTS", ""))
-    local = [Path.cwd(), default_cache_dir(), *(Path(d) for d in extra)]
+    local = [*([Path.cwd()] if cwd else []), default_cache_dir(), *(Path(d) for d in extra)]
     roots = [*listed, *(p.expanduser().resolve().as_uri() for p in local)]
     return list(dict.fromkeys(roots))
 
@@ -113,6 +117,9 @@ class EmbeddedStack:
     #: Extra settings for every service (e.g. max_message_bytes), over the env vars.
     overrides: dict = field(default_factory=dict)
     servers: dict[str, TraceServer] = field(default_factory=dict)
+    #: Whether the working directory is a model root of every service (`local_model_roots`): True for
+    #: the one-command stacks of `run`/`rollout`/`train`/`analyze`, False for `tracectl up`.
+    cwd_model_root: bool = True
     #: service -> (token or None, its source or None), fixed by `start`.
     auth: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
@@ -200,7 +207,7 @@ class EmbeddedStack:
         model_roots = [*(self.overrides.get("model_roots") or ()), *(self.overrides.get(EMBEDDED_MODEL_ROOTS) or ())]
         try:
             for name in SERVICE_NAMES:
-                extra = {"model_roots": local_model_roots(name, model_roots)}
+                extra = {"model_roots": local_model_roots(name, model_roots, cwd=self.cwd_model_root)}
                 if name == "trainer":  # environments of a run are played through the environment service
                     extra["environment_address"] = self.servers["environment"].target
                     extra["environment_token"] = self.token_of("environment")  # its token, not the trainer's
@@ -262,7 +269,7 @@ def allow_models_from_command(args, *refs: str) -> None:
 
 
 def allow_data_from_command(args, directory: str | Path) -> None:
-    """A command that names a local data directory (`tracectl run`'s target.uri, `tracectl rollout
+    """A command that names a local data directory (`tracectl run`'s target.uri, `tracectl rollout/train
     --env DIR`) is the operator of the services it embeds: list the directory as their data root. A
     deployed service (`--target`) keeps its operator's roots."""
     overrides = dict(getattr(args, "overrides", None) or {})

@@ -120,8 +120,9 @@ def confine_rollouts(uris: Sequence[str], run_id: str, store: ArtifactStore, roo
                 break
         else:
             raise PermissionDenied(
-                f"expected an object under {own.uri.rstrip('/')}/{prefix} (this service's store, this request's "
-                f"run) or under a store prefix the operator lists in {ROLLOUT_ROOTS_SETTING}; this URI is neither "
+                f"expected an object under {prefix} in this service's store (this request's run; the store's "
+                f"location is not shown) or under a store prefix the operator lists in {ROLLOUT_ROOTS_SETTING}; "
+                "this URI is neither "
                 "(symlinks resolved, no '.' or '..' segments)", field=f"spec.rollout_uris[{i}]",
                 fix="pass the trajectories a rollout job of this run wrote (its output URI); tracectl analyze "
                     "imports a local file into the run's store first")

@@ -6,11 +6,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from trace_common.limits import UriRef
 from trace_common.specs import LlmEndpointModel, Strict, check_uri
 
 
 class AnalysisSpecModel(Strict):
-    rollout_uris: list[str] = Field(min_length=1, max_length=1000,
+    rollout_uris: list[UriRef] = Field(min_length=1, max_length=1000,
                                     description="Trajectory artifacts (JSONL) from rollout jobs.")
     mode: Literal["ANALYST_MODE_LLM", "ANALYST_MODE_DIAGNOSTICS"] = Field(
         description="ANALYST_MODE_LLM (prompted LLM) or ANALYST_MODE_DIAGNOSTICS (environment diagnostics).")

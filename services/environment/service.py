@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trace_common.artifacts import ArtifactStore, open_store
+from trace_common.data_roots import own_data_hidden
 from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import InvalidArgument, Unimplemented
 from trace_common.jobs import JobManager, JobRecord, Output, estimate_footprint
@@ -50,7 +51,7 @@ from .sandbox.parent import sandbox_for
 from .serving import EpisodeTable, StepOutcome
 from .settings import EnvironmentSettings
 from .specs import GenerationSpecModel
-from .targets import TargetInfo, confined_params, resolve_target
+from .targets import DATA_ROOTS_SETTING, TargetInfo, confined_params, resolve_target
 from .validation import ValidationConfig, ValidationReport, validate
 
 FactoryMaker = Callable[[], Any]
@@ -120,9 +121,11 @@ class Environments:
         ref = spec.target
         refuse_outbound_params(ref.params, "spec.target.params")
         endpoint = self.endpoints.llm(spec.llm, "spec.llm") if spec.llm is not None else None
-        # a data directory the request names lies under the operator's roots (PERMISSION_DENIED otherwise)
-        target = resolve_target(ref.name, ref.version, params=confined_params(ref.name, ref.uri, dict(ref.params),
-                                                                               self.data_roots))
+        # a data directory the request names lies under the operator's roots (PERMISSION_DENIED otherwise);
+        # none named and the service's own missing: a NotFound without that path (it may lie under HOME)
+        params = confined_params(ref.name, ref.uri, dict(ref.params), self.data_roots)
+        with own_data_hidden(ref.name, ref.version, params, setting=DATA_ROOTS_SETTING):
+            target = resolve_target(ref.name, ref.version, params=params)
         library_mode = spec.mode == MODE_LIBRARY
         client = None
         if library_mode:

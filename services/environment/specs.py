@@ -7,14 +7,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trace_common.limits import EvidenceList, FreeText, TaskIds
+from trace_common.limits import EvidenceList, FreeText, Identifier, TaskIds
 from trace_common.specs import EnvironmentRefModel, LlmEndpointModel, PolicyRefModel, Strict
 
 CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
 class CapabilityModel(Strict):
-    name: str
+    name: Identifier
     description: FreeText = ""
     evidence: EvidenceList = Field(default_factory=list)
     failed_task_ids: TaskIds = Field(default_factory=list)

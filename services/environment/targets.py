@@ -119,8 +119,12 @@ def _params(name: str, uri: str, params: dict[str, str]) -> dict[str, str]:
     return out
 
 
+#: The setting listing the directories a request's target may name data under (EnvironmentSettings.data_roots).
+DATA_ROOTS_SETTING = "TRACE_ENVIRONMENT_DATA_ROOTS"
+
+
 def confined_params(name: str, uri: str, params: dict[str, str], data_roots: Sequence[Path],
-                    setting: str = "TRACE_ENVIRONMENT_DATA_ROOTS") -> dict[str, str]:
+                    setting: str = DATA_ROOTS_SETTING) -> dict[str, str]:
     """A request's target parameters with its data directory (`params['data']`, else a tau2 target's
     `uri`) checked against the operator's `data_roots` and resolved (trace_common/data_roots.py):
     PermissionDenied, naming the field, for one outside them. Pass the result to `resolve_target`."""

@@ -6,6 +6,7 @@ import re
 
 from pydantic import Field, field_validator
 
+from trace_common.limits import Identifier, UriRef
 from trace_common.moe.composition_io import Routing
 from trace_common.specs import SamplingModel, Strict, check_uri, composition_routing_mode
 
@@ -13,8 +14,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 class AdapterRefModel(Strict):
-    name: str
-    uri: str
+    name: Identifier
+    uri: UriRef
 
     @field_validator("uri")
     @classmethod
@@ -23,10 +24,10 @@ class AdapterRefModel(Strict):
 
 
 class CompositionSpecModel(Strict):
-    name: str
-    base_model: str = Field(min_length=1)
+    name: Identifier
+    base_model: UriRef = Field(min_length=1)
     adapters: list[AdapterRefModel] = Field(default_factory=list, max_length=64)
-    gates_uri: str = ""
+    gates_uri: UriRef = ""
     routing: Routing = Field("token", description="How the adapters are applied: the proto's CompositionRouting "
                              "value name (UNSPECIFIED = token) or the mode itself (token, per_request, merged).")
 
@@ -51,11 +52,11 @@ class CompositionSpecModel(Strict):
 
 
 class ChatMessageModel(Strict):
-    role: str
+    role: Identifier
     content: str = ""
     tool_calls: list[dict] = Field(default_factory=list)
-    tool_call_id: str = ""
-    name: str = ""
+    tool_call_id: Identifier = ""
+    name: Identifier = ""
 
     @field_validator("role")
     @classmethod
@@ -66,7 +67,7 @@ class ChatMessageModel(Strict):
 
 
 class GenerateModel(Strict):
-    model: str = Field(min_length=1, description="Composition name (see ListCompositions).")
+    model: Identifier = Field(min_length=1, description="Composition name (see ListCompositions).")
     messages: list[ChatMessageModel] = Field(min_length=1, max_length=10_000)
     tools: list[dict] = Field(default_factory=list)
     sampling: SamplingModel = SamplingModel()

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trace_common.artifacts import ArtifactStore
-from trace_common.data_roots import confine
+from trace_common.data_roots import confine, own_data_hidden
 from trace_common.endpoints import Endpoints, ResolvedEndpoint, read_api_key, refuse_outbound_params
 from trace_common.env import (
     Environment,
@@ -146,15 +146,9 @@ def plan(spec: RolloutSpecModel, endpoints: Endpoints | None = None,
     spec = spec.model_copy(update={"policy": endpoints.policy(spec.policy, "spec.policy")})
     env_spec = get_spec(spec.environment.name, spec.environment.version or None)
     params = _env_params(spec, env_spec, user, data_roots)
-    try:
+    # the service's own data missing: a NotFound without its path (it may lie under HOME)
+    with own_data_hidden(env_spec.name, env_spec.version, params, setting=DATA_ROOTS_SETTING):
         env = env_spec.factory(**params)
-    except NotFound:
-        if "data" in env_spec.params and not params.get("data"):
-            # the service's own data is missing: say so without its path (it may lie under HOME)
-            raise NotFound(f"environment {env_spec.name!r}: this service has no data for it (its TRACE_TAU2_DATA "
-                           "is unset or incomplete); name a data directory under one of the operator's data roots "
-                           f"({DATA_ROOTS_SETTING}), or ask the operator to set TRACE_TAU2_DATA") from None
-        raise
     if spec.tasks.task_ids:
         try:
             seeds = [int(t) for t in spec.tasks.task_ids]

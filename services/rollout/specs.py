@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from trace_common.limits import Identifier, Prompt, TaskIds
+from trace_common.limits import Identifier, Prompt, TaskIds, UriRef
 from trace_common.specs import (
     EnvironmentRefModel,
     LlmEndpointModel,
@@ -31,7 +31,7 @@ class RolloutSpecModel(Strict):
     max_turns: int = Field(0, ge=0, le=1000)
     seed: int = 0
     user_simulator: LlmEndpointModel | None = None
-    output_uri: str = ""
+    output_uri: UriRef = ""
     system_prompt: Prompt = Field("", description="Replaces the environment's system prompt (at most "
                                   "trace_common.limits.PROMPT_CHARS characters).")
 

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from trace_common.model_refs import ModelRoots
+from trace_common.specs import EnvironmentRefModel
 
 EVENT_PREFIX = "@@trace-event "
 SPEC_ENV = "TRACE_TRAINER_JOB_SPEC"
@@ -65,6 +68,31 @@ class WorkerSpec(BaseModel):
 def worker_model_roots(spec: WorkerSpec) -> ModelRoots:
     """The service's model-reference rule, as the worker applies it again before loading anything."""
     return ModelRoots(store=spec.artifact_root, roots=tuple(spec.model_roots), setting="TRACE_TRAINER_MODEL_ROOTS")
+
+
+#: The setting listing the directories a job's environments may name data under (TrainerSettings.data_roots).
+DATA_ROOTS_SETTING = "TRACE_TRAINER_DATA_ROOTS"
+
+
+def confined_environment(ref: EnvironmentRefModel, data_roots: Sequence[Path], field: str) -> EnvironmentRefModel:
+    """`ref` with the data directories it names checked against the operator's `data_roots` and resolved
+    (trace_common/data_roots.py; PermissionDenied naming `field`.params['data'] or `field`.uri otherwise):
+    `params['data']` and `uri`, each when set. A `uri` is the data of an environment that takes `data`
+    and names none in params (as the rollout service reads it), so the worker -- a child process or a
+    Kubernetes Job pod -- gets the resolved directory the service checked, never the request's text."""
+    from trace_common.data_roots import confine, uses_own_data
+
+    params = dict(ref.params)
+    if params.get("data"):
+        params["data"] = confine(params["data"], data_roots, field=f"{field}.params['data']",
+                                 setting=DATA_ROOTS_SETTING)
+    uri = ref.uri
+    if uri:
+        resolved = confine(uri, data_roots, field=f"{field}.uri", setting=DATA_ROOTS_SETTING)
+        if uses_own_data(ref.name, ref.version, params):
+            params["data"] = resolved
+        uri = Path(resolved).as_uri()
+    return ref.model_copy(update={"params": params, "uri": uri})
 
 
 #: The variable a training worker reads the environment service's token from (set by the executors).

@@ -7,7 +7,9 @@ A job is cheap to reject and expensive to run, so everything checkable without l
 model is checked in `create_job` before a job exists: the kind, the capability name, one
 environment that is registered (and accepts its parameters and the training split), the
 GRPO config (messages say how to fix), that a config asking for guided rollouts gets hints from
-that environment (`check_guidance`), the policy's model and adapter references (this store or
+that environment (`check_guidance`), the data directory each environment names (under
+TRACE_TRAINER_DATA_ROOTS, else PERMISSION_DENIED before the environment is made: trace_common/data_roots.py;
+the worker gets it resolved), the policy's model and adapter references (this store or
 TRACE_TRAINER_MODEL_ROOTS, else PERMISSION_DENIED: trace_common/model_refs.py), the executor's settings, the vLLM
 server and adapter directory of vLLM rollouts against the operator's settings (`outbound.py`) and
 the resume URI. `validate_config` parses a config alone, for clients that check theirs before any
@@ -28,6 +30,7 @@ from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
+from trace_common.data_roots import own_data_hidden
 from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output, estimate_footprint
@@ -38,7 +41,14 @@ from .configs import validate_training_config
 from .executors import LocalExecutor
 from .gates.job import gates_prefix, validate_gates
 from .job_template import job_container, load_job_template, shared_mounts
-from .jobspec import WorkerSpec, env_factory, events_key_for, prefix_for
+from .jobspec import (
+    DATA_ROOTS_SETTING,
+    WorkerSpec,
+    confined_environment,
+    env_factory,
+    events_key_for,
+    prefix_for,
+)
 from .metrics import M
 from .outbound import check_vllm
 from .settings import TrainerSettings, environment_token
@@ -64,6 +74,9 @@ class Training:
         self.endpoints = Endpoints(settings.endpoints, "TRACE_TRAINER_ENDPOINTS")
         #: Where a job's base model and adapter may lie: this store and TRACE_TRAINER_MODEL_ROOTS.
         self.model_roots = ModelRoots.of(settings, self.store.root_uri)
+        #: Directories a job's environments may name data under (TRACE_TRAINER_DATA_ROOTS; the embedded
+        #: stack adds the run's data directory in-process, tracectl/embedded.py).
+        self.data_roots = list(settings.data_roots)
         self._kube_api_client = kube_api_client
         self._kube = None
         self.iterations: dict[str, deque[IterationRecord]] = {}
@@ -77,10 +90,18 @@ class Training:
                                          "TRACE_TRAINER_ENV_MODULES") from exc
 
     # -- validation --------------------------------------------------------------------------------
+    def confined(self, spec: TrainingSpecModel) -> TrainingSpecModel:
+        """`spec` with every environment's data directory checked against the data roots and resolved
+        (`confined_environment`; PERMISSION_DENIED naming spec.environments[i] otherwise)."""
+        envs = [confined_environment(ref, self.data_roots, f"spec.environments[{i}]")
+                for i, ref in enumerate(spec.environments)]
+        return spec.model_copy(update={"environments": envs})
+
     def validate(self, spec: TrainingSpecModel) -> GRPOConfig:
+        spec = self.confined(spec)   # before any environment is made: no data read from outside the roots
         if spec.kind == "TRAINING_KIND_GATES":
             config = validate_gates(spec, self.store, self.settings.environment_address,
-                                    environment_token(self.settings))
+                                    environment_token(self.settings), data_roots=self.data_roots)
             check_policy_refs(spec.policy, self.model_roots)
             self._check_executor(spec)
             return config
@@ -95,7 +116,8 @@ class Training:
         ref = spec.environments[0]
         # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
         refuse_outbound_params(ref.params, "spec.environments[0].params")  # no URL or key chosen by a request
-        env = env_factory(ref.model_dump(), self.settings.environment_address, environment_token(self.settings))()
+        with own_data_hidden(ref.name, ref.version, ref.params, setting=DATA_ROOTS_SETTING):  # no default path shown
+            env = env_factory(ref.model_dump(), self.settings.environment_address, environment_token(self.settings))()
         if config.train_split not in env.splits():
             raise InvalidArgument(field="spec.config.train_split", expected=f"one of {sorted(env.splits())}",
                                   got=config.train_split, fix=f"environment {ref.name!r} defines these splits")
@@ -146,6 +168,7 @@ class Training:
         loop: validating an environment served by the environment service is a blocking RPC)."""
         self.jobs.validate_request(run_id, labels, request_id)
         config = config if config is not None else self.validate(spec)
+        spec = self.confined(spec)   # the worker (a child process or a Job pod) gets the resolved data directories
         resume = self.resume_key(spec.resume_from_uri)
         gates = spec.kind == "TRAINING_KIND_GATES"
         prefix = gates_prefix(run_id, spec.capability) if gates else prefix_for(run_id, spec.capability)

@@ -1,15 +1,19 @@
 """Settings of the trainer service (`TRACE_TRAINER_*`).
 
 Dict/list settings (node selector, tolerations, extra env) are JSON in their variables, e.g.
-`TRACE_TRAINER_JOB_NODE_SELECTOR='{"trace.dev/pool": "gpu"}'`.
+`TRACE_TRAINER_JOB_NODE_SELECTOR='{"trace.dev/pool": "gpu"}'`. The data directories a job's
+environments may name (the tau2 `data` parameter) are only a setting: `data_roots`
+(TRACE_TRAINER_DATA_ROOTS, trace_common/data_roots.py).
 """
 
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from trace_common.config import ServiceSettings
+from trace_common.data_roots import ROOTS_DESCRIPTION, default_roots, parse_roots
 from trace_common.endpoints import EndpointMap, EndpointProfile
 
 
@@ -41,6 +45,7 @@ class TrainerSettings(ServiceSettings):
     vllm_adapter_root: str = Field("", description=(
         "Directory (a volume the vLLM server reads too) inside which jobs save the adapter versions the server "
         "hot-loads; config.vllm.adapter_dir must lie inside it. Empty: vLLM rollouts are refused."))
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=default_roots, description=ROOTS_DESCRIPTION)
     env_modules: list[str] = Field(default_factory=list, description="Python modules imported by the service "
                                    "and every worker before environments are resolved, so that environments they "
                                    "register (trace_common.env.register) can be trained on (JSON list).")
@@ -73,6 +78,11 @@ class TrainerSettings(ServiceSettings):
     job_extra_env: dict[str, str] = Field(default_factory=dict, description="Extra environment of Job pods (JSON).")
     job_poll_seconds: float = Field(5.0, gt=0, le=600, description="How often a Kubernetes Job's status and "
                                     "progress are read.")
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _data_roots(cls, v: object) -> list[Path]:
+        return parse_roots(v)
 
     @field_validator("vllm_adapter_root")
     @classmethod

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from trace_common.limits import Identifier, UriRef
 from trace_common.specs import EnvironmentRefModel, PolicyRefModel, Strict, check_uri
 
 
@@ -14,10 +15,11 @@ class TrainingSpecModel(Strict):
     capability: str = Field(min_length=1, max_length=64)
     environments: list[EnvironmentRefModel] = Field(min_length=1, max_length=64)
     policy: PolicyRefModel
-    adapter_uris: dict[str, str] = Field(default_factory=dict)
+    adapter_uris: dict[Identifier, UriRef] = Field(default_factory=dict, max_length=64,
+                                                  description="Capability -> adapter URI (at most 64).")
     config: dict[str, Any] = Field(default_factory=dict, description="GRPO hyper-parameters (TRL names).")
     executor: Literal["EXECUTOR_LOCAL", "EXECUTOR_KUBERNETES"] = "EXECUTOR_LOCAL"
-    resume_from_uri: str = ""
+    resume_from_uri: UriRef = ""
 
     @field_validator("config", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -20,7 +21,7 @@ from tests.support.tls import self_signed
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 #: Keys only some service blocks have (everything else is the shared shape).
-SERVICE_EXTRAS = {"environment": {"sandbox", "dataRoots"}, "trainer": {"jobs"}, "inference": {"http"},
+SERVICE_EXTRAS = {"environment": {"sandbox", "dataRoots"}, "trainer": {"jobs", "dataRoots"}, "inference": {"http"},
                   "rollout": {"dataRoots"}, "analysis": {"rolloutRoots"}}
 
 # --set arguments helm must refuse, and the field path its message must name.
@@ -173,5 +174,10 @@ def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, mo
     assert s.s3_access_key and s.s3_secret_key is not None
     assert s.s3_secure is (value_set == "external-minio")
     assert (s.tls_cert_file is not None) is (value_set == "tls")
+    rendered = {e["name"]: e.get("value") for e in c["env"]}
+    for var, field in (("MAX_CONCURRENT_RPCS", "max_concurrent_rpcs"), ("MAX_CONCURRENT_JOBS", "max_concurrent_jobs")):
+        assert getattr(s, field) == int(rendered[prefix + var]), var     # the chart's value, rendered and read
     if service == "inference":
         assert s.http_port == 8000
+    if service in ("rollout", "environment", "trainer"):   # gpu-off lists /data/tau2 as each one's data root
+        assert s.data_roots == ([Path("/data/tau2")] if value_set == "gpu-off" else [])

@@ -278,7 +278,8 @@ LONG_UTF8 = "é" * 35_000          # 70 KB of two-byte UTF-8
 
 def _oversized_cases(v: str):
     """(service, method, request, code) with `v` in an id / name field; the code is the one the
-    same request with a short unknown value gets."""
+    same request with a short unknown value gets, or INVALID_ARGUMENT where the field has a size cap
+    (trace_common/limits.py) that `v` is over."""
     user = [t.ChatMessage(role="user", content="hi")]
     return [
         ("rollout", "GetRolloutJob", R.GetRolloutJobRequest(job_id=v), "NOT_FOUND"),
@@ -296,8 +297,8 @@ def _oversized_cases(v: str):
         ("trainer", "GetTrainingJob", T.GetTrainingJobRequest(job_id=v), "NOT_FOUND"),
         ("trainer", "ListCheckpoints", T.ListCheckpointsRequest(job_id=v), "NOT_FOUND"),
         ("inference", "UnloadComposition", INF.UnloadCompositionRequest(name=v), "NOT_FOUND"),
-        ("inference", "Generate", INF.GenerateRequest(model=v, messages=user), "NOT_FOUND"),
-        ("inference", "GenerateStream", INF.GenerateStreamRequest(model=v, messages=user), "NOT_FOUND"),
+        ("inference", "Generate", INF.GenerateRequest(model=v, messages=user), "INVALID_ARGUMENT"),
+        ("inference", "GenerateStream", INF.GenerateStreamRequest(model=v, messages=user), "INVALID_ARGUMENT"),
     ]
 
 

@@ -215,7 +215,7 @@ def test_a_violating_episode_leaves_the_service_healthy(embedded_stack):
                       mode=E.GENERATION_MODE_LIBRARY), "NOT_FOUND", "ghost"),
     (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
                       mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(
-                          backend=t.POLICY_BACKEND_IN_PROCESS, model="no-such-agent")), "INVALID_ARGUMENT",
+                          backend=t.POLICY_BACKEND_IN_PROCESS, model="no-such-agent")), "PERMISSION_DENIED",
      "spec.calibration_policy.model"),
     (E.GenerationSpec(capabilities=[t.Capability(name="tool_call_precision")], target=t.EnvironmentRef(name="store"),
                       mode=E.GENERATION_MODE_LIBRARY, calibration_policy=t.PolicyRef(

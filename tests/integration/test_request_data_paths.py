@@ -23,16 +23,18 @@ from trace_common.domains.tau2.data import default_data_root
 from trace_common.env import dumps_jsonl
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.cli import main
 
 pytestmark = pytest.mark.integration
-A, R, E = (messages(s) for s in ("analysis", "rollout", "environment"))
+A, R, E, T = (messages(s) for s in ("analysis", "rollout", "environment", "trainer"))
 TAU2 = default_data_root().resolve()   # the data root the embedded_stack fixture lists
 
 
 def _jobs(stack, service: str, run_id: str) -> int:
     method, request = {"analysis": ("ListAnalysisJobs", A.ListAnalysisJobsRequest),
                        "rollout": ("ListRolloutJobs", R.ListRolloutJobsRequest),
-                       "environment": ("ListGenerationJobs", E.ListGenerationJobsRequest)}[service]
+                       "environment": ("ListGenerationJobs", E.ListGenerationJobsRequest),
+                       "trainer": ("ListTrainingJobs", T.ListTrainingJobsRequest)}[service]
     return len(getattr(stack.stub(service), method)(request(filter=t.JobFilter(run_id=run_id))).jobs)
 
 
@@ -116,6 +118,8 @@ def test_a_rollout_uri_outside_this_run_is_refused_before_a_job(embedded_stack, 
                         "analysis", stores["run"], "spec.rollout_uris[0]")
     assert details == expected and f"runs/{stores['run']}/rollouts/" in details
     assert "TRACE_ANALYSIS_ROLLOUT_ROOTS" in details and "victim" not in details
+    # nor where the service's store lies (it may be under HOME)
+    assert stores["root"].removeprefix("file://") not in details and str(Path.home()) not in details
 
 
 def test_a_symlink_out_of_an_operator_root_is_refused(embedded_stack, stores):
@@ -161,6 +165,26 @@ def _generate(stack, run_id: str, uri: str = "", params: dict | None = None):
         spec=spec, run_id=run_id, request_id=new_request_id())).job
 
 
+def _train(stack, run_id: str, uri: str = "", params: dict | None = None, kind: str = "adapter"):
+    """A training job on tau2-retail: an adapter (one environment), or gates over one adapter of this
+    run (refused before its adapter is looked at when the data directory is)."""
+    env = t.EnvironmentRef(name="tau2-retail", uri=uri, params=params or {})
+    policy = t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model="micro")
+    if kind == "gates":
+        root = stack.domain("trainer").store.root_uri.rstrip("/")
+        spec = T.TrainingSpec(kind=T.TRAINING_KIND_GATES, capability=f"{run_id}-moe", environments=[env],
+                              policy=policy, adapter_uris={"cap": f"{root}/runs/{run_id}/adapters/cap/v1"})
+    else:
+        spec = T.TrainingSpec(kind=T.TRAINING_KIND_ADAPTER, capability="cap", environments=[env], policy=policy)
+    return stack.stub("trainer").CreateTrainingJob(T.CreateTrainingJobRequest(
+        spec=spec, run_id=run_id, request_id=new_request_id())).job
+
+
+#: service -> (create a job naming the data, the field prefix of its refusal)
+CREATE = {"rollout": (_rollout, "spec.environment."), "environment": (_generate, "spec.target."),
+          "trainer": (_train, "spec.environments[0]."),
+          "trainer-gates": (lambda *a, **kw: _train(*a, **kw, kind="gates"), "spec.environments[0].")}
+
 #: (how the request names the directory, the field the refusal names); {outside} exists, /nonexistent does not
 REFUSED_DATA = {
     "outside, existing (uri)": ("uri", "file://{outside}", "uri"),
@@ -176,16 +200,16 @@ REFUSED_DATA = {
 }
 
 
-@pytest.mark.parametrize("service", ["rollout", "environment"])
+@pytest.mark.parametrize("service", list(CREATE))
 @pytest.mark.parametrize(("how", "where", "field"), list(REFUSED_DATA.values()), ids=list(REFUSED_DATA))
 def test_a_data_directory_outside_the_roots_is_refused_before_a_job(embedded_stack, dirs, service, how, where,
                                                                    field):
     value = where.format(outside=dirs["outside"], extra=dirs["extra"], tau2=TAU2, home=Path.home())
     run = f"data-{uuid.uuid4().hex[:8]}"
-    create = _rollout if service == "rollout" else _generate
+    create, prefix = CREATE[service]
     kw = {"uri": value} if how == "uri" else {"params": {"data": value}}
-    prefix = "spec.environment." if service == "rollout" else "spec.target."
-    setting = f"TRACE_{service.upper()}_DATA_ROOTS"
+    setting = f"TRACE_{service.split('-')[0].upper()}_DATA_ROOTS"
+    service = service.split("-")[0]   # trainer-gates: the trainer's jobs
     stack = embedded_stack
     stack.allow_data_root(dirs["extra"])
     details = _refused(lambda: create(stack, run, **kw), stack, service, run, prefix + field)
@@ -198,7 +222,7 @@ def test_a_data_directory_outside_the_roots_is_refused_before_a_job(embedded_sta
         assert secret not in details, details
 
 
-@pytest.mark.parametrize("service", ["rollout", "environment"])
+@pytest.mark.parametrize("service", ["rollout", "environment", "trainer"])
 @pytest.mark.parametrize("how", ["uri", "params"])
 def test_a_data_directory_under_a_root_is_accepted(embedded_stack, service, how):
     retail = TAU2 / "retail"
@@ -209,8 +233,45 @@ def test_a_data_directory_under_a_root_is_accepted(embedded_stack, service, how)
         job = _rollout(embedded_stack, run, **kw)
         cancel = embedded_stack.stub("rollout").CancelRolloutJob
         cancel(R.CancelRolloutJobRequest(job_id=job.job_id))
+    elif service == "trainer":
+        job = _train(embedded_stack, run, **kw)
+        embedded_stack.stub("trainer").CancelTrainingJob(T.CancelTrainingJobRequest(job_id=job.job_id))
     else:
         job = _generate(embedded_stack, run, **kw)
         embedded_stack.stub("environment").CancelGenerationJob(E.CancelGenerationJobRequest(job_id=job.job_id))
     assert job.job_id and job.run_id == run
     assert _jobs(embedded_stack, service, run) == 1
+
+
+@pytest.mark.parametrize("service", ["rollout", "environment", "trainer"])   # (gates: tests/unit/trainer/gates)
+def test_the_services_own_missing_data_is_not_named(embedded_stack, tmp_path, monkeypatch, service):
+    """No data named and the service's own ($TRACE_TAU2_DATA) missing: NOT_FOUND naming the environment
+    and the settings, never that path (it may lie under HOME)."""
+    missing = tmp_path / f"home-{uuid.uuid4().hex[:8]}" / f"tau2-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("TRACE_TAU2_DATA", str(missing))
+    create, _ = CREATE[service]
+    run = f"own-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(grpc.RpcError) as err:
+        create(embedded_stack, run)
+    details = err.value.details() or ""
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND, details
+    assert "tau2-retail" in details and "TRACE_TAU2_DATA" in details, details
+    for part in (missing, *missing.parents[:3]):
+        assert str(part) not in details, details
+    assert missing.name not in details and missing.parent.name not in details, details
+    assert _jobs(embedded_stack, service.split("-")[0], run) == 0
+
+
+@pytest.mark.parametrize("how", ["--env", "--env-param"])
+def test_tracectl_train_lists_the_data_directory_it_names(tmp_path, monkeypatch, capsys, how):
+    """`tracectl train` with its own embedded services lists the tau2 directory its input names as the
+    trainer's data root (no other root: TRACE_TAU2_DATA unset), so the job is accepted."""
+    monkeypatch.delenv("TRACE_TAU2_DATA", raising=False)
+    monkeypatch.delenv("TRACE_TRAINER_DATA_ROOTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    named = (["--env", str(TAU2 / "retail")] if how == "--env" else
+             ["--env", "tau2-retail", "--env-param", f"data={TAU2 / 'retail'}"])
+    code = main(["train", "--capability", "cap", *named, "--model", "micro", "--set", "max_steps=1", "--detach"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert out.out.strip().startswith("training-"), out.out

@@ -5,7 +5,7 @@ Both are `tracectl.embedded.BackgroundStack`: `.stub(service)`, `.targets`, `.me
 `.root`, `.domain(service)`, `.call(coro)`.
 
 `embedded_stack` also lists the tau2 test data ($TRACE_TAU2_DATA or ../shared/tau2) as a data root of
-the rollout and environment services, so requests may name data directories under it.
+the rollout, environment and trainer services, so requests may name data directories under it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The operator's settings that confine request-named data: TRACE_ROLLOUT_DATA_ROOTS and
-TRACE_ENVIRONMENT_DATA_ROOTS (tau2 data directories; default $TRACE_TAU2_DATA's) and
+"""The operator's settings that confine request-named data: TRACE_ROLLOUT_DATA_ROOTS,
+TRACE_ENVIRONMENT_DATA_ROOTS and TRACE_TRAINER_DATA_ROOTS (tau2 data directories; default $TRACE_TAU2_DATA's) and
 TRACE_ANALYSIS_ROLLOUT_ROOTS (store prefixes of rollouts), as the services read them from their
 environment; bad values are refused at start-up with a message saying how to write them."""
 
@@ -13,8 +13,10 @@ from pydantic import ValidationError
 from services.analysis.settings import AnalysisSettings
 from services.environment.settings import EnvironmentSettings
 from services.rollout.settings import RolloutSettings
+from services.trainer.settings import TrainerSettings
 
-DATA = {"TRACE_ROLLOUT_DATA_ROOTS": RolloutSettings, "TRACE_ENVIRONMENT_DATA_ROOTS": EnvironmentSettings}
+DATA = {"TRACE_ROLLOUT_DATA_ROOTS": RolloutSettings, "TRACE_ENVIRONMENT_DATA_ROOTS": EnvironmentSettings,
+        "TRACE_TRAINER_DATA_ROOTS": TrainerSettings}
 
 
 @pytest.fixture(autouse=True)

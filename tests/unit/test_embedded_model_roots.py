@@ -12,13 +12,36 @@ from trace_common.agents.cache import default_cache_dir
 from tracectl.embedded import EMBEDDED_MODEL_ROOTS, allow_models_from_command, local_model_roots, model_dirs
 
 
-def test_local_roots_are_the_operators_then_the_working_directory_and_the_agent_cache(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cwd", [True, False])  # False: `tracectl up` and `serve`, long-lived servers
+def test_local_roots_are_the_operators_then_the_working_directory_and_the_agent_cache(tmp_path, monkeypatch, cwd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRACE_ROLLOUT_MODEL_ROOTS", "/srv/models,s3://models/base")
     extra = tmp_path / "mine"
-    assert local_model_roots("rollout", [extra]) == [
-        "file:///srv/models", "s3://models/base", tmp_path.resolve().as_uri(),
+    assert local_model_roots("rollout", [extra], cwd=cwd) == [
+        "file:///srv/models", "s3://models/base", *([tmp_path.resolve().as_uri()] if cwd else []),
         default_cache_dir().expanduser().resolve().as_uri(), extra.resolve().as_uri()]
+
+
+@pytest.mark.parametrize("cwd_model_root", [True, False])
+def test_a_stack_lists_the_working_directory_only_when_asked(tmp_path, monkeypatch, cwd_model_root):
+    """`tracectl up` starts its stack with cwd_model_root=False: started from HOME, it would otherwise
+    load any model under HOME for every token holder (and answer which paths hold a config.json)."""
+    import asyncio
+
+    from tracectl.embedded import EmbeddedStack
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACE_ROLLOUT_MODEL_ROOTS", raising=False)
+
+    async def roots() -> list[str]:
+        stack = EmbeddedStack(root=tmp_path / "store", cwd_model_root=cwd_model_root)
+        await stack.start()
+        try:
+            return list(stack.servers["rollout"].settings.model_roots)
+        finally:
+            await stack.stop()
+
+    assert (tmp_path.resolve().as_uri() in asyncio.run(roots())) is cwd_model_root
 
 
 @pytest.mark.parametrize(("ref", "expected"), [

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from trace_common import errors
-from trace_common.jobs import JobManager, JobState, Output
+from trace_common.jobs import MAX_WATCHERS_PER_JOB, WATCH_QUEUE, JobManager, JobState, Output
 from trace_common.metrics import ServiceMetrics
 
 
@@ -66,6 +66,50 @@ def test_watch_sees_every_change_and_ends_on_terminal():
         assert seen[-1].state == JobState.SUCCEEDED
         assert [r.version for r in seen] == sorted({r.version for r in seen})
         assert JobState.RUNNING in {r.state for r in seen}
+    run(go())
+
+
+async def _chatty(ctx):
+    for i in range(10 * WATCH_QUEUE):
+        ctx.progress(i, 10 * WATCH_QUEUE)
+    return {"done": True}
+
+
+def test_a_slow_watcher_holds_a_bounded_queue_and_still_sees_the_end():
+    async def go():
+        jm = JobManager("unittest")
+        rec = jm.submit("kind", _chatty)
+        stream = jm.watch(rec.job_id)
+        first = await stream.__anext__()                  # registered; reads nothing while the job runs
+        await jm.wait(rec.job_id, timeout=10)
+        queued = [q.qsize() for q in jm._watchers[rec.job_id]]
+        rest = [r async for r in stream]
+        assert first.state == JobState.PENDING and max(queued) <= WATCH_QUEUE, queued
+        assert len(rest) == WATCH_QUEUE and rest[-1].state == JobState.SUCCEEDED   # the oldest were dropped
+        assert [r.version for r in rest] == sorted(r.version for r in rest)
+    run(go())
+
+
+@pytest.mark.parametrize(("open_streams", "refused"), [(MAX_WATCHERS_PER_JOB - 1, False), (MAX_WATCHERS_PER_JOB, True)])
+def test_watchers_per_job_are_capped(open_streams, refused):
+    async def go():
+        jm = JobManager("unittest")
+        rec = jm.submit("kind", _forever)
+        streams = [jm.watch(rec.job_id) for _ in range(open_streams)]
+        for s in streams:
+            await s.__anext__()
+        extra = jm.watch(rec.job_id)
+        try:
+            if refused:
+                with pytest.raises(errors.ResourceExhausted, match="poll Get…Job instead"):
+                    await extra.__anext__()
+            else:
+                assert (await extra.__anext__()).job_id == rec.job_id
+        finally:
+            for s in [*streams, extra]:
+                await s.aclose()
+            assert not jm._watchers[rec.job_id]           # closed streams unregister
+            jm.cancel(rec.job_id)
     run(go())
 
 

@@ -20,10 +20,20 @@ The error interceptor also owns two things every method needs and no servicer sh
   * every status detail it sends is bounded (`bound_detail`): an unbroken run of more than
     MAX_ECHO_CHARS characters (an echoed id, a blob) is cut there, and the whole message is cut
     at MAX_DETAIL_CHARS, so an echoed 70 KB field never grows a status past gRPC's metadata limit.
+
+It also hands memory back after a large refused request: a request of LARGE_REQUEST_BYTES or more
+that ends in an error schedules, TRIM_DELAY_S after the call is done and at most once per
+TRIM_INTERVAL_S, a collection of reference cycles (an exception re-raised inside an `except` block
+keeps the request's copies alive in a cycle until the cyclic GC runs) and then `malloc_trim`
+(trace_common/malloc.py), since glibc keeps freed pages otherwise. Measured with 40 concurrent refused
+CreateRolloutJob calls of a 15 MiB `environment.uri`, three rounds: before, the rollout service went
+from 73 MiB to 2 GiB RSS and stayed at 1.6 GiB; with this, it returns to ~100 MiB.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import inspect
 import logging
 import re
@@ -38,6 +48,7 @@ from pydantic import ValidationError
 
 from trace_common.errors import InvalidArgument, TraceError
 from trace_common.grpc.auth import BearerToken
+from trace_common.malloc import release_free_memory
 from trace_common.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -50,6 +61,12 @@ MAX_DETAIL_CHARS = 1000
 #: Longest unbroken run of non-space characters kept in a detail (an echoed value), before "...".
 MAX_ECHO_CHARS = 200
 ELLIPSIS = "..."
+
+#: A refused request at least this large (serialized bytes) schedules a heap trim.
+LARGE_REQUEST_BYTES = 1 << 20
+#: Seconds from the end of the refused call to the trim, and the least time between two trims
+#: (malloc_trim walks the whole heap: a few ms per hundred MiB).
+TRIM_DELAY_S, TRIM_INTERVAL_S = 0.2, 1.0
 
 _LONG_RUN = re.compile(rf"\S{{{MAX_ECHO_CHARS + 1},}}")
 
@@ -180,9 +197,45 @@ async def _checked_stream(requests: AsyncIterator, method: str, type_name: str) 
         yield item
 
 
+class _HeapTrim:
+    """Schedules `release_free_memory` on `loop`: one pending at a time, TRIM_DELAY_S after it is asked
+    for and at least TRIM_INTERVAL_S after the previous one. `request` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self._pending = False
+        self._last = float("-inf")
+        self.count = 0  # trims run (tests read it)
+
+    def request(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._schedule, loop)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._pending:
+            return
+        self._pending = True
+        loop.call_later(max(TRIM_DELAY_S, self._last + TRIM_INTERVAL_S - loop.time()), self._run, loop)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._pending, self._last = False, loop.time()
+        self.count += 1
+        gc.collect()  # handlers' own exception cycles (an error re-raised in an except block) hold copies too
+        released = release_free_memory()
+        log.debug("heap trim after a large refused request: %s", "pages released" if released else "none released")
+
+
+def _request_bytes(request: Any) -> int:
+    size = getattr(request, "ByteSize", None)
+    return size() if callable(size) else 0
+
+
 class ErrorMappingInterceptor(aio.ServerInterceptor):
     """The one place where domain exceptions become gRPC status codes (with bounded details),
-    and where undecodable request bytes become INVALID_ARGUMENT."""
+    and where undecodable request bytes become INVALID_ARGUMENT. A large request that ends in an
+    error has its memory handed back to the OS (module docstring)."""
+
+    def __init__(self) -> None:
+        self.trim = _HeapTrim()
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
@@ -204,7 +257,14 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
                     raise
                 except Exception as err:  # noqa: BLE001 -- mapped, never leaked
                     code, msg = _status_of(err)
-                    await context.abort(code, bound_detail(msg))
+                # Aborting here, after the except block, and not inside it: an exception raised in the
+                # block keeps `err` bound in this frame, a cycle (frame -> err -> traceback -> frame)
+                # that holds the request and every copy the handler made of it until the cyclic GC runs
+                # (40 refused 15 MiB requests kept 1 GiB of RSS).
+                if not request_streaming and _request_bytes(request) >= LARGE_REQUEST_BYTES:
+                    loop = asyncio.get_running_loop()
+                    context.add_done_callback(lambda _call: self.trim.request(loop))
+                await context.abort(code, bound_detail(msg))
             return run
 
         return _rewrap(handler, wrap, request_deserializer=_safe_deserializer(handler.request_deserializer))

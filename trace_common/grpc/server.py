@@ -1,7 +1,8 @@
 """Server bootstrap shared by the five services.
 
 `TraceServer` owns one grpc.aio server with: the service's own servicer(s), grpc.health.v1,
-reflection, interceptors (metrics -> auth -> error mapping), max message sizes, optional TLS,
+reflection, interceptors (metrics -> auth -> error mapping), max message sizes, a cap on calls in
+progress (`max_concurrent_rpcs`: past it grpc refuses a call with RESOURCE_EXHAUSTED), optional TLS,
 and a Prometheus /metrics endpoint on its own port. `run_forever` adds graceful stop on
 SIGTERM/SIGINT: health flips to NOT_SERVING, new calls are refused, in-flight calls get
 `grace_seconds`.
@@ -84,7 +85,8 @@ class TraceServer:
         if self.auth:  # ServiceSettings refuses a blank token, so a token here is a real one
             interceptors.append(AuthInterceptor(settings.auth_token.get_secret_value()))
         interceptors.append(ErrorMappingInterceptor())
-        server = aio.server(interceptors=interceptors, options=server_options(settings.max_message_bytes))
+        server = aio.server(interceptors=interceptors, options=server_options(settings.max_message_bytes),
+                            maximum_concurrent_rpcs=settings.max_concurrent_rpcs)
         definition.add_to_server(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(

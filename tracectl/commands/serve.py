@@ -146,7 +146,8 @@ async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int
                                metrics_port: int = 0, spec=None, **settings) -> AsyncIterator[InferenceHere]:
     """Start the inference service in this process (TRACE_INFERENCE_* env vars apply; the keyword
     arguments win), yield how to reach it, stop it on exit. tracectl's one way to start it itself.
-    Its model roots are tracectl's (`tracectl.embedded.local_model_roots`) plus the directories the
+    Its model roots are tracectl's (`tracectl.embedded.local_model_roots`, without the working
+    directory: this server lives on) plus the directories the
     CompositionSpec `spec` names (the user named them: tracectl is this service's operator)."""
     from pydantic import ValidationError
 
@@ -159,7 +160,8 @@ async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int
         service_settings, definition = build("inference", host=host, port=port, http_host=host,
                                              http_port=http_port, metrics_host=host, metrics_port=metrics_port,
                                              artifact_root=root.resolve().as_uri(),
-                                             model_roots=local_model_roots("inference", model_dirs(*refs)), **settings)
+                                             model_roots=local_model_roots("inference", model_dirs(*refs), cwd=False),
+                                             **settings)
     except ValidationError as err:  # e.g. a blank TRACE_INFERENCE_AUTH_TOKEN
         first = err.errors()[0]
         raise SystemExit(f"invalid inference settings (env TRACE_INFERENCE_*): "

@@ -123,7 +123,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         token, source = os.environ["TRACE_AUTH_TOKEN"], "TRACE_AUTH_TOKEN"
 
     async def main() -> int:
-        stack = EmbeddedStack(root=args.root, host=args.host, token=token, token_source=source)
+        stack = EmbeddedStack(root=args.root, host=args.host, token=token, token_source=source,
+                              cwd_model_root=False)  # long-lived: the working directory is no model root
         console.print(f"starting the embedded TRACE stack (artifacts under {args.root.resolve()}) ...")
         try:
             await stack.start()

@@ -30,7 +30,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.commands.rollout import environment_ref
 from tracectl.connect import Connection, add_connection_args
-from tracectl.embedded import allow_models_from_command
+from tracectl.embedded import allow_data_from_command, allow_models_from_command
 from tracectl.inputs import read_json
 from tracectl.progress import follow, state_name
 
@@ -130,6 +130,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     spec = build_spec(args) if creates else None   # bad input is refused before any service starts
     if creates:  # a local --model / --adapter directory: the embedded trainer may load it
         allow_models_from_command(args, args.model, args.adapter)
+        env = spec.environments[0]
+        data = env.params.get("data") or env.uri.removeprefix("file://")
+        if data:  # a tau2 --env directory (or --env-param data=DIR): the embedded trainer may read it
+            allow_data_from_command(args, data)
     with Connection(args) as conn:
         st = conn.stub("trainer")
         if args.list:

@@ -262,6 +262,8 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{ include "trace.artifactEnv" (dict "root" $root "prefix" $P) }}
 - name: TRACE_{{ $P }}_MAX_CONCURRENT_JOBS
   value: {{ $v.maxConcurrentJobs | quote }}
+- name: TRACE_{{ $P }}_MAX_CONCURRENT_RPCS
+  value: {{ $v.maxConcurrentRpcs | quote }}
 - name: TRACE_{{ $P }}_MAX_PENDING_JOBS
   value: {{ $v.maxPendingJobs | quote }}
 - name: TRACE_{{ $P }}_MAX_PENDING_BYTES
@@ -287,7 +289,7 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 - name: TRACE_ANALYSIS_ROLLOUT_ROOTS
   value: {{ $v.rolloutRoots | toJson | quote }}
 {{- end }}
-{{- if and (has .name (list "environment" "rollout")) $v.dataRoots }}
+{{- if and (has .name (list "environment" "rollout" "trainer")) $v.dataRoots }}
 - name: TRACE_{{ $P }}_DATA_ROOTS
   value: {{ $v.dataRoots | toJson | quote }}
 {{- end }}

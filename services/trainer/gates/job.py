@@ -2,7 +2,8 @@
 
 Service side (`validate_gates`, before a job exists): the job name, the adapters (each a PEFT
 adapter in this trainer's artifact store: `adapter_model.safetensors` with `adapter_config.json`
-beside it, named by the object or its directory), an environment for every adapter, the target
+beside it, named by the object or its directory), the data directory each environment names (under
+the trainer's data roots: jobspec.confined_environment), an environment for every adapter, the target
 environment when GRPO runs (max_steps > 0: it plays the target's training tasks only), the config
 (`GateGRPOConfig`: GRPO fields with TRL names + warm start), the base agent's trajectories of slot 0
 (`config.base_provenance_uris`: JSONL artifacts in this trainer's store, every one of them on the
@@ -32,8 +33,9 @@ from typing import Any
 
 from services.trainer.gates.grpo import GateGRPOConfig
 from services.trainer.grpo.config import parse_config
-from services.trainer.jobspec import env_factory, worker_model_roots
+from services.trainer.jobspec import DATA_ROOTS_SETTING, confined_environment, env_factory, worker_model_roots
 from trace_common.artifacts import ArtifactStore
+from trace_common.data_roots import own_data_hidden
 from trace_common.endpoints import refuse_outbound_params
 from trace_common.env.trajectory import Trajectory, loads_jsonl
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -115,9 +117,11 @@ def assign_environments(adapters: Sequence[str], refs: Sequence[Any]) -> tuple[d
 
 
 def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = "",
-                   environment_token: str | None = None) -> GateGRPOConfig:
+                   environment_token: str | None = None, data_roots: Sequence[Path] = ()) -> GateGRPOConfig:
     """Everything checkable without loading a model (module docstring); the parsed config.
-    `environment_token`: the environment service's bearer token (the service's setting)."""
+    `environment_token`: the environment service's bearer token (the service's setting); `data_roots`:
+    the directories an environment may name data under (TRACE_TRAINER_DATA_ROOTS; none: it may name
+    none) -- each environment's `params['data']` and `uri` are checked before it is made."""
     if not JOB_NAME_RE.match(spec.capability):
         raise InvalidArgument(field="spec.capability", expected="a composition name: lower-case letters, digits, "
                               "'_', '-', '.' (e.g. '<run>-moe')", got=spec.capability)
@@ -131,7 +135,9 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
         adapter_dir_key(store, name, uri)
     config = parse_config(spec.config, GateGRPOConfig)
     assert isinstance(config, GateGRPOConfig)
-    assigned, targets = assign_environments(list(spec.adapter_uris), spec.environments)
+    environments = [confined_environment(ref, data_roots, f"spec.environments[{i}]")
+                    for i, ref in enumerate(spec.environments)]   # PERMISSION_DENIED before any data is read
+    assigned, targets = assign_environments(list(spec.adapter_uris), environments)
     target_factories: list[tuple[str, Any]] = []
     splits: dict[str, str] = {}
     for label, ref, is_target in [*((a, r, False) for a, r in assigned.items()), *((r.name, r, True) for r in targets)]:
@@ -141,7 +147,8 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
         # built in, or served by the environment service (NotFound / InvalidArgument with the reason)
         factory = env_factory({"name": ref.name, "version": ref.version, "params": params}, environment_target,
                               environment_token)
-        env = factory()
+        with own_data_hidden(ref.name, ref.version, params, setting=DATA_ROOTS_SETTING):  # no default path shown
+            env = factory()
         if split not in env.splits():
             raise InvalidArgument(field="spec.config.train_split", expected=f"a split of every environment; "
                                   f"{ref.name!r} ({label}) has {sorted(env.splits())}", got=split,

@@ -18,6 +18,7 @@ from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from services.trainer.worker import EventSink
 from trace_common.artifacts import open_store
+from trace_common.domains.tau2.data import default_data_root
 from trace_common.errors import FailedPrecondition, ResourceExhausted
 from trace_common.jobs import JobState
 
@@ -218,3 +219,29 @@ async def test_training_job_cancel_deletes_the_kubernetes_job(kmock, tmp_path):
     assert domain.create_job(spec, "r1", {}, "req-1").job_id == again.job_id
     domain.jobs.cancel(again.job_id)
     assert (await domain.jobs.wait(again.job_id, 10)).state == JobState.CANCELLED
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["uri", "params"])
+async def test_the_job_pod_gets_the_data_directory_the_trainer_resolved(kmock, tmp_path, how):
+    """A tau2 data directory named through a symlink that resolves under a data root: the Job pod's
+    WorkerSpec carries the resolved directory (what the trainer checked), never the request's path."""
+    tau2 = default_data_root().resolve()
+    (tmp_path / "link").symlink_to(tau2 / "retail")
+    settings = TrainerSettings(artifact_root=(tmp_path / "store").as_uri(), kubernetes_namespace="trace",
+                               job_poll_seconds=0.05, data_roots=[str(tau2)], **GPU_POOL)
+    domain = Training(settings, kube_api_client=api_factory(kmock))
+    named = {"uri": (tmp_path / "link").as_uri()} if how == "uri" else {"params": {"data": str(tmp_path / "link")}}
+    spec = TrainingSpecModel.model_validate(dict(
+        kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+        environments=[{"name": "tau2-retail", **named}], policy={"backend": "POLICY_BACKEND_IN_PROCESS",
+                                                                "model": "micro"},
+        config={"max_steps": 5}, executor="EXECUTOR_KUBERNETES"))
+    rec = domain.create_job(spec, "r1", {}, "")
+    job = await wait_created(domain.kube_executor().batch, job_name(rec.job_id))
+    env = {e.name: e.value for e in job.spec.template.spec.containers[0].env}
+    sent = WorkerSpec.model_validate_json(env[SPEC_ENV]).environment
+    assert sent["params"]["data"] == str(tau2 / "retail")
+    assert str(tmp_path / "link") not in env[SPEC_ENV]
+    domain.jobs.cancel(rec.job_id)
+    assert (await domain.jobs.wait(rec.job_id, 10)).state == JobState.CANCELLED

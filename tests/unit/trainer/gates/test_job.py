@@ -10,8 +10,9 @@ from services.trainer.specs import TrainingSpecModel
 from tests.unit.trainer.gates.test_grpo import _traj
 from tests.unit.trainer.gates.test_grpo_toy import toy_world
 from trace_common.artifacts import open_store
+from trace_common.domains.tau2.data import default_data_root
 from trace_common.env.trajectory import dumps_jsonl
-from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
 CONFIG = dict(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4, warm_start_steps=5,
               warm_start_episodes=4, guidance_fraction=0.0)
@@ -34,13 +35,16 @@ def store(tmp_path):
     return store
 
 
-def _spec(store, environments=("toy-early", "toy-late", "toy-target"), **config) -> TrainingSpecModel:
+def _spec(store, environments=("toy-early", "toy-late", "toy-target"), target: dict | None = None,
+          **config) -> TrainingSpecModel:
+    """`target`: EnvironmentRefModel fields of a target listed instead of toy-target's."""
     root = store.root_uri.rstrip("/")
     base_dir, _ = toy_world()
     return TrainingSpecModel.model_validate(dict(
         kind="TRAINING_KIND_GATES", capability="r1-moe",
         adapter_uris={n: f"{root}/runs/r1/adapters/{n}/v1/adapter_model.safetensors" for n in ("early", "late")},
-        environments=[{"name": e, **({"params": {"split": "train"}} if e == "toy-target" else {})}
+        environments=[target if e == "toy-target" and target else
+                      {"name": e, **({"params": {"split": "train"}} if e == "toy-target" else {})}
                       for e in environments],
         policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": str(base_dir)}, config={**CONFIG, **config}))
 
@@ -80,3 +84,37 @@ def test_gates_request_accepted(store, config):
     assert parsed.base_provenance_uris == config.get("base_provenance_uris", [])
     if parsed.base_provenance_uris:
         assert len(read_base_trajectories(store, parsed.base_provenance_uris)) in (2, 3)
+
+
+#: (the target's fields, the data roots, the error, text it has); the target is environments[2]
+TAU2_TARGETS = {
+    "data outside the roots": ({"params": {"split": "train", "data": "/etc"}}, "tau2", PermissionDenied,
+                               "spec.environments[2].params['data']"),
+    "uri outside the roots": ({"uri": "file:///etc", "params": {"split": "train"}}, "tau2", PermissionDenied,
+                              "spec.environments[2].uri"),
+    "no roots listed": ({"params": {"split": "train", "data": "{tau2}/retail"}}, "", PermissionDenied,
+                        "TRACE_TRAINER_DATA_ROOTS"),
+    "the service's own data missing": ({"params": {"split": "train"}}, "tau2", NotFound, "TRACE_TAU2_DATA"),
+}
+
+
+@pytest.mark.parametrize(("target", "roots", "error", "text"), list(TAU2_TARGETS.values()), ids=list(TAU2_TARGETS))
+def test_a_tau2_targets_data_is_confined_and_its_default_path_not_named(store, tmp_path, monkeypatch, target, roots,
+                                                                        error, text):
+    tau2 = default_data_root().resolve()
+    missing = tmp_path / "home" / "tau2-missing"
+    monkeypatch.setenv("TRACE_TAU2_DATA", str(missing))   # the service's own data: not there
+    target = {"name": "tau2-retail", **target,
+              "params": {k: v.format(tau2=tau2) for k, v in target["params"].items()}}
+    with pytest.raises(error) as err:
+        validate_gates(_spec(store, target=target, base_provenance_uris=[]), store, data_roots=[tau2] if roots else [])
+    assert text in str(err.value), err.value
+    assert str(tmp_path) not in str(err.value) and "/etc" not in str(err.value), err.value
+
+
+def test_a_tau2_target_under_a_root_is_accepted_through_a_symlink(store, tmp_path):
+    tau2 = default_data_root().resolve()
+    (tmp_path / "link").symlink_to(tau2 / "retail")   # resolves under the root
+    target = {"name": "tau2-retail", "params": {"split": "train", "data": str(tmp_path / "link")}}
+    parsed = validate_gates(_spec(store, target=target, base_provenance_uris=[]), store, data_roots=[tau2])
+    assert parsed.max_steps == CONFIG["max_steps"]
