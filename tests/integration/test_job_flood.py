@@ -54,8 +54,9 @@ HUGE_URI = 15 * MIB
 #: round). Measured on 2 cores: start 120-128 MiB; a round of 12 holds 230-620 MiB while it runs and
 #: leaves 0-24 MiB above the start 2 s later (8 rounds: 0-14 MiB, no drift). Before the fix (no field
 #: cap, the refusal raised inside an except block, no GC/trim): 40 concurrent x 3 rounds took the service
-#: from 73 MiB to 2 GiB and left 1.6 GiB.
-HUGE_RSS_BOUND = 32 * MIB
+#: from 73 MiB to 2 GiB and left 1.6 GiB. A fresh-clone CI run beside other work left 38, 20 and 15 MiB
+#: above its start, hence 64 MiB: still 25x below what the unfixed service keeps.
+HUGE_RSS_BOUND = 64 * MIB
 
 
 def _rss(pid: int) -> int:
