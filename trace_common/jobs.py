@@ -58,7 +58,7 @@ from typing import Any
 
 from trace_common import limits
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, TraceError
-from trace_common.malloc import release_free_memory
+from trace_common.malloc import DeferredRelease
 from trace_common.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ class JobManager:
         self._bodies: dict[str, JobBody] = {}
         #: Job id -> (pickled spec, or None, and the spec itself when it could not be pickled), until it starts.
         self._specs: dict[str, tuple[bytes | None, Any]] = {}
-        self._trim: asyncio.TimerHandle | None = None
+        self._trim = DeferredRelease(TRIM_DELAY_S)
         self._watchers: dict[str, set[asyncio.Queue[JobRecord]]] = {}
         self._seq = itertools.count()
         #: Called with a job id when the job is evicted: a service's own per-job tables (the rollout
@@ -477,17 +477,10 @@ class JobManager:
     def _trim_soon(self) -> None:
         """Hand freed heap pages back to the OS shortly (one trim for a burst of cancellations): by
         then the ended tasks have dropped their bodies."""
-        if self._trim is not None:
-            return
         try:
-            loop = asyncio.get_running_loop()
+            self._trim.request(asyncio.get_running_loop())
         except RuntimeError:  # no loop (the service stopped): nothing to hand back
             return
-
-        def trim() -> None:
-            self._trim = None
-            release_free_memory()
-        self._trim = loop.call_later(TRIM_DELAY_S, trim)
 
     def _finish(self, job_id: str, state: JobState, *, result: Any = None, message: str | None = None,
                 error: tuple[str, str] | None = None) -> None:

@@ -17,14 +17,23 @@ Semantics:
     returns the cap now in force (None when this process's arenas are glibc's default)
     release_free_memory(): malloc_trim(0) on Linux + glibc (else a no-op): freed heap pages of
                       every arena go back to the OS; True when glibc released some
+    DeferredRelease(delay_s, min_interval_s, collect).request(loop):
+                      at most one release pending; it runs on `loop` max(delay_s, last run +
+                      min_interval_s - now) seconds later: gc.collect() first when `collect`,
+                      then release_free_memory() (a burst of requests costs one heap walk)
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
+import gc
+import logging
 import os
 import sys
+
+log = logging.getLogger(__name__)
 
 M_ARENA_MAX = -8  # <malloc.h>
 DEFAULT_ARENAS = 2
@@ -49,6 +58,37 @@ def release_free_memory() -> bool:
     if trim is None:  # not glibc (musl has no malloc_trim)
         return False
     return bool(trim(ctypes.c_size_t(0)))
+
+
+class DeferredRelease:
+    """`release_free_memory` soon, on an event loop, once for a burst of requests (module docstring).
+    The job table asks after pending jobs are cancelled; the gRPC error interceptor after a large
+    refused request (`collect`: the handler's exception cycle still holds the request's copies).
+    `request` may be called from any thread."""
+
+    def __init__(self, delay_s: float, min_interval_s: float = 0.0, collect: bool = False):
+        self.delay_s, self.min_interval_s, self.collect = delay_s, min_interval_s, collect
+        self._pending = False
+        self._last = float("-inf")
+        self.count = 0  # releases run
+
+    def request(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._schedule, loop)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._pending:
+            return
+        self._pending = True
+        loop.call_later(max(self.delay_s, self._last + self.min_interval_s - loop.time()), self._run, loop)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._pending, self._last = False, loop.time()
+        self.count += 1
+        if self.collect:
+            gc.collect()
+        released = release_free_memory()
+        log.debug("deferred heap release: %s", "pages released" if released else "none released")
 
 
 def limit_arenas(n: int = DEFAULT_ARENAS) -> int | None:

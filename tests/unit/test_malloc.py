@@ -66,3 +66,24 @@ def test_entry_points_refuse_a_bad_setting_with_exit_2(command, prog):
                          text=True, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     assert f"{prog}: TRACE_MALLOC_ARENA_MAX='two': expected a whole number" in out.stderr
+
+
+@pytest.mark.parametrize(("min_interval_s", "bursts", "expected"), [
+    (0.0, [5], 1),          # a burst of requests: one release
+    (0.0, [3, 3], 2),       # two bursts, each after the last release: two
+    (10.0, [3, 3], 1),      # the second burst falls inside min_interval_s: still pending at the end
+])
+def test_deferred_release_runs_once_per_burst(min_interval_s, bursts, expected):
+    import asyncio
+
+    from trace_common.malloc import DeferredRelease
+
+    async def go() -> int:
+        loop = asyncio.get_running_loop()
+        release = DeferredRelease(0.01, min_interval_s)
+        for n in bursts:
+            for _ in range(n):
+                release.request(loop)
+            await asyncio.sleep(0.1)
+        return release.count
+    assert asyncio.run(go()) == expected

@@ -33,7 +33,6 @@ from 73 MiB to 2 GiB RSS and stayed at 1.6 GiB; with this, it returns to ~100 Mi
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import logging
 import re
@@ -48,7 +47,7 @@ from pydantic import ValidationError
 
 from trace_common.errors import InvalidArgument, TraceError
 from trace_common.grpc.auth import BearerToken
-from trace_common.malloc import release_free_memory
+from trace_common.malloc import DeferredRelease
 from trace_common.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -197,33 +196,6 @@ async def _checked_stream(requests: AsyncIterator, method: str, type_name: str) 
         yield item
 
 
-class _HeapTrim:
-    """Schedules `release_free_memory` on `loop`: one pending at a time, TRIM_DELAY_S after it is asked
-    for and at least TRIM_INTERVAL_S after the previous one. `request` may be called from any thread."""
-
-    def __init__(self) -> None:
-        self._pending = False
-        self._last = float("-inf")
-        self.count = 0  # trims run (tests read it)
-
-    def request(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(self._schedule, loop)
-
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._pending:
-            return
-        self._pending = True
-        loop.call_later(max(TRIM_DELAY_S, self._last + TRIM_INTERVAL_S - loop.time()), self._run, loop)
-
-    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._pending, self._last = False, loop.time()
-        self.count += 1
-        gc.collect()  # handlers' own exception cycles (an error re-raised in an except block) hold copies too
-        released = release_free_memory()
-        log.debug("heap trim after a large refused request: %s", "pages released" if released else "none released")
-
-
 def _request_bytes(request: Any) -> int:
     size = getattr(request, "ByteSize", None)
     return size() if callable(size) else 0
@@ -235,7 +207,8 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
     error has its memory handed back to the OS (module docstring)."""
 
     def __init__(self) -> None:
-        self.trim = _HeapTrim()
+        #: Collects cycles, then trims; one release for a burst (trace_common/malloc.py).
+        self.trim = DeferredRelease(TRIM_DELAY_S, TRIM_INTERVAL_S, collect=True)
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
