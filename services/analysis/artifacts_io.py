@@ -105,6 +105,7 @@ def confine_rollouts(uris: Sequence[str], run_id: str, store: ArtifactStore, roo
     own = parse_root_uri(store.root_uri)
     prefix = f"runs/{run_id or 'adhoc'}/rollouts/"
     allowed = [parse_root_uri(r, field="rollout_roots") for r in roots]
+    opened: dict[str, ArtifactStore] = {}  # root URI -> its store, opened once for all the URIs under it
     out = []
     for i, uri in enumerate(uris):
         parsed = _parse(uri)
@@ -115,7 +116,9 @@ def confine_rollouts(uris: Sequence[str], run_id: str, store: ArtifactStore, roo
         for root in allowed:
             key = _key_under(parsed, root, "") if parsed else None
             if key is not None:
-                other = open_store(root.uri, s3 if root.scheme == "s3" else None, observer)
+                if root.uri not in opened:
+                    opened[root.uri] = open_store(root.uri, s3 if root.scheme == "s3" else None, observer)
+                other = opened[root.uri]
                 out.append(RolloutRef(uri=other.uri_for(key), store=other, key=key))
                 break
         else:
