@@ -16,8 +16,8 @@ refused value: it never says whether the path exists, where it points, or what t
 default root is the service's own data path, and it may lie under HOME). What is accepted is
 passed on resolved, so the loader reads the directory that was checked.
 
-A request that names no data directory gets the service's own (`$TRACE_TAU2_DATA`, else the
-development layout's `../shared/tau2`). When that is missing, the loader's NotFound names its path;
+A request that names no data directory gets the service's own (`$TRACE_TAU2_DATA`). When that is
+unset or missing, the loader's NotFound says so (naming the path it looked in);
 `own_data_hidden` re-raises it as a NotFound that names the environment and the settings only
 (the rollout, environment and trainer services wrap the environment's first instantiation in it).
 """

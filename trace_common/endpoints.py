@@ -1,6 +1,6 @@
 """The outbound endpoints a service may call, as its operator allows them (`TRACE_<SERVICE>_ENDPOINTS`).
 
-Trust boundary (DESIGN, "Trust boundaries"): a request never chooses an outbound URL or a
+Trust boundary (docs/design.md, "Trust boundaries"): a request never chooses an outbound URL or a
 credential. A service that calls OpenAI-compatible endpoints (analysis, environment, rollout; the
 trainer for vLLM rollouts) is given a map of *profiles* by its operator, as one JSON setting (the
 chart renders it from values and Secret references; `tracectl run` builds it from the run config

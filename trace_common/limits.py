@@ -1,6 +1,6 @@
 """Request size caps, one per field class, shared by every service's request specs.
 
-No client can exhaust a service (DESIGN, trust boundaries): besides the gRPC message cap
+No client can exhaust a service (docs/design.md, "Trust boundaries"): besides the gRPC message cap
 (`max_message_bytes`) and the pending-job caps (trace_common/jobs.py), each field of a request spec
 that a client fills with text or lists has a cap for its class, stated in the protos' comments and
 enforced while the spec validates, so a refusal is INVALID_ARGUMENT naming the field, the cap and the

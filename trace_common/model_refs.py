@@ -1,7 +1,7 @@
 """Model references -> local directories: the one place every service decides whether it may load
 a base model, an adapter, a composition or a gates file a request names, and resolves it.
 
-The rule (DESIGN, trust boundaries): a reference is accepted only if it is
+The rule (docs/design.md, "Trust boundaries"): a reference is accepted only if it is
 
 | form                                                   | accepted when                                           |
 |--------------------------------------------------------|---------------------------------------------------------|

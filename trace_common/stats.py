@@ -1,7 +1,7 @@
 """Small statistics shared by reports: pass rates with confidence intervals, and paired
 comparisons of two methods played on the same tasks.
 
-DESIGN "Evaluation": comparisons are paired (every arm plays the same held-out tasks), so a
+docs/design.md "Evaluation": comparisons are paired (every arm plays the same held-out tasks), so a
 difference between two arms is judged on the tasks where they disagree -- exact McNemar on the
 discordant pairs, and a paired bootstrap interval of the pass-rate difference -- and the report
 states the smallest difference the test size can resolve (`mcnemar_min_detectable`).

@@ -9,7 +9,7 @@ Modules, in the order a job uses them:
   analyst           OpenAI-compatible requests with validation retries and bounded parallelism
   discovery         one request proposing candidate capabilities
   labeling          N independent labeling runs (LLM mode) and the LabelRun record
-  stats             Cov, ER-, ER+, Delta, K-of-N retention, Cohen's kappa (DESIGN.md, normative)
+  stats             Cov, ER-, ER+, Delta, K-of-N retention, Cohen's kappa (docs/design.md)
   result            per-candidate outcomes, evidence, kappa; report.json
   report, plots     report.md and the PNG plots
   pipeline          the job body tying them together

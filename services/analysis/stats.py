@@ -1,4 +1,4 @@
-"""Contrastive capability statistics (DESIGN.md, "Analysis statistics", normative).
+"""Contrastive capability statistics (docs/design.md, "Analysis statistics").
 
 Everything here is pure arithmetic on labels, so the same code serves both analyst modes
 (LLM labels and diagnostics-derived labels) and the tests can check it against tables
@@ -45,7 +45,7 @@ class Label(StrEnum):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """rho, delta, K and N of the retention rule (defaults from DESIGN.md)."""
+    """rho, delta, K and N of the retention rule (defaults: docs/design.md, "Analysis statistics")."""
 
     min_coverage: float = 0.10   # rho
     min_gap: float = 0.20        # delta

@@ -7,7 +7,7 @@ runner.plan checks them too).
 
 A job writes its trajectories under `runs/<run_id or adhoc>/rollouts/<job_id>` of this service's
 store. A request's `output_uri` may only name another prefix there: inside this store, under its
-own run's `rollouts/`, holding no object yet and claimed by no live job (DESIGN, trust boundaries: a
+own run's `rollouts/`, holding no object yet and claimed by no live job (docs/design.md, "Trust boundaries": a
 request never picks a path outside the store, and one run's request cannot overwrite another's
 results)."""
 

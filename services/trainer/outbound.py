@@ -1,6 +1,6 @@
 """What a training job may reach outside the trainer: the vLLM server of `rollout_backend='vllm'`.
 
-Trust boundary (DESIGN, "Trust boundaries"): a job names its vLLM server by one of the operator's
+Trust boundary (docs/design.md, "Trust boundaries"): a job names its vLLM server by one of the operator's
 endpoint profiles (TRACE_TRAINER_ENDPOINTS, `trace_common/endpoints.py`) or that profile's exact
 base_url, and the adapter versions it saves for the server to load go inside the operator's
 TRACE_TRAINER_VLLM_ADAPTER_ROOT (a shared volume); a request never picks either.

@@ -1,5 +1,5 @@
 """A client cannot make a service call a URL, or send a credential, its operator did not allow
-(DESIGN "Trust boundaries"; trace_common/endpoints.py). Over gRPC on the embedded stack, every
+(docs/design.md "Trust boundaries"; trace_common/endpoints.py). Over gRPC on the embedded stack, every
 request field that once chose an outbound URL or key -- the analyst's and generator's `llm`, the
 calibration and rollout policies' `endpoint`, the user simulator, URL-like environment parameters --
 is refused with PERMISSION_DENIED naming the field, and two real loopback listeners (one allowed

@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.support.tau2_data import needs_tau2, tau2_data_root
 from tests.unit.analysis.fixtures import planted_set
 from trace_common.artifacts import open_store
-from trace_common.domains.tau2.data import default_data_root
 from trace_common.env import dumps_jsonl
 from trace_common.grpc.client import messages, new_request_id
 from trace_common.proto.trace.v1 import types_pb2 as t
@@ -27,7 +27,8 @@ from tracectl.cli import main
 
 pytestmark = pytest.mark.integration
 A, R, E, T = (messages(s) for s in ("analysis", "rollout", "environment", "trainer"))
-TAU2 = default_data_root().resolve()   # the data root the embedded_stack fixture lists
+#: The data root the embedded_stack fixture lists (None without TRACE_TAU2_DATA: the tests naming it skip).
+TAU2 = root.resolve() if (root := tau2_data_root()) else None
 
 
 def _jobs(stack, service: str, run_id: str) -> int:
@@ -201,7 +202,8 @@ REFUSED_DATA = {
 
 
 @pytest.mark.parametrize("service", list(CREATE))
-@pytest.mark.parametrize(("how", "where", "field"), list(REFUSED_DATA.values()), ids=list(REFUSED_DATA))
+@pytest.mark.parametrize(("how", "where", "field"), [
+    pytest.param(*case, id=name, marks=[needs_tau2] if "{tau2}" in case[1] else []) for name, case in REFUSED_DATA.items()])
 def test_a_data_directory_outside_the_roots_is_refused_before_a_job(embedded_stack, dirs, service, how, where,
                                                                    field):
     value = where.format(outside=dirs["outside"], extra=dirs["extra"], tau2=TAU2, home=Path.home())
@@ -218,10 +220,11 @@ def test_a_data_directory_outside_the_roots_is_refused_before_a_job(embedded_sta
                                                     {"params": {"data": "/nonexistent/x"}})), stack, service, run,
                      prefix + field)
     assert details == other and setting in details
-    for secret in (str(Path.home()), str(TAU2), str(default_data_root()), str(dirs["outside"])):
+    for secret in (str(Path.home()), *(str(p) for p in (TAU2, tau2_data_root()) if p), str(dirs["outside"])):
         assert secret not in details, details
 
 
+@needs_tau2
 @pytest.mark.parametrize("service", ["rollout", "environment", "trainer"])
 @pytest.mark.parametrize("how", ["uri", "params"])
 def test_a_data_directory_under_a_root_is_accepted(embedded_stack, service, how):
@@ -262,6 +265,7 @@ def test_the_services_own_missing_data_is_not_named(embedded_stack, tmp_path, mo
     assert _jobs(embedded_stack, service.split("-")[0], run) == 0
 
 
+@needs_tau2
 @pytest.mark.parametrize("how", ["--env", "--env-param"])
 def test_tracectl_train_lists_the_data_directory_it_names(tmp_path, monkeypatch, capsys, how):
     """`tracectl train` with its own embedded services lists the tau2 directory its input names as the

@@ -1,6 +1,6 @@
 """tau2 retail through the rollout service, SmolLM2-135M (real vLLM server) as agent and as user.
 
-Two tau2 retail tasks (data read in place from the shared tau2 directory) are played by a
+Two tau2 retail tasks (data read in place from the directory $TRACE_TAU2_DATA names) are played by a
 rollout job whose policy is the vLLM server over the OpenAI protocol (POLICY_BACKEND_OPENAI_HTTP)
 and whose simulated user (`RolloutSpec.user_simulator`) is the same server. tau2's agent
 prompt is ~6k tokens (instructions, policy, 16 tool schemas), so budgets are small: 3 agent

@@ -3,7 +3,7 @@
 `s3_server` (session-scoped) starts `rclone serve s3 --addr 127.0.0.1:<free port>
 --auth-key KEY,SECRET <tmpdir>`, waits until it accepts connections and answers S3, and stops
 it at teardown. `s3_bucket` (per test) creates a fresh bucket on it. No MinIO server is
-installable here (../shared/TOOLING.md); rclone's is a real S3 implementation (signatures,
+installable on the project's machines; rclone's is a real S3 implementation (signatures,
 multipart, user metadata), unlike a mock. The `minio` SDK needs region="us-east-1" with it.
 
 Register with `pytest_plugins = ["tests.support.s3"]` in tests/conftest.py.

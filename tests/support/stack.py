@@ -4,8 +4,9 @@
 Both are `tracectl.embedded.BackgroundStack`: `.stub(service)`, `.targets`, `.metrics_urls`,
 `.root`, `.domain(service)`, `.call(coro)`.
 
-`embedded_stack` also lists the tau2 test data ($TRACE_TAU2_DATA or ../shared/tau2) as a data root of
-the rollout, environment and trainer services, so requests may name data directories under it.
+`embedded_stack` also lists the tau2 test data (the directory $TRACE_TAU2_DATA names,
+tests/support/tau2_data.py; none without it) as a data root of the rollout, environment and trainer
+services, so requests may name data directories under it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from trace_common.domains.tau2.data import default_data_root
+from tests.support.tau2_data import tau2_data_root
 from tracectl.embedded import EMBEDDED_DATA_ROOTS, BackgroundStack
 
 TOKEN = "test-token-" + "x" * 16
@@ -22,7 +23,8 @@ TOKEN = "test-token-" + "x" * 16
 
 @pytest.fixture(scope="session")
 def embedded_stack(tmp_path_factory) -> Iterator[BackgroundStack]:
-    s = BackgroundStack(tmp_path_factory.mktemp("embedded"), overrides={EMBEDDED_DATA_ROOTS: [default_data_root()]})
+    roots = [root] if (root := tau2_data_root()) else []
+    s = BackgroundStack(tmp_path_factory.mktemp("embedded"), overrides={EMBEDDED_DATA_ROOTS: roots})
     yield s
     s.close()
 

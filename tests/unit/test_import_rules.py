@@ -1,4 +1,4 @@
-"""The house rules of imports (DESIGN.md "Services"; issue #20), checked over the source.
+"""The house rules of imports (docs/design.md "Architecture"; issue #20), checked over the source.
 
 * `trace_common` (the library) names no service and not the CLI;
 * a service's modules (`services/<a>/`) import no other service (`services.<b>`, b != a); the
@@ -18,7 +18,9 @@ its literal prefix, so `import_module(f"services.{name}.app")` is an import of s
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import re
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,4 +243,91 @@ def test_the_source_keeps_the_rule(rule):
     files = [p for p in _checked_files() if rule.applies(p)]
     assert files, f"no files checked by {rule.name}: has the tree moved?"
     found = [v for p in files for v in violations(rule, (ROOT / p).read_text(), p)]
+    assert not found, "\n".join(found)
+
+
+# ---- citations: the repository stands on its own -----------------------------------------------------------
+#: What a clone of this repository does not hold, and so no tracked file may cite (code, docstrings, README,
+#: configs): the development machines' shared directory next to the checkout and its two documents, their work
+#: tree, and wherever this checkout lies (an absolute path of this machine). The design is `docs/design.md`.
+OUTSIDE = [
+    (re.compile(r"\.\./shared\b"), "cites ../shared (a directory next to the checkout, not in a clone)"),
+    (re.compile(r"/work/"), "cites /work/ (the development machines' work tree)"),
+    (re.compile(r"\b(?:DESIGN|TOOLING)(?:\.md)?\b"), "cites a document outside the repository (DESIGN/TOOLING; "
+     "the design is docs/design.md)"),
+]
+#: Files allowed some of those patterns, and why. The CI entry point points TRACE_TAU2_DATA at the development
+#: machines' copy of the tau2-bench data when the variable is unset and that copy exists (issue #29); this
+#: module names every pattern it looks for, in OUTSIDE and in its planted cases.
+CITATION_EXEMPT = {".ci/run": {OUTSIDE[0][0].pattern},
+                   "tests/unit/test_import_rules.py": {pattern.pattern for pattern, _ in OUTSIDE}}
+
+
+def _here_patterns() -> list[tuple[re.Pattern[str], str]]:
+    """This checkout's own absolute path (wherever it is cloned), unless it is too short to mean a place."""
+    root = ROOT.as_posix()
+    return [(re.compile(re.escape(root) + r"(?![\w.-])"), f"cites this checkout's absolute path {root}")] \
+        if len(ROOT.parts) > 2 else []
+
+
+def citations(path: str, text: str, patterns: Sequence[tuple[re.Pattern[str], str]] = tuple(OUTSIDE)) -> list[str]:
+    """`path:line: why` for every place in `text` (the file at repository path `path`) that matches one of
+    `patterns` (default: OUTSIDE), less the file's exemptions."""
+    exempt = CITATION_EXEMPT.get(path, set())
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for pattern, why in patterns:
+            if pattern.pattern not in exempt and pattern.search(line):
+                found.append(f"{path}:{number}: {why}: {line.strip()[:160]}")
+    return found
+
+
+def _tracked_text_files() -> list[str]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"not a git checkout ({exc}): the tracked files are unknown, so the citation rule is unchecked")
+    return [p for p in out.decode().split("\0") if p]
+
+
+@pytest.mark.parametrize("path, text, broken", [
+    ("README.md", "Design: [`../shared/DESIGN.md`](../shared/DESIGN.md).", True),
+    ("README.md", "Design: [`docs/design.md`](docs/design.md).", False),
+    ("trace_common/x.py", '"""Contrastive statistics (DESIGN.md, "Analysis statistics")."""', True),
+    ("trace_common/x.py", '"""Guided rollouts (DESIGN "Rare behaviours")."""', True),
+    ("trace_common/x.py", "# pinned to what installs here (TOOLING)", True),
+    ("trace_common/x.py", '"""Contrastive statistics (docs/design.md, "Analysis statistics")."""', False),
+    ("trace_common/x.py", "# a designed environment; design choices", False),
+    ("trace_common/x.py", "root = REPO.parent / 'shared' / 'tau2'  # ../shared/tau2", True),
+    ("tests/x.py", "DATA = Path('/work/shared/tau2')", True),
+    ("bench/RESULTS.md", "through `file:///work/checkout/.trace/runs/x/composition.json`", True),
+    ("examples/x.yaml", "uri: /data/tau2/retail   # inside the pods", False),
+    ("tests/chart/values/x.yaml", "mountPath: /shared/adapters", False),
+    (".ci/run", 'export TRACE_TAU2_DATA="$(cd ../shared/tau2 && pwd)"', False),
+    (".ci/run", "# see ../shared/DESIGN.md", True),   # the exemption covers ../shared, not the documents
+    ("Makefile", "TRACE_TAU2_DATA ?= ../shared/tau2", True),
+])
+def test_citation_checker_finds_planted_citations(path, text, broken):
+    found = citations(path, text)
+    assert bool(found) == broken, found
+
+
+def test_citation_checker_finds_this_checkouts_path():
+    here = _here_patterns()
+    assert here, f"{ROOT} is too short a path to check"
+    assert citations("x.py", f"MODEL = '{ROOT.as_posix()}/models/m'", here)
+    assert not citations("x.py", f"MODEL = '{ROOT.as_posix()}-other/models/m'", here)
+
+
+def test_no_file_cites_a_path_outside_the_repository():
+    files = _tracked_text_files()
+    assert "README.md" in files, "README.md is not tracked: has the tree moved?"
+    here = _here_patterns()
+    found = []
+    for path in files:
+        try:
+            text = (ROOT / path).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue   # binary (weights, images) or deleted in the work tree: nothing to cite
+        found += citations(path, text, [*OUTSIDE, *here])
     assert not found, "\n".join(found)

@@ -167,11 +167,9 @@ def test_a_uri_at_the_cap_is_accepted():
 
 
 def test_the_real_tau2_prompts_are_far_under_the_prompt_cap():
-    from pathlib import Path
-
-    from trace_common.domains.tau2.data import default_data_root
+    from tests.support.tau2_data import require_tau2_data
     from trace_common.domains.tau2.prompts import agent_system_prompt
 
-    root = Path(default_data_root())
+    root = require_tau2_data()
     sizes = [len(agent_system_prompt((root / d / "policy.md").read_text())) for d in ("airline", "retail")]
     assert max(sizes) * 4 < limits.PROMPT_CHARS, sizes

@@ -6,7 +6,7 @@
     store2, key = open_uri(info.uri, s3=settings)                    # from a URI in a proto
     data = store2.get_bytes(key)                                     # verified or raises
 
-Guarantees (DESIGN.md "Data contracts"): no partially written object is ever visible under its
+Guarantees (docs/design.md "Data contracts"): no partially written object is ever visible under its
 final key; every object carries the sha256 recorded when it was written; every read verifies
 it and raises `trace_common.errors.ArtifactCorrupted` rather than return damaged bytes. Bad
 keys and URIs raise `InvalidArgument`, missing objects `NotFound`, an unreachable S3 server

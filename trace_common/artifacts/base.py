@@ -1,7 +1,7 @@
 """The backend-independent half of the artifact store: the public API, argument checks,
 per-operation observation, and the integrity rules every backend shares.
 
-Integrity rules (DESIGN.md, "Data contracts"): every object carries the sha256 of its bytes,
+Integrity rules (docs/design.md, "Data contracts"): every object carries the sha256 of its bytes,
 recorded when it was written; every read recomputes it and raises `ArtifactCorrupted` on a
 mismatch or a missing record instead of returning the bytes. `stat`, `exists` and `list` report
 the *recorded* digest and do not read the data.

@@ -1,6 +1,6 @@
 """The record-toolkit contract: a target's own database schema and tool code, usable by other environments.
 
-A capability environment (DESIGN.md "Environment interface") plays its own small scenario
+A capability environment (docs/design.md "Environment interface") plays its own small scenario
 but must look exactly like its target: the same records, id formats, amounts, item names
 and tool outputs. Rather than re-implementing them, it asks the target's *record toolkit*
 (named by the target's `TargetSurface.toolkit`, see surface.py) to

@@ -1,6 +1,6 @@
 """A target's surface: what an environment must keep to look like the target to a policy.
 
-A capability environment trains one skill for a target (DESIGN.md "Environment
+A capability environment trains one skill for a target (docs/design.md "Environment
 interface"), so everything the policy sees that is not the scenario itself must be the
 target's: its system prompt verbatim, its opening (an assistant greeting when the target has
 one), all of its tools with their schemas, and its renderings of ids, amounts, names and

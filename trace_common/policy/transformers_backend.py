@@ -9,7 +9,7 @@ on one worker thread, so the asyncio loop stays responsive. Prompts are rendered
 model's chat template (`ChatFormat`), replies parsed by `parse_assistant_text`.
 
 A PEFT adapter is merged into the freshly loaded base weights by default
-(`merge_and_unload`): unmerged LoRA generates 1.3-1.7x slower on CPU (TOOLING). Pass
+(`merge_and_unload`): unmerged LoRA generates 1.3-1.7x slower on CPU (measured on the project's machines). Pass
 `merge_adapter=False` to keep it unmerged (e.g. to compare with a training-time model).
 `from_model` wraps a model object owned by someone else (the GRPO trainer): no copy is
 made, and the prefix KV cache notices in-place weight updates (see `PrefixCache`).

@@ -53,7 +53,7 @@ def environment_ref(env: str) -> t.EnvironmentRef:
     if "/" in env or path.is_dir():
         if not (path / "tasks.json").is_file():
             raise InvalidArgument(field="--env", expected="a registered environment name or a tau2 data directory "
-                                  "(holding tasks.json)", got=env, fix="e.g. --env store or --env ../shared/tau2/retail")
+                                  "(holding tasks.json)", got=env, fix="e.g. --env store or --env $TRACE_TAU2_DATA/retail")
         fix = "restore the file from tau2-bench"
         read_json(path / "tasks.json", "--env", list, fix=fix, max_bytes=DATA_MAX_BYTES)
         if (path / "split_tasks.json").is_file():

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                      "malformed tau2 file, or one that is not UTF-8 text"))
     replay.add_argument("--data", default=None,
                         help="tau2 data root (holding retail/, user_simulator/) or a domain directory; "
-                             "default $TRACE_TAU2_DATA, else ../shared/tau2 next to the repository")
+                             "default $TRACE_TAU2_DATA (README: tau2-bench data)")
     replay.add_argument("--domain", default=None, help="domain under --data (default: retail)")
     replay.add_argument("--out", required=True, help="JSON file to write")
     replay.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")

@@ -88,7 +88,7 @@ def sandbox_for(config: SandboxConfig, mode: str) -> SandboxConfig:
     """The sandbox for code of generation `mode`. Library environments are TRACE's own code (bundled
     from services/environment/library), so a missing isolation layer is reported, not refused, for
     them: on a machine without root (a newcomer's `make demo`) the embedded default still runs. Code
-    an LLM wrote gets the operator's setting (refused unless `allow_weak`, DESIGN "Trust boundaries")."""
+    an LLM wrote gets the operator's setting (refused unless `allow_weak`, docs/design.md "Trust boundaries")."""
     if mode in TRUSTED_MODES and not config.allow_weak:
         return config.model_copy(update={"allow_weak": True})
     return config

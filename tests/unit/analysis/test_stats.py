@@ -1,4 +1,4 @@
-"""Contrastive statistics against tables computed by hand (DESIGN.md "Analysis statistics")."""
+"""Contrastive statistics against tables computed by hand (docs/design.md "Analysis statistics")."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """Shared helpers of the environment-service tests: targets, bundles, in-process play, planted modules.
 
-The tau2 target reads the real tau2-bench retail data (`$TRACE_TAU2_DATA` or ../shared/tau2);
-when it is missing the tests that use it fail -- they are never skipped.
+The tau2 target reads the real tau2-bench retail data from the directory `$TRACE_TAU2_DATA` names
+(tests/support/tau2_data.py): unset, the tests that use it skip, saying so; mis-set, they fail.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from services.environment import library
 from services.environment.sandbox.config import SandboxConfig
 from services.environment.targets import TargetInfo, resolve_target
 from services.environment.validation import ValidationConfig
-from trace_common.domains.tau2.data import default_data_root
+from tests.support import tau2_data
 from trace_common.env import Environment, action_from_dict, make
 
 TARGET_NAMES = ("store", "tau2-retail")
@@ -23,7 +23,7 @@ SANDBOX = SandboxConfig(call_timeout_s=20.0)
 
 
 def tau2_retail_dir() -> str:
-    return str(default_data_root() / "retail")
+    return str(tau2_data.tau2_retail_dir())
 
 
 @cache

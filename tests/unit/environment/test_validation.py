@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -147,19 +148,27 @@ def test_static_check(source, ok, fragment):
     assert check.passed is ok and fragment in check.reason
 
 
-def _opening(target_name: str, prompt: str | None = None, greeting: str | None = "target") -> list[dict]:
-    info = target(target_name)
-    messages = [{"role": "system", "content": info.system_prompt if prompt is None else prompt}]
-    if greeting == "target" and info.greeting:
-        messages.append({"role": "assistant", "content": info.greeting})
-    elif greeting not in (None, "target"):
-        messages.append({"role": "assistant", "content": greeting})
-    return messages + [{"role": "user", "content": "Hi, please cancel order #W1234567."}]
+def _opening(target_name: str, prompt=None, greeting: str | None = "target") -> Callable[[], list[dict]]:
+    """The opening messages, built when the test runs (the tau2 target reads its data then, or skips).
+    `prompt`: the system prompt, or a function of the target's."""
+    def build() -> list[dict]:
+        info = target(target_name)
+        system = info.system_prompt if prompt is None else prompt(info.system_prompt) if callable(prompt) else prompt
+        messages = [{"role": "system", "content": system}]
+        if greeting == "target" and info.greeting:
+            messages.append({"role": "assistant", "content": info.greeting})
+        elif greeting not in (None, "target"):
+            messages.append({"role": "assistant", "content": greeting})
+        return messages + [{"role": "user", "content": "Hi, please cancel order #W1234567."}]
+    return build
 
 
-def _schemas(target_name: str, change=None) -> list[dict]:
-    schemas = json.loads(json.dumps(target(target_name).tool_schemas))
-    return change(schemas) if change else schemas
+def _schemas(target_name: str, change=None) -> Callable[[], list[dict]]:
+    """The target's tool schemas (changed by `change`), built when the test runs."""
+    def build() -> list[dict]:
+        schemas = json.loads(json.dumps(target(target_name).tool_schemas))
+        return change(schemas) if change else schemas
+    return build
 
 
 def _describe(schemas):
@@ -182,7 +191,7 @@ SURFACE_CASES = [
     ("store", _schemas("store", lambda s: s[::-1]), _opening("store"), False, "not in the target's order"),
     ("store", _schemas("store"), _opening("store", "You are a helpful agent."), False,
      "does not start with store's system prompt verbatim"),
-    ("tau2-retail", _schemas("tau2-retail"), _opening("tau2-retail", "# Retail policy\n" + target("tau2-retail").system_prompt),
+    ("tau2-retail", _schemas("tau2-retail"), _opening("tau2-retail", lambda p: "# Retail policy\n" + p),
      False, "does not start with tau2-retail's system prompt verbatim"),
     ("store", _schemas("store"), _opening("store", target("store").system_prompt + "x" * 601), False,
      "has 601 characters (at most 600)"),
@@ -195,7 +204,7 @@ SURFACE_CASES = [
 
 @pytest.mark.parametrize(("target_name", "schemas", "messages", "ok", "fragment"), SURFACE_CASES)
 def test_surface_check(target_name, schemas, messages, ok, fragment):
-    check = surface_check(schemas, messages, target(target_name), 600)
+    check = surface_check(schemas(), messages(), target(target_name), 600)
     assert check.passed is ok, check.reason
     assert fragment in check.reason
 

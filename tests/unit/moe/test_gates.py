@@ -109,7 +109,7 @@ def test_composed_load_balancing_loss_with_constant_gates(families, bias):
 
 
 @pytest.mark.parametrize("layers,hidden,adapters,expected", [
-    (48, 2048, 4, 491_760),  # DESIGN.md: Qwen3-30B-A3B, 4 adapters + base slot
+    (48, 2048, 4, 491_760),  # docs/design.md "MoE composition": Qwen3-30B-A3B, 4 adapters + base slot
     (2, 64, 1, 2 * (64 * 2 + 2)),
     (3, 128, 2, 3 * (128 * 3 + 3)),
     (4, 64, 3, 4 * (64 * 4 + 4)),

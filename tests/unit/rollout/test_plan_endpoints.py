@@ -10,7 +10,7 @@ import pytest
 
 from services.rollout import runner
 from services.rollout.specs import RolloutSpecModel
-from tests.unit.tau2.conftest import tau2_data_root
+from tests.support.tau2_data import require_tau2_data
 from trace_common.endpoints import Endpoints
 from trace_common.errors import InvalidArgument, PermissionDenied
 
@@ -26,12 +26,13 @@ def _spec(**kw) -> RolloutSpecModel:
                                             "tasks": {"split": "test", "limit": 2}, **kw})
 
 
-#: The operator's data roots of these plans: the tau2 test data (a named data directory must lie under one).
-DATA_ROOTS = [tau2_data_root()]
+def _data_roots() -> list:
+    """The operator's data roots of these plans: the tau2 test data (a named data directory must lie under one)."""
+    return [require_tau2_data()]
 
 
 def _tau2(**kw) -> RolloutSpecModel:
-    retail = (tau2_data_root() / "retail").resolve()
+    retail = (require_tau2_data() / "retail").resolve()
     return _spec(environment={"name": "tau2-retail", "uri": retail.as_uri()},  # plan loads no model
                  policy={"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro"}, **kw)
 
@@ -39,7 +40,7 @@ def _tau2(**kw) -> RolloutSpecModel:
 def test_the_user_simulator_comes_from_its_profile_and_its_key_is_never_recorded(monkeypatch):
     monkeypatch.setenv(KEY_ENV, "sk-user-sim")
     p = runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen", "timeout_seconds": 5}), ENDPOINTS,
-                    DATA_ROOTS)
+                    _data_roots())
     assert p.params["user_base_url"] == USER_URL and p.params["user_model"] == "qwen"
     assert p.params["user_api_key"] == "sk-user-sim"           # to the factory ...
     assert "user_api_key" not in p.recorded_params             # ... never into a trajectory
@@ -49,7 +50,7 @@ def test_the_user_simulator_comes_from_its_profile_and_its_key_is_never_recorded
 def test_an_unset_profile_key_fails_the_plan(monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(Exception, match=f"api_key_env={KEY_ENV!r} names an unset environment variable"):
-        runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen"}), ENDPOINTS, DATA_ROOTS)
+        runner.plan(_tau2(user_simulator={"profile": "user-sim", "model": "qwen"}), ENDPOINTS, _data_roots())
 
 
 def test_the_http_policy_is_checked_by_plan():

@@ -1,33 +1,22 @@
-"""Fixtures for the tau2 tests: the shared tau2-bench data, read where it lies.
+"""Fixtures for the tau2 tests: the tau2-bench data, read where it lies.
 
-The data directory is $TRACE_TAU2_DATA, else ../shared/tau2 next to the repository root.
-It is always present on the project's machines, so a missing directory FAILS the tests
-that need it (never a skip).
+The data directory is the one $TRACE_TAU2_DATA names (tests/support/tau2_data.py): unset, the
+tests that need it skip, saying so; set to a directory without the retail domain, they fail.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.support.tau2_data import require_tau2_data
 from trace_common.domains.tau2.data import Tau2Domain, load_domain
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def tau2_data_root() -> Path:
-    env = os.environ.get("TRACE_TAU2_DATA")
-    return Path(env) if env else (REPO_ROOT.parent / "shared" / "tau2")
 
 
 @pytest.fixture(scope="session")
 def data_root() -> Path:
-    root = tau2_data_root()
-    if not (root / "retail" / "tasks.json").is_file():
-        pytest.fail(f"tau2 data not found at {root} (set TRACE_TAU2_DATA to the directory holding retail/)")
-    return root
+    return require_tau2_data()
 
 
 @pytest.fixture(scope="session")

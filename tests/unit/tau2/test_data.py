@@ -60,9 +60,20 @@ def test_seed_outside_tasks_is_rejected(seed, retail):
         retail.task_for_seed(seed)
 
 
-def test_missing_directory_says_where_it_looked(tmp_path):
-    with pytest.raises(NotFound, match="TRACE_TAU2_DATA"):
-        load_domain(tmp_path / "nowhere")
+@pytest.mark.parametrize(("given", "env", "fragments"), [
+    ("nowhere", None, ["{tmp}/nowhere", "TRACE_TAU2_DATA"]),            # a directory named, not there
+    (None, "missing", ["{tmp}/missing", "TRACE_TAU2_DATA"]),           # the setting names one, not there
+    (None, None, ["$TRACE_TAU2_DATA is unset", "--data", "retail/ and user_simulator/"]),  # nothing anywhere
+])
+def test_missing_data_says_where_it_looked_and_what_to_set(tmp_path, monkeypatch, given, env, fragments):
+    if env is None:
+        monkeypatch.delenv("TRACE_TAU2_DATA", raising=False)
+    else:
+        monkeypatch.setenv("TRACE_TAU2_DATA", str(tmp_path / env))
+    with pytest.raises(NotFound) as err:
+        load_domain(tmp_path / given if given else None)
+    for fragment in fragments:
+        assert fragment.format(tmp=tmp_path) in str(err.value), err.value
 
 
 def _mini_domain(tmp_path: Path, data_root: Path, tasks_text: str) -> Path:

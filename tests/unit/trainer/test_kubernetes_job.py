@@ -17,8 +17,8 @@ from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from services.trainer.worker import EventSink
+from tests.support.tau2_data import require_tau2_data
 from trace_common.artifacts import open_store
-from trace_common.domains.tau2.data import default_data_root
 from trace_common.errors import FailedPrecondition, ResourceExhausted
 from trace_common.jobs import JobState
 
@@ -226,7 +226,7 @@ async def test_training_job_cancel_deletes_the_kubernetes_job(kmock, tmp_path):
 async def test_the_job_pod_gets_the_data_directory_the_trainer_resolved(kmock, tmp_path, how):
     """A tau2 data directory named through a symlink that resolves under a data root: the Job pod's
     WorkerSpec carries the resolved directory (what the trainer checked), never the request's path."""
-    tau2 = default_data_root().resolve()
+    tau2 = require_tau2_data().resolve()
     (tmp_path / "link").symlink_to(tau2 / "retail")
     settings = TrainerSettings(artifact_root=(tmp_path / "store").as_uri(), kubernetes_namespace="trace",
                                job_poll_seconds=0.05, data_roots=[str(tau2)], **GPU_POOL)

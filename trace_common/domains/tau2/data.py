@@ -37,20 +37,19 @@ GUIDELINES_FILE = "simulation_guidelines.md"
 GUIDELINES_TOOLS_FILE = "simulation_guidelines_tools.md"
 
 
-def repo_default_data_root() -> Path:
-    """`../shared/tau2` next to the repository checkout (the development machines' layout)."""
-    return Path(__file__).resolve().parents[3].parent / "shared" / "tau2"
-
-
-def default_data_root() -> Path:
-    """$TRACE_TAU2_DATA if set, else `../shared/tau2` relative to the repository root."""
+def default_data_root() -> Path | None:
+    """$TRACE_TAU2_DATA when set; None otherwise (the data is not part of the repository)."""
     env = os.environ.get(DATA_ENV_VAR)
-    return Path(env) if env else repo_default_data_root()
+    return Path(env) if env else None
 
 
 def resolve_domain_dir(data: str | Path | None, domain: str | None = None) -> Path:
     """The directory holding tasks.json for `domain` (see module docstring for the layout)."""
     root = Path(data) if data else default_data_root()
+    if root is None:
+        raise NotFound(f"no tau2 data directory given and ${DATA_ENV_VAR} is unset; point --data or "
+                       f"${DATA_ENV_VAR} at a directory holding tau2-bench's retail/ and user_simulator/ "
+                       "folders, or at its retail/ itself (README, 'tau2-bench data')")
     if (root / "tasks.json").is_file():
         return root
     candidate = root / (domain or "retail")
