@@ -69,7 +69,8 @@ def test_gates_job_to_succeeded_with_a_composition_a_policy_generates_with(embed
     # the tiny random model solves no store task: slot 0 takes all of the base's trajectories
     values.update({"max_steps": 2, "groups_per_batch": 2, "num_generations": 2, "max_completion_length": 8,
                    "max_turns": 2, "save_steps": 1, "warm_start_steps": 5, "warm_start_episodes": 2,
-                   "early_stop_uninformative_iterations": 0, "guidance_fraction": 0.0,
+                   "early_stop_uninformative_iterations": 0, "guidance_fraction": 0.0, "max_resample_rounds": 0,
+                   "warm_start_labels": "provenance",   # the service path of slot 0's provenance files
                    "base_provenance_uris": [base_rollouts(embedded_stack, model_dir)], "base_provenance": "all"})
     envs = [t.EnvironmentRef(name="store", params={"task_types": tt}) for tt in CAPS.values()]
     envs.append(t.EnvironmentRef(name="store", params={"split": "train"}))  # the target's training tasks

@@ -1,11 +1,14 @@
-"""MoE gate training, owned by the trainer: the warm start from provenance and GRPO on the gates.
+"""MoE gate training, owned by the trainer: the warm start and GRPO on the gates.
 
-- `provenance.py`: the warm start's data: each adapter's episodes (played by the job) and the base's
+- `outcomes.py`: the warm start's default labels: every slot alone (the base, each adapter) replayed
+  on target training tasks, each task labelled with the slot that scores there, with what the
+  replays cost, stored once per job.
+- `provenance.py`: the ablation's labels: each adapter's episodes (played by the job) and the base's
   own target trajectories for slot 0, stored once per job, with what playing them cost.
-- `warm_start.py`: supervised warm start of the gates from provenance labels (assistant-generating
-  positions only).
-- `grpo.py`: the job's loop: provenance, warm start, then GRPO on the gates over the target's
-  training tasks (backbone and adapters frozen), with its budget accounting.
+- `warm_start.py`: supervised warm start of the gates from labelled trajectories (assistant-generating
+  positions only, routing forced to the label).
+- `grpo.py`: the job's loop: labels, warm start, then GRPO on the gates over the target's training
+  tasks (backbone and adapters frozen), with its budget accounting.
 - `job.py`: TRAINING_KIND_GATES, the trainer job around them (validation, worker side).
 
 The composed model itself, routing and the routed LoRA math stay in `trace_common.moe`: the

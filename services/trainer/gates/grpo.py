@@ -1,14 +1,25 @@
-"""Gate training of an MoE composition as one job: warm start from provenance, then GRPO on the
-gates only (backbone and adapters frozen) over the target's training tasks.
+"""Gate training of an MoE composition as one job: warm start from outcome labels (or, as the
+ablation, provenance labels), then GRPO on the gates only (backbone and adapters frozen) over the
+target's training tasks.
 
-Provenance (the warm start's data; `provenance.py`): each adapter's slot gets `warm_start_episodes`
-episodes of its capability environment, played here by the composition with routing forced to that
-slot; slot 0 (the plain base) gets the base agent's own successful trajectories on the target's
-training tasks (the rollout stage's output, `base_provenance_uris`). Only the routing decisions that
-generate assistant tokens are labelled (`warm_start.py`). The episodes played here -- K *
-warm_start_episodes -- are counted in `rollouts_total`, with their tokens.
+The warm start's labels (`warm_start_labels`):
+* `outcome` (default; `outcomes.py`): every slot alone -- the plain base (slot 0) and each adapter
+  (routing forced to it) -- replays `warm_start_tasks` of the target's training tasks
+  (`warm_start_samples_per_slot` episodes each); each task is labelled with the slot that scores
+  there (ties: the base, then the lowest index; no slot scoring: no label, or the
+  `warm_start_fallback_score` entry of the reward breakdown), and the warm start fits the gates to
+  that slot's own trajectories on it. The replays -- tasks x (K+1) x samples -- are played here and
+  counted. The replay tasks are the last of GRPO's seed schedule, GRPO's the first (disjoint while
+  GRPO draws fewer than the split minus the replay tasks).
+* `provenance` (`provenance.py`), the ablation that measures what outcome labels add: each
+  adapter's slot gets `warm_start_episodes` episodes of its capability environment, played here by
+  the composition with routing forced to that slot; slot 0 (the plain base) gets the base agent's
+  own trajectories on the target's training tasks (the rollout stage's output,
+  `base_provenance_uris`; not played here and not counted here: the rollout stage played them). The
+  episodes played here -- K * warm_start_episodes -- are counted.
+Only the routing decisions that generate assistant tokens are labelled (`warm_start.py`).
 
-GRPO. The DESIGN's GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
+GRPO. The adapters' GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
 `GateWeights` as its trainable weights, on the target environment's training split only (several
 target environments: a seeded mixture of them, `build_mixture`; never the capability environments,
 which the adapters already trained on): the policy is the composed model (hard top-1 routing per
@@ -16,25 +27,27 @@ token and layer; the gates learn through the straight-through factor of `compose
 come from the same in-process backend, the loss is the clipped surrogate on assistant tokens plus
 `load_balancing_coef` times the Switch load-balancing term, the KL reference (beta > 0) is the
 plain base (slot 0 forced), and checkpoints carry the gates + optimizer + RNG + seed cursor.
+Uninformative groups are re-collected by that loop's own mechanism (`max_resample_rounds`, 3 here
+by default: fresh tasks from the seed schedule replace the dropped groups, up to that many rounds).
 
 Semantics (one job):
-    provenance <- stored provenance with the same digest, else play it (and store it)
-    gates <- warm_start(provenance)                       if warm_start_steps > 0 (else the seeded init)
+    data <- stored warm-start data (replays or provenance) with the same digest, else play it (and store it)
+    gates <- warm_start(data)                         if warm_start_steps > 0 (else the seeded init;
+                                                      zeroed when no replay task gave a label)
     for it in 1..max_steps: GRPO iteration on the target's training tasks, only the gates in the optimizer
     write gates.safetensors + composition.json (composition_io.write_composition)
 
 Budget (every "iteration" event, Job.metrics, metrics.jsonl): rollouts_total, prompt_tokens_total and
-completion_tokens_total count every episode this job played -- the provenance episodes (iteration 0
-reports them alone), then every GRPO episode, resampled groups included (the GRPO trainer's own
-totals, carried in its checkpoints) -- and warm_start_rollouts the provenance part. The provenance's
-share is read back from its stored record when a resumed job skips the warm start, so a resumed job
-reports what an uninterrupted one does; a job resumed with nothing left to run re-reports its last
-iteration, so its metrics carry the totals too. The base trajectories of slot 0 are not played here
-and not counted here (the rollout stage played them).
+completion_tokens_total count every episode this job played -- the warm start's replays or
+provenance episodes (iteration 0 reports them alone), then every GRPO episode, re-collected groups
+included (the GRPO trainer's own totals, carried in its checkpoints) -- and warm_start_rollouts the
+warm-start part. That part is read back from its stored record when a resumed job skips the warm
+start, so a resumed job reports what an uninterrupted one does; a job resumed with nothing left to
+run re-reports its last iteration, so its metrics carry the totals too.
 
 Resume: a GRPO checkpoint under the job prefix (or the one named) restores gates, optimizer, RNG
 and seed cursor and skips the warm start; otherwise the warm start continues from its newest
-checkpoint fitted to the same provenance (`<prefix>/gates-ckpt/`), which also re-reports a finished
+checkpoint fitted to the same data (`<prefix>/gates-ckpt/`), which also re-reports a finished
 warm start without replaying any episode.
 """
 
@@ -53,6 +66,7 @@ from pydantic import Field, field_validator, model_validator
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from services.trainer.gates.outcomes import obtain_outcomes, recorded_outcome_budget
 from services.trainer.gates.provenance import (
     PlayedBudget,
     obtain_provenance,
@@ -92,6 +106,17 @@ log = logging.getLogger(__name__)
 _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 
+#: Fields only one kind of warm-start label reads. Set to anything but its default under the other kind
+#: a field would do nothing, so the config refuses it (a setting that is configured but inert is an
+#: error, not a no-op); a default value passes, so a fully dumped config (ValidateTrainingConfig's
+#: answer, the worker's spec) parses again, as the LoRA fields' rule does.
+_ONLY_FOR: dict[str, frozenset[str]] = {
+    "provenance": frozenset({"warm_start_episodes", "base_provenance", "base_provenance_uris"}),
+    "outcome": frozenset({"warm_start_tasks", "warm_start_samples_per_slot", "warm_start_temperature",
+                          "warm_start_fallback_score"}),
+}
+
+
 class GateGRPOConfig(GRPOConfig):
     """Gate-training job config: the GRPO fields (TRL names, same meaning, applied to the gates) plus
     the warm start's. `lora_*` do not apply (the adapters are frozen) and are refused when set to
@@ -102,11 +127,42 @@ class GateGRPOConfig(GRPOConfig):
     learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="AdamW learning rate of the gates in GRPO.")
     load_balancing_coef: float = Field(
         0.01, ge=0.0, le=10.0, description="Weight of the Switch load-balancing term added to the GRPO loss.")
+    max_resample_rounds: int = Field(
+        3, ge=0, le=16, description="Uninformative (constant-reward) GRPO groups on the gates, and groups cut short by a "
+                                    "policy error or timeout, are dropped and up to this many extra rounds draw fresh "
+                                    "target training tasks to replace them; every "
+                                    "re-collected episode is counted in rollouts_total (0: train on the informative "
+                                    "groups only). 3, as the reference re-collects.")
     warm_start_steps: int = Field(100, ge=0, le=1_000_000,
-                                  description="Warm-start optimizer steps on provenance (0 = no warm start).")
+                                  description="Warm-start optimizer steps on the labelled sequences (0 = no warm start).")
+    warm_start_labels: Literal["outcome", "provenance"] = Field(
+        "outcome", description="Where the warm start's labels come from. `outcome` (default): every slot alone (the "
+                               "base, each adapter) replays `warm_start_tasks` target training tasks and each task is "
+                               "labelled with the slot that scores there, trained on that slot's own trajectory "
+                               "(outcomes.py). `provenance`: each token is labelled with the environment its "
+                               "trajectory came from (provenance.py) -- kept only as the ablation that measures what "
+                               "outcome labels add (it learns which environment a prompt looks like, not which adapter "
+                               "helps on the task).")
+    warm_start_tasks: int = Field(
+        32, ge=1, le=65_536, description="Outcome labels: target training tasks every slot replays (the last of GRPO's "
+                                         "seed schedule, disjoint from the tasks GRPO on the gates draws first). The "
+                                         "replays cost warm_start_tasks x (K+1) x warm_start_samples_per_slot episodes, "
+                                         "counted in the job's budget.")
+    warm_start_samples_per_slot: int = Field(
+        1, ge=1, le=64, description="Outcome labels: episodes per slot and task, at the GRPO sampling settings; a "
+                                    "slot's score on a task is its mean reward over them.")
+    warm_start_temperature: float | None = Field(
+        None, ge=0.0, le=5.0, description="Outcome labels: sampling temperature of the replays (0 = greedy, as the "
+                                          "evaluation decodes; then warm_start_samples_per_slot must be 1). None "
+                                          "(default): `temperature`, GRPO's.")
+    warm_start_fallback_score: str = Field(
+        "", max_length=64, pattern=r"^([a-z][a-z0-9_]*)?$",
+        description="Outcome labels: a reward_breakdown entry (e.g. the store's `subrequests`, the share of "
+                    "sub-requests fulfilled) that labels the tasks where no slot scores a reward above 0; the slot "
+                    "with its highest mean wins, as for the reward. Empty (default): such tasks give no label.")
     warm_start_episodes: int = Field(
-        16, ge=1, le=4096, description="Provenance episodes played per capability environment; also the most base "
-                                       "trajectories slot 0 takes.")
+        16, ge=1, le=4096, description="Provenance labels only: episodes played per capability environment; also the "
+                                       "most base trajectories slot 0 takes.")
     warm_start_learning_rate: float = Field(5e-3, gt=0.0, le=1.0, description="AdamW learning rate of the warm start.")
     warm_start_batch_size: int = Field(8, ge=1, le=4096, description="Provenance sequences per warm-start step.")
     warm_start_max_length: int = Field(
@@ -117,12 +173,14 @@ class GateGRPOConfig(GRPOConfig):
                                                 "accuracy.")
     base_provenance_uris: list[str] = Field(
         default_factory=list, max_length=64,
-        description="Trajectory files (JSONL artifacts in the trainer's store) of the base agent on the target's "
-                    "training tasks: slot 0's warm-start examples. The pipeline passes the rollout stage's output. "
-                    "Empty: slot 0 gets no example (logged; the gates then never learn to choose the base).")
+        description="Provenance labels only (outcome labels replay the base themselves): trajectory files (JSONL "
+                    "artifacts in the trainer's store) of the base agent on the target's training tasks: slot 0's "
+                    "warm-start examples. The pipeline passes the rollout stage's output. Empty: slot 0 gets no "
+                    "example (logged; the gates then never learn to choose the base).")
     base_provenance: Literal["successful", "all", "none"] = Field(
-        "successful", description="Which base trajectories label slot 0: the successful ones (default: the base "
-                                  "acted right there), all of them, or none (provenance.py says why).")
+        "successful", description="Provenance labels only: which base trajectories label slot 0: the successful ones "
+                                  "(default: the base acted right there), all of them, or none (provenance.py says "
+                                  "why).")
 
     @model_validator(mode="before")
     @classmethod
@@ -156,9 +214,18 @@ class GateGRPOConfig(GRPOConfig):
         if self.max_steps == 0 and self.warm_start_steps == 0:
             raise ValueError("max_steps=0 and warm_start_steps=0 train nothing; set warm_start_steps (e.g. 100) "
                              "and/or max_steps (GRPO iterations)")
+        if self.warm_start_temperature == 0 and self.warm_start_samples_per_slot > 1:
+            raise ValueError("warm_start_temperature 0 (greedy) replays the same episode every sample; set "
+                             "warm_start_samples_per_slot 1, or a warm_start_temperature above 0")
         if self.gradient_checkpointing:
             raise ValueError("gradient_checkpointing does not apply to gate training (the backbone gets no "
                              "gradient); remove it")
+        other = "provenance" if self.warm_start_labels == "outcome" else "outcome"
+        inert = sorted(f for f in _ONLY_FOR[other] & self.model_fields_set
+                       if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True))
+        if inert:
+            raise ValueError(f"{', '.join(inert)}: {other} labels only, and warm_start_labels is "
+                             f"'{self.warm_start_labels}'; remove them, or set warm_start_labels: {other}")
         return self
 
     def warm_start_config(self, data_digest: str = "") -> GateTrainingConfig:
@@ -421,15 +488,69 @@ def _matching_warm_start(store: ArtifactStore, prefix: str, digest: str) -> str 
     return None
 
 
-def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
-                      base: Sequence[Trajectory], config: GateGRPOConfig, *, store: ArtifactStore | None,
-                      prefix: str, emit: EventFn, should_stop: Callable[[], bool],
-                      splits: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, PlayedBudget]:
-    """Warm start (module docstring): (its summary, or None when stopped on request; the provenance's cost)."""
+def grpo_source(target_envs: Sequence[tuple[str, EnvFactory]], config: GateGRPOConfig,
+                splits: Mapping[str, str] | None = None) -> tuple[EnvFactory, str, Sequence[int]]:
+    """(environment factory, split name, its seeds) that GRPO on the gates plays: the one target's
+    training split, or the mixture of several targets (its own `train` split). The outcome replays
+    read the same seeds through the same schedule (outcomes.py)."""
+    if len(target_envs) == 1:
+        label, factory = target_envs[0]
+        split = (splits or {}).get(label) or config.train_split
+        return factory, split, factory().splits()[split]
+    mixture = build_mixture(target_envs, split=config.train_split, splits=splits)
+    return mixture.factory, "train", range(mixture.size)
+
+
+@dataclass
+class _LabelledData:
+    """What the warm start fits, whichever labels: slot name -> trajectories, the episodes this job
+    played for them, their digest, and a summary for the job's events."""
+
+    trajectories: dict[str, list[Trajectory]]
+    budget: PlayedBudget
+    digest: str
+    summary: dict[str, Any]
+
+
+def _labelled_data(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
+                   target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory], config: GateGRPOConfig,
+                   *, store: ArtifactStore | None, prefix: str, splits: Mapping[str, str] | None) -> _LabelledData:
+    if config.warm_start_labels == "outcome":
+        factory, _split, seeds = grpo_source(target_envs, config, splits)
+        outcomes = obtain_outcomes(composed, tokenizer, factory, seeds, config, targets=[t for t, _ in target_envs],
+                                   store=store, prefix=prefix, splits=splits)
+        return _LabelledData(outcomes.trajectories, outcomes.budget, outcomes.digest,
+                             {"outcomes": outcomes.summary([BASE_SLOT_NAME, *composed.adapter_names])})
     provenance = obtain_provenance(composed, tokenizer, capability_envs, base, config, store=store, prefix=prefix,
                                    splits=splits)
-    wcfg = config.warm_start_config(provenance.digest)
-    examples = provenance_examples(tokenizer, provenance.trajectories, [BASE_SLOT_NAME, *composed.adapter_names], wcfg)
+    return _LabelledData(provenance.trajectories, provenance.budget, provenance.digest,
+                         {"provenance_reward_mean": {c: sum(t.reward for t in ts) / len(ts)
+                                                     for c, ts in provenance.trajectories.items() if ts}})
+
+
+def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
+                      target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory],
+                      config: GateGRPOConfig, *, store: ArtifactStore | None, prefix: str, emit: EventFn,
+                      should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None
+                      ) -> tuple[dict[str, Any] | None, PlayedBudget]:
+    """Warm start (module docstring): (its summary, or None when stopped on request; what its data cost).
+    Outcome labels where no slot scored on any replay task leave nothing to fit: the gates are zeroed
+    (every token to the base, the choice no replay contradicts) and the summary says so."""
+    data = _labelled_data(composed, tokenizer, capability_envs, target_envs, base, config, store=store, prefix=prefix,
+                          splits=splits)
+    names = [BASE_SLOT_NAME, *composed.adapter_names]
+    if not any(data.trajectories.values()):
+        log.warning("no slot scored on any of the outcome replay tasks: the warm start has nothing to fit; the gates "
+                    "are zeroed (every token to the base). Raise warm_start_tasks or warm_start_samples_per_slot, or "
+                    "set warm_start_fallback_score to a denser reward_breakdown entry")
+        with torch.no_grad():
+            for gate in composed.gates:
+                gate.weight.zero_()
+                gate.bias.zero_()
+        return {"steps": 0, "skipped": "no slot scored on any replay task", "examples_per_slot": [0] * len(names),
+                **data.summary}, data.budget
+    wcfg = config.warm_start_config(data.digest)
+    examples = provenance_examples(tokenizer, data.trajectories, names, wcfg)
 
     def on_event(kind: str, payload: dict[str, Any]) -> None:
         if kind == "iteration":
@@ -442,11 +563,8 @@ def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_env
     key = _matching_warm_start(store, prefix, wcfg.digest()) if store is not None else None
     result = trainer.train(resume=key or False)
     if result.stopped_early:
-        return None, provenance.budget
-    summary = result.summary()
-    summary["provenance_reward_mean"] = {c: sum(t.reward for t in ts) / len(ts)
-                                         for c, ts in provenance.trajectories.items() if ts}
-    return summary, provenance.budget
+        return None, data.budget
+    return {**result.summary(), **data.summary}, data.budget
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -456,17 +574,26 @@ def _pad_id(tokenizer: Any) -> int:
     return int(pad or 0)
 
 
-def _warm_start_values(summary: dict[str, Any], budget: PlayedBudget, names: Sequence[str]) -> dict[str, float]:
-    """Iteration 0's values: the warm start's loss and routing, and the provenance budget."""
+def _warm_start_values(summary: dict[str, Any], budget: PlayedBudget, names: Sequence[str],
+                       labels: str = "provenance") -> dict[str, float]:
+    """Iteration 0's values: the warm start's loss and routing, its labels, and what its data cost."""
     values = budget.add_to({"warm_start_loss": float(summary.get("final_loss") or float("nan")),
                             "warm_start_steps": float(summary["steps"])})
+    outcomes = summary.get("outcomes")
+    if outcomes:
+        values["outcome_tasks"] = float(outcomes["tasks"])
+        values["outcome_labelled_tasks"] = float(outcomes["labelled_tasks"])
+        values["outcome_labelled_by_fallback"] = float(outcomes["labelled_by_fallback"])
+        for name in names:
+            values[f"outcome_labels_{name}"] = float(outcomes["labels"].get(name, 0))
+            values[f"outcome_reward_{name}"] = float(outcomes["reward_mean"].get(name, 0.0))
     if summary.get("heldout_accuracy") is not None:
         values["routing_accuracy"] = float(summary["heldout_accuracy"])
     for name, v in zip(names, summary.get("heldout_accuracy_by_slot") or [], strict=False):
         if v is not None:
             values[f"routing_accuracy_{name}"] = float(v)
     for name, n in zip(names, summary.get("examples_per_slot") or [], strict=False):
-        values[f"provenance_examples_{name}"] = float(n)
+        values[f"{labels}_examples_{name}"] = float(n)
     for name, v in zip(names, summary.get("routing_share") or [], strict=False):
         values[f"routing_share_{name}"] = float(v)
     return values
@@ -483,15 +610,16 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
     Args:
         composed: base + the K frozen adapters (slot k = composed.adapter_names[k-1]).
         capability_envs: adapter name -> factory of that capability's environment (every adapter needs
-            one): the warm start's provenance episodes.
+            one): the provenance warm start's episodes.
         target_envs: (label, factory) of the target: GRPO plays its training split (required when
-            max_steps > 0), and slot 0's base trajectories must come from it.
-        base_trajectories: the base agent's trajectories on the target's training tasks (slot 0's
-            provenance, `provenance.select_base_provenance` picks among them).
+            max_steps > 0), the outcome warm start replays its training tasks (required then too), and
+            slot 0's base trajectories (provenance labels) must come from it.
+        base_trajectories: provenance labels only: the base agent's trajectories on the target's
+            training tasks (slot 0's provenance, `provenance.select_base_provenance` picks among them).
         splits: label -> the split its seeds come from (default: config.train_split).
         adapter_uris: adapter name -> PEFT adapter directory URI, recorded in the manifest.
         store, prefix: checkpoints (`<prefix>/ckpt-<it>/` for GRPO, `<prefix>/gates-ckpt/` for the warm
-            start), provenance (`<prefix>/provenance/`) and the composition (`<prefix>/gates.safetensors`,
+            start), the warm start's data (`<prefix>/outcomes/` or `<prefix>/provenance/`) and the composition (`<prefix>/gates.safetensors`,
             `<prefix>/composition.json`).
         resume: True = latest GRPO checkpoint under the prefix (else the warm start's); a GRPO
             checkpoint.json key = that one; False = start fresh.
@@ -514,10 +642,16 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
         raise InvalidArgument(field="spec.environments", expected="the target environment after the capability "
                               "environments: GRPO on the gates plays the target's training tasks only",
                               fix="add the target with params split=train, or set max_steps 0 (warm start only)")
+    outcome = config.warm_start_steps > 0 and config.warm_start_labels == "outcome"
+    if outcome and not target_envs:
+        raise InvalidArgument(field="spec.environments", expected="the target environment after the capability "
+                              "environments: the outcome warm start replays every slot on the target's training tasks",
+                              fix="add the target with params split=train, or set warm_start_labels: provenance")
     if store is None and resume not in (False, True):
         raise InvalidArgument(field="resume", expected="True/False without a store")
-    base = select_base_provenance(base_trajectories, target_envs, config, splits) if config.warm_start_steps else []
-    if config.warm_start_steps and not base and config.base_provenance != "none":
+    provenance = config.warm_start_steps > 0 and config.warm_start_labels == "provenance"
+    base = select_base_provenance(base_trajectories, target_envs, config, splits) if provenance else []
+    if provenance and not base and config.base_provenance != "none":
         log.warning("no base trajectories were given (config.base_provenance_uris): slot 0 (the base) gets no "
                     "warm-start example, so the gates will not learn to choose it")
     weights = GateWeights(composed, config.load_balancing_coef)
@@ -532,27 +666,25 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
     budget = PlayedBudget()
     warm: dict[str, Any] = {}
     if config.warm_start_steps and grpo_ckpt is None:
-        summary, budget = _warm_start_gates(composed, tokenizer, capability_envs, base, config, store=store,
-                                            prefix=prefix, emit=emit, should_stop=stop, splits=splits)
+        summary, budget = _warm_start_gates(composed, tokenizer, capability_envs, target_envs, base, config,
+                                            store=store, prefix=prefix, emit=emit, should_stop=stop, splits=splits)
         if summary is None:
             return GateJobResult(0, "stop requested", True, budget=budget)
         warm = summary
         # gate training leaves the gates frozen: GRPO trains them from here
         weights = GateWeights(composed, config.load_balancing_coef)
-        warm["values"] = _warm_start_values(summary, budget, weights.names)
+        warm["values"] = _warm_start_values(summary, budget, weights.names, config.warm_start_labels)
         emit("iteration", {"iteration": 0, "values": warm["values"]})
+    elif outcome:  # resumed in GRPO: the replays were played by an earlier attempt
+        budget = recorded_outcome_budget(store, prefix, config.warm_start_tasks * composed.num_slots
+                                         * config.warm_start_samples_per_slot)
     elif config.warm_start_steps:  # resumed in GRPO: the provenance was played by an earlier attempt
         budget = recorded_budget(store, prefix, len(capability_envs) * config.warm_start_episodes)
 
     history: list[dict[str, float]] = []
     iterations, stop_reason, early = 0, "completed", False
     if config.max_steps:
-        if len(target_envs) == 1:
-            label, env_factory = target_envs[0]
-            train_split = (splits or {}).get(label) or config.train_split
-        else:
-            env_factory = build_mixture(target_envs, split=config.train_split, splits=splits).factory
-            train_split = "train"  # the mixture's own split
+        env_factory, train_split, _seeds = grpo_source(target_envs, config, splits)
         policy = TransformersPolicy.from_model(composed.base, tokenizer, name=base_model or "composition",
                                                max_batch=config.generation_batch_size, max_wait_s=0.0)
         grpo_config = GRPOConfig.model_validate(config.model_dump(include=set(GRPOConfig.model_fields)))

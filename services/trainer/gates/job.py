@@ -4,22 +4,23 @@ Service side (`validate_gates`, before a job exists): the job name, the adapters
 adapter in this trainer's artifact store: `adapter_model.safetensors` with `adapter_config.json`
 beside it, named by the object or its directory), the data directory each environment names (under
 the trainer's data roots: jobspec.confined_environment), an environment for every adapter, the target
-environment when GRPO runs (max_steps > 0: it plays the target's training tasks only), the config
-(`GateGRPOConfig`: GRPO fields with TRL names + warm start), the base agent's trajectories of slot 0
-(`config.base_provenance_uris`: JSONL artifacts in this trainer's store, every one of them on the
-target's training split) and the policy.
+environment when GRPO runs (max_steps > 0: it plays the target's training tasks only) or the
+outcome warm start does (it replays every slot on the target's training tasks), the config
+(`GateGRPOConfig`: GRPO fields with TRL names + warm start), with provenance labels the base agent's
+trajectories of slot 0 (`config.base_provenance_uris`: JSONL artifacts in this trainer's store, every
+one of them on the target's training split; outcome labels do not read them) and the policy.
 
 Which environment belongs to which adapter (`assign_environments`): an environment whose
 registry name is the capability (the environment registry names generated environments after
 their capability); the other adapters, in sorted name order (the slot order), take the remaining
 environments in order (the pipeline lists the capability environments that way, then the target);
-environments left over are the target's: GRPO on the gates plays only them (their training split),
-the capability environments serve the warm start's provenance only. An environment parameter
+environments left over are the target's: GRPO on the gates and the outcome replays play only them
+(their training split), the capability environments serve the provenance warm start only. An environment parameter
 `split` (the pipeline sends the target with split=train) is not passed to the environment: it names
 the split that environment's instances are drawn from (default `config.train_split`).
 
 Worker side (`run_gates`): loads the base, materialises the adapter directories, composes them,
-reads the base trajectories, runs `train_gate_job` and reports the standard events (jobspec.py);
+reads the base trajectories (provenance labels), runs `train_gate_job` and reports the standard events (jobspec.py);
 outputs `composition` (manifest URI for `load_composition` / `PolicyRef.composition_uri`), `gates`,
 `training_metrics`.
 """
@@ -161,7 +162,14 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
                               "environments: GRPO on the gates plays the target's training tasks only",
                               got=[r.name for r in spec.environments],
                               fix="add the target with params split=train, or set config.max_steps 0")
-    if config.warm_start_steps and config.base_provenance != "none" and config.base_provenance_uris:
+    provenance = config.warm_start_steps > 0 and config.warm_start_labels == "provenance"
+    if config.warm_start_steps and not provenance and not targets:
+        raise InvalidArgument(field="spec.environments", expected="the target environment after the capability "
+                              "environments: the outcome warm start replays every slot on the target's training "
+                              "tasks", got=[r.name for r in spec.environments],
+                              fix="add the target with params split=train, or set config.warm_start_labels: "
+                                  "provenance")
+    if provenance and config.base_provenance != "none" and config.base_provenance_uris:
         from services.trainer.gates.provenance import select_base_provenance
 
         # the same check as the worker's: on the target's training split, and some to label slot 0 with
@@ -190,7 +198,8 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
     refs = [_Ref(r, spec.environment_target) for r in spec.environments]
     assigned, targets = assign_environments(list(dir_uris), refs)
     base_trajectories = read_base_trajectories(store, config.base_provenance_uris) \
-        if config.warm_start_steps and config.base_provenance != "none" else []
+        if config.warm_start_steps and config.warm_start_labels == "provenance" and config.base_provenance != "none" \
+        else []
     allowed = worker_model_roots(spec)
     base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device, allowed=allowed)
     dirs = [materialize(uri, allowed=allowed, cache_dir=cache, s3=s3, field="adapter_uris") for uri in dir_uris.values()]

@@ -1,10 +1,15 @@
-"""Gate-only training of an MoE composition: warm start from provenance.
+"""Gate-only training of an MoE composition: the supervised warm start from labelled trajectories.
 
 The backbone and the K adapters stay frozen; only the per-layer gates (L * (H*(K+1) + (K+1))
-parameters) change. The warm start teaches each gate which slot a token belongs to from where its
-trajectory came from: the trajectories of capability c's environment are labelled slot c, and the
-base's own trajectories on the target's tasks are labelled slot 0 ("base", no adapter) -- without
-them slot 0 gets no example and the gates learn never to choose the base.
+parameters) change. The warm start teaches each gate which slot a token belongs to from a label
+per trajectory, keyed by slot name. The gates job supplies one of two kinds (`grpo.py`):
+* outcome labels (the default, `outcomes.py`): each slot alone replays target training tasks, and
+  a task's label is the slot that scores there; the examples are that slot's own trajectories.
+* provenance labels (the ablation, `provenance.py`): the trajectories of capability c's environment
+  are labelled slot c, and the base's own trajectories on the target's tasks slot 0 ("base", no
+  adapter) -- without them slot 0 gets no example and the gates learn never to choose the base.
+The examples are still called "provenance" here (`ProvenanceExample`, `provenance_examples`, the
+`provenance` argument of `train_gates`): the trajectories and the slot each is labelled with.
 
 Which positions carry the label: only routing decisions that generate an assistant token. The
 decision at position p computes the logits of token p+1 (the convention of the inference routing
@@ -36,8 +41,9 @@ linear layers. After training, the gates' own routing on held-out provenance pos
 slot, `routing_share`, stored in the composition manifest: it picks the adapter of the `merged`
 export).
 
-This module is the warm start only; the gates job (`grpo.py`) plays the provenance, runs this warm
-start and then GRPO on the gates over the target's training tasks.
+This module is the warm start only; the gates job (`grpo.py`) plays the labelled trajectories
+(replays or provenance), runs this warm start and then GRPO on the gates over the target's training
+tasks.
 
 Checkpoints (`<prefix>/gates-ckpt/ckpt-<step>/`): gates.safetensors, optimizer.pt (AdamW state and the
 trained V_l), state.json and,
@@ -124,9 +130,9 @@ class GateTrainingConfig(BaseModel):
                           "magnitude (x90 between layers 0 and 1 of the test model), so one Adam learning rate is "
                           "otherwise too small for some layers and too large for others.")
     data_digest: str = Field("", max_length=64,
-                             description="Digest of the provenance the gates are fitted to (the gates job sets it); "
-                                         "part of the checkpoint's config digest, so a checkpoint fitted to other "
-                                         "provenance is never resumed.")
+                             description="Digest of the labelled trajectories the gates are fitted to (outcome replays "
+                                         "or provenance; the gates job sets it); part of the checkpoint's config "
+                                         "digest, so a checkpoint fitted to other data is never resumed.")
     grpo_steps: int = Field(0, ge=0, description="Not used here: keep 0 (GRPO on the gates is the gates job's "
                                                        "`max_steps`, services.trainer.gates.grpo).")
 

@@ -21,7 +21,7 @@ from trace_common.moe.composition_io import load_composition
 
 TOY = "tests.unit.trainer.gates.test_grpo_toy"
 CONFIG = dict(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4, save_steps=1,
-              warm_start_steps=20, warm_start_episodes=4, guidance_fraction=0.0,
+              warm_start_steps=20, warm_start_tasks=4, guidance_fraction=0.0, max_resample_rounds=0,
               early_stop_uninformative_iterations=0)
 
 
@@ -98,7 +98,7 @@ def test_gates_job_succeeds_with_a_loadable_composition(tmp_path):
     assert [i.iteration for i in its] == [0, 1, 2]
     assert {"reward_mean", "informative_group_fraction", "pass_rate", "rollouts_total", "routing_share_base",
             "routing_share_early", "routing_share_late"} <= set(its[-1].values)
-    assert its[-1].values["rollouts_total"] == 2 * 4 + 2 * 2 * 4
+    assert its[-1].values["rollouts_total"] == 4 * 3 + 2 * 2 * 4   # replays: 4 tasks x (K+1) slots; GRPO
     assert [c.iteration for c in domain.list_checkpoints(rec.job_id)] == [1, 2]
     outputs = {o.kind: o.uri for o in final.outputs}
     assert "/runs/r1/moe/r1-moe/composition.json" in outputs["composition"]

@@ -1,6 +1,7 @@
-"""Gate training as one job (services.trainer.gates.grpo): provenance (adapters' episodes + the base's
-own target trajectories for slot 0), warm start, then GRPO on the gates over the target's training
-tasks only, on the toy world of test_grpo_toy.py (adapter `early` is right on early tasks, `late` on
+"""Gate training as one job (services.trainer.gates.grpo): warm-start labels (outcome replays, the
+default, tested in test_outcomes.py; here mostly provenance: adapters' episodes + the base's own target
+trajectories for slot 0), warm start, then GRPO on the gates over the target's training tasks only, on
+the toy world of test_grpo_toy.py (adapter `early` is right on early tasks, `late` on
 late tasks, the plain base on magic tasks; the target mixes the three).
 
 Measured on this toy (greedy reward per kind on 48 held-out target seeds, 1 thread): zero gates
@@ -26,7 +27,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from services.trainer.gates.grpo import GateGRPOConfig, build_mixture, train_gate_job
+from services.trainer.gates.grpo import _ONLY_FOR, GateGRPOConfig, build_mixture, train_gate_job
 from services.trainer.gates.provenance import select_base_provenance
 from services.trainer.gates.warm_start import GateTrainingConfig, collate, provenance_examples
 from services.trainer.grpo.config import parse_config
@@ -45,7 +46,23 @@ from tests.unit.trainer.grpo.conftest import _one_thread  # noqa: E402, F401  (a
 EVAL_SEEDS = range(1000, 1048)
 TARGET = [("toy-target", ENVS["target"])]
 FAST = dict(groups_per_batch=2, num_generations=4, max_completion_length=4, save_steps=0,
-            early_stop_uninformative_iterations=0, guidance_fraction=0.0, warm_start_episodes=8)
+            early_stop_uninformative_iterations=0, guidance_fraction=0.0, max_resample_rounds=0)
+
+
+def labels_config(labels: str, episodes: int = 8) -> dict:
+    """The config fields of a warm start with `labels`; provenance labels with `episodes` per adapter
+    (warm_start_episodes is a provenance field: under outcome labels the config refuses it)."""
+    return {"warm_start_labels": labels, **({"warm_start_episodes": episodes} if labels == "provenance" else {})}
+
+
+def for_labels(config: dict, labels: str, episodes: int = 8) -> dict:
+    """`config` under warm-start `labels`: the other labels' fields dropped (the config refuses them:
+    grpo._ONLY_FOR), `labels_config(labels, episodes)` added."""
+    other = _ONLY_FOR["provenance" if labels == "outcome" else "outcome"]
+    return {**{k: v for k, v in config.items() if k not in other}, **labels_config(labels, episodes)}
+
+
+PROV = dict(FAST, **labels_config("provenance"))
 
 
 def composed() -> ComposedMoEModel:
@@ -110,7 +127,7 @@ def test_warm_start_routes_each_task_to_its_slot_and_slot0_needs_its_provenance(
     before = kind_rewards(model.base, tiny_tokenizer(), EVAL_SEEDS)
     events: list[tuple[str, dict]] = []
     config = GateGRPOConfig(**dict(FAST, warm_start_episodes=16, warm_start_steps=600, warm_start_learning_rate=3e-2,
-                                   max_steps=grpo_steps, learning_rate=3e-3))
+                                   max_steps=grpo_steps, learning_rate=3e-3, warm_start_labels="provenance"))
     result = run(config, model, open_store((tmp_path / "s").as_uri()), base=None if with_base else (),
                  on_event=lambda kind, payload: events.append((kind, payload)))
     after = kind_rewards(model.base, tiny_tokenizer(), EVAL_SEEDS)
@@ -149,7 +166,7 @@ def test_warm_start_routes_each_task_to_its_slot_and_slot0_needs_its_provenance(
 ])
 def test_gate_grpo_plays_only_target_training_tasks(targets, resample):
     counting = Counting()
-    config = GateGRPOConfig(**dict(FAST, warm_start_steps=5, max_steps=3, max_resample_rounds=resample))
+    config = GateGRPOConfig(**dict(PROV, warm_start_steps=5, max_steps=3, max_resample_rounds=resample))
     result = run(config, composed(), counting=counting, targets=targets)
     by_label = Counter(label for label, _ in counting.resets)
     assert by_label["early"] == by_label["late"] == config.warm_start_episodes      # provenance only
@@ -178,19 +195,21 @@ def test_only_gate_parameters_change_in_grpo():
 
 # ---- budget: a resumed job counts what an uninterrupted one does ----------------------------------------------
 RESUME = dict(FAST, warm_start_steps=12, max_steps=4, save_steps=1, learning_rate=5e-2, deterministic=True,
-              max_resample_rounds=1)
+              max_resample_rounds=1, warm_start_tasks=6)
 TOTALS = ("rollouts_total", "prompt_tokens_total", "completion_tokens_total", "warm_start_rollouts")
+WARM_EPISODES = {"outcome": 6 * 3, "provenance": 2 * 8}  # tasks x (K+1); K x warm_start_episodes
 
 
 def _last_iteration(events: list[tuple[str, dict]]) -> dict[str, float]:
     return [p for k, p in events if k == "iteration"][-1]["values"]
 
 
-@functools.lru_cache(maxsize=1)
-def _uninterrupted(root: str):
+@functools.lru_cache(maxsize=2)
+def _uninterrupted(root: str, labels: str):
     events: list[tuple[str, dict]] = []
     model = composed()
-    result = run(GateGRPOConfig(**RESUME), model, open_store(root), on_event=lambda k, p: events.append((k, p)))
+    result = run(GateGRPOConfig(**for_labels(RESUME, labels)), model, open_store(root),
+                 on_event=lambda k, p: events.append((k, p)))
     return result, _last_iteration(events), model.gate_state_dict()
 
 
@@ -202,25 +221,30 @@ STOPS = {  # when the first attempt is "killed": should_stop(events seen so far)
 }
 
 
+@pytest.mark.parametrize("labels", list(WARM_EPISODES))
 @pytest.mark.parametrize("stop", list(STOPS))
-def test_a_resumed_job_reports_the_budget_of_an_uninterrupted_one(tmp_path_factory, stop):
-    reference, ref_last, ref_gates = _uninterrupted((tmp_path_factory.getbasetemp() / "straight").as_uri())
+def test_a_resumed_job_reports_the_budget_of_an_uninterrupted_one(tmp_path_factory, stop, labels):
+    from services.trainer.gates.outcomes import replay_seeds
+
+    config = GateGRPOConfig(**for_labels(RESUME, labels))
+    reference, ref_last, ref_gates = _uninterrupted((tmp_path_factory.getbasetemp() / f"straight-{labels}").as_uri(),
+                                                    labels)
     assert sum(h["resample_rounds"] for h in reference.history) > 0  # resampled groups are part of the count
-    assert ref_last["rollouts_total"] == 2 * RESUME["warm_start_episodes"] + sum(h["episodes"]
-                                                                                 for h in reference.history)
+    assert ref_last["rollouts_total"] == WARM_EPISODES[labels] + sum(h["episodes"] for h in reference.history)
     assert ref_last["prompt_tokens_total"] > 0 and ref_last["completion_tokens_total"] > 0
-    store = open_store((tmp_path_factory.mktemp(stop) / "s").as_uri())
+    store = open_store((tmp_path_factory.mktemp(f"{stop}-{labels}") / "s").as_uri())
     first_events: list[tuple[str, dict]] = []
-    run(GateGRPOConfig(**RESUME), composed(), store, on_event=lambda k, p: first_events.append((k, p)),
+    run(config, composed(), store, on_event=lambda k, p: first_events.append((k, p)),
         should_stop=lambda: STOPS[stop](first_events))
     counting, events = Counting(), []
     resumed_model = composed()
-    second = run(GateGRPOConfig(**RESUME), resumed_model, store, counting=counting,
-                 on_event=lambda k, p: events.append((k, p)))
+    second = run(config, resumed_model, store, counting=counting, on_event=lambda k, p: events.append((k, p)))
     last = _last_iteration(events)
     assert {k: last[k] for k in TOTALS} == {k: ref_last[k] for k in TOTALS}
     assert second.composition.manifest.training["rollouts_total"] == ref_last["rollouts_total"]
     assert not [r for r in counting.resets if r[0] in NAMES]  # no provenance episode played twice
+    replays = set(replay_seeds(range(0, 1000), config))
+    assert not [r for r in counting.resets if r[1] in replays]  # ... nor any outcome replay
     for key, value in ref_gates.items():
         assert torch.equal(resumed_model.gate_state_dict()[key], value), key
 
@@ -234,8 +258,14 @@ def test_a_resumed_job_reports_the_budget_of_an_uninterrupted_one(tmp_path_facto
     ({"load_balancing_coef": -1}, "load_balancing_coef"),
     ({"target_fraction": 0.5}, "target's training tasks only"),
     ({"warm_start_tokens": "all"}, "assistant tokens"),
-    ({"base_provenance": "failed"}, "base_provenance"),
-    ({"base_provenance_uris": ["runs/r/rollouts/t.jsonl"]}, "base_provenance_uris[0]"),
+    ({"warm_start_labels": "provenance", "base_provenance": "failed"}, "base_provenance"),
+    ({"warm_start_labels": "provenance", "base_provenance_uris": ["runs/r/rollouts/t.jsonl"]}, "base_provenance_uris[0]"),
+    ({"warm_start_labels": "soft"}, "warm_start_labels"),
+    ({"warm_start_tasks": 0}, "warm_start_tasks"),
+    ({"warm_start_samples_per_slot": 0}, "warm_start_samples_per_slot"),
+    ({"warm_start_temperature": 0.0, "warm_start_samples_per_slot": 2}, "greedy"),
+    ({"warm_start_fallback_score": "Sub Requests"}, "warm_start_fallback_score"),
+    ({"max_resample_rounds": 17}, "max_resample_rounds"),
 ])
 def test_config_validation_names_the_field(values, needle):
     with pytest.raises(InvalidArgument) as err:
@@ -243,9 +273,45 @@ def test_config_validation_names_the_field(values, needle):
     assert needle in str(err.value)
 
 
-def test_gate_grpo_without_a_target_is_refused():
-    with pytest.raises(InvalidArgument, match="target's training tasks only"):
-        run(GateGRPOConfig(**dict(FAST, warm_start_steps=0, max_steps=2)), composed(), targets=[])
+@pytest.mark.parametrize("labels", [None, "outcome", "provenance"])   # None: the default, outcome
+@pytest.mark.parametrize("field, value, only", [
+    ("warm_start_episodes", 4, "provenance"),
+    ("base_provenance", "all", "provenance"),
+    ("base_provenance_uris", ["s3://trace/runs/r/rollouts/t.jsonl"], "provenance"),
+    ("warm_start_tasks", 8, "outcome"),
+    ("warm_start_samples_per_slot", 2, "outcome"),
+    ("warm_start_temperature", 0.5, "outcome"),
+    ("warm_start_fallback_score", "subrequests", "outcome"),
+])
+def test_a_field_of_the_other_labels_is_refused(labels, field, value, only):
+    values = {field: value, **({"warm_start_labels": labels} if labels else {})}
+    if (labels or "outcome") == only:
+        assert getattr(parse_config(values, GateGRPOConfig), field) == value
+        return
+    with pytest.raises(InvalidArgument) as err:   # inert under the other labels: refused, naming the field and the fix
+        parse_config(values, GateGRPOConfig)
+    assert f"{field}: {only} labels only" in str(err.value) and f"warm_start_labels: {only}" in str(err.value)
+
+
+@pytest.mark.parametrize("labels", ["outcome", "provenance"])
+def test_a_fully_dumped_config_parses_again(labels):
+    """ValidateTrainingConfig answers with every default, and the worker re-parses the dumped config."""
+    config = parse_config({"warm_start_labels": labels}, GateGRPOConfig)
+    assert parse_config(config.model_dump(mode="json"), GateGRPOConfig) == config
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"warm_start_steps": 0, "max_steps": 2}, "target's training tasks only"),
+    ({"warm_start_steps": 5, "max_steps": 0}, "replays every slot"),     # the outcome warm start needs it too
+])
+def test_gate_training_without_a_target_is_refused(values, needle):
+    with pytest.raises(InvalidArgument, match=needle):
+        run(GateGRPOConfig(**dict(FAST, **values)), composed(), targets=[])
+
+
+def test_defaults_are_outcome_labels_and_three_recollection_rounds():
+    config = GateGRPOConfig()
+    assert (config.warm_start_labels, config.max_resample_rounds) == ("outcome", 3)
 
 
 def _traj(seed: int, reward: float, env: str = "toy-target", termination: str = "done") -> Trajectory:
@@ -269,7 +335,7 @@ BASE = [_traj(0, 1.0), _traj(1, 0.0), _traj(2, 1.0), _traj(3, 1.0), _traj(4, 0.0
     ("all", 8, [*BASE, _traj(3, 1.0, env="toy-early")], InvalidArgument),  # another environment's episode
 ])
 def test_slot0_provenance_selection(mode, episodes, trajectories, expect):
-    config = GateGRPOConfig(**dict(FAST, warm_start_episodes=episodes, base_provenance=mode))
+    config = GateGRPOConfig(**dict(FAST, **labels_config("provenance", episodes), base_provenance=mode))
     if isinstance(expect, type):
         with pytest.raises(expect):
             select_base_provenance(trajectories, TARGET, config)

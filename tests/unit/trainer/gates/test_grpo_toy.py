@@ -111,8 +111,26 @@ class TargetEnv(HalfEnv):
         return KINDS[seed % 3]
 
 
-ENVS = {"early": EarlyEnv, "late": LateEnv, "target": TargetEnv}
-for _cls in (EarlyEnv, LateEnv, TargetEnv):
+class CrossedEnv(TargetEnv):
+    """A target unlike the capability environments in what helps where: seed % 3 picks the prompt
+    (early, late, magic) as in `toy-target`, but an early prompt scores an n-z reply and a late prompt
+    an a-m reply. So on an early-prompt task only adapter `late` scores, on a magic task only the
+    base, and on a late-prompt task adapter `early` (and the base where it happens to say an a-m
+    word): the adapter whose environment a task *looks like* is the wrong one."""
+
+    name: ClassVar[str] = "toy-crossed"
+
+    def reward(self) -> float:
+        if self._kind == "magic":
+            return super().reward()
+        first = self._reply[:1]
+        if not first.isalpha():
+            return 0.0
+        return 1.0 if (first in EARLY) != (self._kind == "early") else 0.0
+
+
+ENVS = {"early": EarlyEnv, "late": LateEnv, "target": TargetEnv, "crossed": CrossedEnv}
+for _cls in (EarlyEnv, LateEnv, TargetEnv, CrossedEnv):
     try:
         register(_cls.name, _cls.version, _cls, description=f"gate-training toy {_cls.__name__}")
     except AlreadyExists:  # pragma: no cover - re-import under another module name

@@ -1,5 +1,5 @@
-"""TRAINING_KIND_GATES request validation for slot 0's provenance and the target (services.trainer.gates.job):
-refused before a job exists, naming the field and the fix."""
+"""TRAINING_KIND_GATES request validation for slot 0's provenance (provenance labels) and the target
+(services.trainer.gates.job): refused before a job exists, naming the field and the fix."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import pytest
 
 from services.trainer.gates.job import read_base_trajectories, validate_gates
 from services.trainer.specs import TrainingSpecModel
+from tests.support.tau2_data import require_tau2_data, tau2_data_root
 from tests.unit.trainer.gates.test_grpo import _traj
 from tests.unit.trainer.gates.test_grpo_toy import toy_world
 from trace_common.artifacts import open_store
-from trace_common.domains.tau2.data import default_data_root
 from trace_common.env.trajectory import dumps_jsonl
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
 CONFIG = dict(max_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=4, warm_start_steps=5,
-              warm_start_episodes=4, guidance_fraction=0.0)
+              guidance_fraction=0.0)
+PROV = {"warm_start_labels": "provenance", "warm_start_episodes": 4}
 FILES = {  # name -> trajectories of the base agent
     "train": [_traj(1, 1.0), _traj(2, 0.0), _traj(4, 1.0)],
     "test_split": [_traj(1, 1.0), _traj(1001, 1.0)],
@@ -53,29 +54,36 @@ def _uri(store, name: str) -> str:
     return f"{store.root_uri.rstrip('/')}/runs/r1/rollouts/{name}/trajectories.jsonl"
 
 
-@pytest.mark.parametrize("case, error, needle", [
-    ("outside_store", InvalidArgument, "this trainer's artifact store"),
-    ("missing", InvalidArgument, "an existing trajectories artifact"),
-    ("test_split", InvalidArgument, "outside it"),
-    ("all_failed", FailedPrecondition, "none of the 2 base trajectories succeeded"),
-    ("no_target", InvalidArgument, "target's training tasks only"),
+@pytest.mark.parametrize("case, config, error, needle", [
+    ("outside_store", PROV, InvalidArgument, "this trainer's artifact store"),
+    ("missing", PROV, InvalidArgument, "an existing trajectories artifact"),
+    ("test_split", PROV, InvalidArgument, "outside it"),
+    ("all_failed", PROV, FailedPrecondition, "none of the 2 base trajectories succeeded"),
+    ("no_target", PROV, InvalidArgument, "target's training tasks only"),
+    ("no_target_outcome", {"max_steps": 0, "warm_start_labels": "outcome"}, InvalidArgument,
+     "the outcome warm start replays every slot"),
+    ("outcome_with_uris", {}, InvalidArgument,                      # outcome labels (default) would not read them
+     "base_provenance_uris: provenance labels only"),
 ])
-def test_gates_request_with_bad_slot0_provenance_or_no_target_is_refused(store, case, error, needle):
+def test_gates_request_with_bad_slot0_provenance_or_no_target_is_refused(store, case, config, error, needle):
     uris = {"outside_store": ["file:///elsewhere/trajectories.jsonl"], "missing": [_uri(store, "nope")],
             "test_split": [_uri(store, "test_split")], "all_failed": [_uri(store, "all_failed")],
-            "no_target": [_uri(store, "train")]}[case]
-    envs = ("toy-early", "toy-late") if case == "no_target" else ("toy-early", "toy-late", "toy-target")
+            "no_target": [_uri(store, "train")], "outcome_with_uris": [_uri(store, "train")]}.get(case)
+    envs = ("toy-early", "toy-late") if case.startswith("no_target") else ("toy-early", "toy-late", "toy-target")
+    config = {**config, **({"base_provenance_uris": uris} if uris is not None else {})}
     with pytest.raises(error) as err:
-        validate_gates(_spec(store, envs, base_provenance_uris=uris), store)
+        validate_gates(_spec(store, envs, **config), store)
     assert needle in str(err.value), err.value
 
 
+
 @pytest.mark.parametrize("config", [
-    {"base_provenance_uris": []},                                  # accepted: slot 0 without examples (logged)
-    {"base_provenance_uris": ["TRAIN"]},
-    {"base_provenance_uris": ["ALL_FAILED"], "base_provenance": "all"},
-    {"base_provenance_uris": ["TEST_SPLIT"], "base_provenance": "none"},  # not read at all
-    {"max_steps": 0},                                               # warm start only: no target needed
+    {**PROV, "base_provenance_uris": []},                          # accepted: slot 0 without examples (logged)
+    {**PROV, "base_provenance_uris": ["TRAIN"]},
+    {**PROV, "base_provenance_uris": ["ALL_FAILED"], "base_provenance": "all"},
+    {**PROV, "base_provenance_uris": ["TEST_SPLIT"], "base_provenance": "none"},  # not read at all
+    {**PROV, "max_steps": 0},                                       # provenance warm start only: no target needed
+    {},                                                             # outcome labels (default): no provenance field
 ])
 def test_gates_request_accepted(store, config):
     config = {k: [_uri(store, u.lower()) for u in v] if k == "base_provenance_uris" else v for k, v in config.items()}
@@ -101,20 +109,21 @@ TAU2_TARGETS = {
 @pytest.mark.parametrize(("target", "roots", "error", "text"), list(TAU2_TARGETS.values()), ids=list(TAU2_TARGETS))
 def test_a_tau2_targets_data_is_confined_and_its_default_path_not_named(store, tmp_path, monkeypatch, target, roots,
                                                                         error, text):
-    tau2 = default_data_root().resolve()
+    # the operator's data root: the tau2 data, or a stand-in without it (nothing under the root is read here)
+    tau2 = (tau2_data_root() or tmp_path / "tau2-root").resolve()
     missing = tmp_path / "home" / "tau2-missing"
     monkeypatch.setenv("TRACE_TAU2_DATA", str(missing))   # the service's own data: not there
     target = {"name": "tau2-retail", **target,
               "params": {k: v.format(tau2=tau2) for k, v in target["params"].items()}}
     with pytest.raises(error) as err:
-        validate_gates(_spec(store, target=target, base_provenance_uris=[]), store, data_roots=[tau2] if roots else [])
+        validate_gates(_spec(store, target=target), store, data_roots=[tau2] if roots else [])
     assert text in str(err.value), err.value
     assert str(tmp_path) not in str(err.value) and "/etc" not in str(err.value), err.value
 
 
 def test_a_tau2_target_under_a_root_is_accepted_through_a_symlink(store, tmp_path):
-    tau2 = default_data_root().resolve()
+    tau2 = require_tau2_data().resolve()
     (tmp_path / "link").symlink_to(tau2 / "retail")   # resolves under the root
     target = {"name": "tau2-retail", "params": {"split": "train", "data": str(tmp_path / "link")}}
-    parsed = validate_gates(_spec(store, target=target, base_provenance_uris=[]), store, data_roots=[tau2])
+    parsed = validate_gates(_spec(store, target=target), store, data_roots=[tau2])
     assert parsed.max_steps == CONFIG["max_steps"]
