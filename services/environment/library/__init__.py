@@ -1,11 +1,17 @@
 """The environment library: one capability environment family per capability, written by TRACE.
 
-| capability                  | module                          | task                                              |
+| capability                  | module                          | capability cases (the other requests are plain)   |
 |-----------------------------|---------------------------------|---------------------------------------------------|
-| structured_data_reasoning   | structured_data_reasoning.py    | act on the order whose item matches every attribute, among look-alikes (3 requests; levels 3, 2, 1) |
-| multi_step_task_completion  | multi_step_task_completion.py   | carry out all three requests of one message (levels 3, 2) |
-| precondition_verification   | precondition_verification.py    | check the status before a write; refuse when it forbids (3 requests; levels 3, 2) |
-| tool_call_precision         | tool_call_precision.py          | canonical ids and enum values from loose user text (3 requests; levels 3, 2, 1) |
+| structured_data_reasoning   | structured_data_reasoning.py    | an item named by its attributes, among look-alike orders (levels 3, 2, 1) |
+| multi_step_task_completion  | multi_step_task_completion.py   | the requests stated together in the opening message (levels 3, 2) |
+| precondition_verification   | precondition_verification.py    | a write whose status may forbid it: check, refuse when it does (levels 3, 2) |
+| tool_call_precision         | tool_call_precision.py          | a loose order id or a paraphrased reason to make exact (levels 3, 2, 1) |
+
+Every instance is a conversation shaped like the target's (kit.py "Shape"): the target's mix of
+request kinds, its number of requests and its request mode, measured from the target's own tasks
+(kit.REQUEST_MIX); one or more requests are capability cases from the family's own generator,
+the rest plain requests of the target's kinds. A level bounds the capability cases (kit.py
+"Levels"): an easier one makes more of the same requests plain, never the conversation shorter.
 
 These are the four capabilities TRACE reported on tau2-bench. Every family keeps its
 target's surface (kit.py): the target's system prompt verbatim, all of its tools, its world
@@ -18,13 +24,13 @@ target_params)`, but what gets registered and served is its *bundle*:
 docstring, a header naming the kit's sha256 and the target toolkit module with its
 sha256, the kit's code, the static import of the target's toolkit module (the one
 `trace_common.domains` module the sandbox worker allows), the family's code, then `TARGET
-= <the target surface and toolkit parameters>` -- so its sha256 covers every line that runs
-except the toolkit module, whose own sha256 the header (and the record's manifest, via the
-target summary) records.
+= <the target surface and toolkit parameters>` and the environment's turn budget on that target
+(kit.turn_budget) -- so its sha256 covers every line that runs except the toolkit module, whose own
+sha256 the header (and the record's manifest, via the target summary) records.
 
 Mode `library` of the environment service selects a family by capability name (or one of
-the aliases below) and bundles it for the job's target; no LLM is involved. A level (cases per
-instance, kit.py "Levels") is baked in as `TARGET["cases"]` (`bundle(..., cases=n)`).
+the aliases below) and bundles it for the job's target; no LLM is involved. A level (capability
+cases per instance at most, kit.py "Levels") is baked in as `TARGET["cases"]` (`bundle(..., cases=n)`).
 """
 
 from __future__ import annotations
@@ -95,7 +101,7 @@ def roles(family: str) -> tuple[str, ...]:
 
 
 def levels(family: str) -> tuple[int, ...]:
-    """The family's levels (cases per instance), hardest first (kit.py "Levels")."""
+    """The family's levels (capability cases per instance at most), hardest first (kit.py "Levels")."""
     return tuple(env_class(family).levels)
 
 
@@ -170,7 +176,8 @@ def bundle(capability: str, target_params: dict[str, Any], cases: int | None = N
             "# ---- environment -------------------------------------------------------------------------------\n"
             f"{env_code}\n\n"
             "# ---- target parameters baked in by TRACE ----------------------------------------------------------\n"
-            f"{target_literal(target_params)}")
+            f"{target_literal(target_params)}\n"
+            "ENVIRONMENT.default_max_turns = turn_budget(TARGET)\n")
 
 
 __all__ = ["ALIASES", "FAMILIES", "SCRIPT_TOOLS", "at_level", "bundle", "env_class", "family_for", "kit_sha256",

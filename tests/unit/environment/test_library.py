@@ -1,6 +1,7 @@
 """The capability environments, in-process, for both targets: the target's surface (system prompt,
 greeting, all tools, tool outputs from the target's own tool code), contract, oracle, skill gap,
-partial credit, guidance, calibration with the scripted skill mixture, self-contained bundles."""
+partial credit, guidance, calibration with the scripted skill mixture, self-contained bundles.
+Their shape (the target's kinds, modes and lengths) is test_library_shape.py's."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from trace_common.domains.store import tools as store_tools
 from trace_common.domains.tau2.retail_db import RetailDB
 from trace_common.domains.tau2.retail_tools import RetailTools
 from trace_common.env import MessageAction, ToolAction, action_from_dict, run_episode
+from trace_common.env.guidance import gold_actions_text
 from trace_common.env.surface import toolkit_sha256
 from trace_common.errors import FailedPrecondition, InvalidArgument
 
@@ -32,12 +34,13 @@ from .helpers import TARGET_NAMES, bundled, make_env, params, play, target, targ
 CASES = [(f, t) for f in library.FAMILIES for t in TARGET_NAMES]
 SEEDS = list(range(500_000, 500_030))
 
-#: family -> (lowest, highest) mean reward of the module's skill-less script over SEEDS, per target
+#: family -> (lowest, highest) mean reward of the module's skill-less script over SEEDS, per target (it
+#: handles the plain requests, so it earns their credit; measured 0.28, 0.06, 0.21, 0.23, 0.24, 0.17, 0.14, 0.08)
 UNSKILLED_MEAN = {
-    ("structured_data_reasoning", "store"): (0.12, 0.16), ("structured_data_reasoning", "tau2-retail"): (0.0, 0.05),
-    ("multi_step_task_completion", "store"): (0.16, 0.17), ("multi_step_task_completion", "tau2-retail"): (0.16, 0.17),
-    ("precondition_verification", "store"): (0.05, 0.25), ("precondition_verification", "tau2-retail"): (0.05, 0.25),
-    ("tool_call_precision", "store"): (0.03, 0.25), ("tool_call_precision", "tau2-retail"): (0.03, 0.25)}
+    ("structured_data_reasoning", "store"): (0.24, 0.32), ("structured_data_reasoning", "tau2-retail"): (0.03, 0.11),
+    ("multi_step_task_completion", "store"): (0.17, 0.25), ("multi_step_task_completion", "tau2-retail"): (0.18, 0.27),
+    ("precondition_verification", "store"): (0.19, 0.28), ("precondition_verification", "tau2-retail"): (0.12, 0.21),
+    ("tool_call_precision", "store"): (0.10, 0.19), ("tool_call_precision", "tau2-retail"): (0.04, 0.13)}
 
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)
@@ -78,7 +81,7 @@ def test_tool_outputs_are_the_targets_own(family, target_name):
     compared = 0
     for seed in SEEDS[:3]:
         env.reset(seed)
-        case = env.inst.cases[0]
+        case = next(r for r in env.inst.requests if r.order_id)
         loose = env.toolkit.loose_order_ids(case.order_id)[1]
         calls = [("get_user_details", {"user_id": env.inst.user.user_id}),
                  ("get_order_details", {"order_id": case.order_id}), ("get_order_details", {"order_id": loose}),
@@ -121,25 +124,29 @@ LEVELS = [(f, t, n) for f in library.FAMILIES for t in TARGET_NAMES for n in lib
 
 @pytest.mark.parametrize(("family", "target_name", "cases"), LEVELS)
 def test_every_level_keeps_the_skill_the_oracle_and_the_surface(family, target_name, cases):
-    """At each level: `cases` cases per instance, the oracle reaches 1, the skill-less script and
-    the trivial policies stay below it, the same surface as the hardest level, the same instance in
-    a bundle as in-process; the hardest level is the family's unchanged default."""
+    """At each level: at most `cases` capability cases per instance (the hardest level's, or some of
+    them), the oracle reaches 1, the skill-less script and the trivial policies stay below it, the same
+    surface as the hardest level, the same instance in a bundle as in-process; the hardest level is the
+    family's default."""
     env, hardest = make_env(family, target_name, cases), make_env(family, target_name)
     unskilled = []
     for seed in SEEDS[:12]:
         first = env.reset(seed)
-        assert len(env.inst.cases) == cases
-        assert first.tools == hardest.reset(seed).tools and first.messages[0] == hardest.reset(seed).messages[0]
+        got = [i for i, r in enumerate(env.inst.requests) if r.capability]
+        hard = hardest.reset(seed)
+        assert 1 <= len(got) <= cases and set(got) <= {i for i, r in enumerate(hardest.inst.requests) if r.capability}
+        assert first.tools == hard.tools and first.messages[0] == hard.messages[0]
         assert play(env, seed, env.script(seed, skilled=True)) == 1.0, (seed, env.failure_reason())
         unskilled.append(play(env, seed, env.script(seed, skilled=False)))
-        assert play(env, seed, [{"message": NOOP_TEXT}] * (cases + 2)) == 0.0
-    assert statistics.fmean(unskilled) <= 0.3 and max(unskilled) < 1.0
+        assert play(env, seed, [{"message": NOOP_TEXT}] * (len(env.inst.groups) + 2)) == 0.0
+    assert statistics.fmean(unskilled) <= 0.45 and max(unskilled) < 1.0
     if cases == library.levels(family)[0]:
         assert [env.reset(s) for s in SEEDS[:3]] == [hardest.reset(s) for s in SEEDS[:3]]
     namespace: dict = {}
     exec(compile(library.bundle(family, params(family, target_name), cases=cases), "env.py", "exec"), namespace)
     assert namespace["TARGET"]["cases"] == cases
     assert namespace["ENVIRONMENT"]().reset(SEEDS[2]) == env.reset(SEEDS[2])
+    assert namespace["ENVIRONMENT"].default_max_turns == env.default_max_turns == kit.turn_budget(env.target)
 
 
 @pytest.mark.parametrize(("family", "cases"), [("tool_call_precision", 0), ("tool_call_precision", 4),
@@ -167,19 +174,20 @@ def test_trivial_policies_score_low(family, target_name):
     assert run_episode(env, noop_policy, SEEDS[0], None).reward == 0.0
 
 
-# family -> the credit the intermediate step alone earns per case (it is then SHARE * credit)
+# family -> the credit the intermediate step alone earns per case (it is then SHARE * credit, averaged
+# with the plain requests' 0)
 STEP_CREDIT = {"structured_data_reasoning": 0.3, "multi_step_task_completion": 0.3,
                "precondition_verification": 0.4, "tool_call_precision": 0.3}
 
 
 def _step_only(env) -> list[dict]:
-    """The skill's intermediate step for every case, then one closing message per request."""
+    """The skill's intermediate step for every case about an order (its lookup), then one closing
+    message per user message."""
     acts = [{"name": "find_user_id_by_email", "arguments": {"email": env.inst.user.email}}]
     for case in env.inst.cases:
-        acts.append({"name": "get_order_details", "arguments": {"order_id": case.order_id}})
-        if env.inst.mode == "sequential":
-            acts.append({"message": "Done."})
-    return acts + [{"message": "Done."}]
+        if case.order_id:
+            acts.append({"name": "get_order_details", "arguments": {"order_id": case.order_id}})
+    return acts + [{"message": "Done."}] * len(env.inst.groups)
 
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)
@@ -187,21 +195,25 @@ def test_intermediate_step_alone_earns_partial_credit(family, target_name):
     env = make_env(family, target_name)
     for seed in SEEDS[:10]:
         env.reset(seed)
+        stepped = sum(1 for case in env.inst.cases if case.order_id)
         reward = play(env, seed, _step_only(env))
-        assert reward == pytest.approx(env.share * STEP_CREDIT[family]), (seed, env.reward_breakdown())
+        expected = env.share * STEP_CREDIT[family] * stepped / len(env.inst.requests)
+        assert reward == pytest.approx(expected), (seed, env.reward_breakdown())
 
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)
-def test_guidance_is_in_the_observation_and_never_in_the_messages(family, target_name):
+def test_guidance_is_the_oracles_gold_actions_and_never_in_the_messages(family, target_name):
     env = make_env(family, target_name)
     hints = set()
     for seed in SEEDS[:6]:
         obs = env.reset(seed)
-        assert obs.guidance and len(obs.guidance) <= 4000
-        assert all(case.order_id in obs.guidance for case in env.inst.cases)  # concrete: names this instance
+        gold = env.script(seed, skilled=True)
+        assert obs.guidance == gold_actions_text(gold) and len(obs.guidance) <= 4000
+        assert all(case.record in obs.guidance for case in env.inst.cases)  # concrete: names this instance
         hints.add(obs.guidance)
+        env.reset(seed)
         seen = [m.content or "" for m in obs.messages]
-        for action in env.script(seed, skilled=True):
+        for action in gold:
             seen += [m.content or "" for m in env.step(action_from_dict(action)).observation]
         assert not any(obs.guidance in text for text in seen)
     assert len(hints) == 6
@@ -217,35 +229,41 @@ def test_reset_is_deterministic_per_seed_and_instances_differ(family, target_nam
     assert len({a.reset(s).messages[-1].content for s in SEEDS[:10]}) == 10
 
 
-def test_precondition_instances_are_balanced_and_blind_writes_fail_on_the_others():
-    env = make_env("precondition_verification", "store")
+@pytest.mark.parametrize("target_name", TARGET_NAMES)
+def test_precondition_instances_keep_a_forbidden_write_and_blind_writes_fail(target_name):
+    env = make_env("precondition_verification", target_name)
     allowed, blind = [], []
     for seed in range(500_000, 500_120):
         env.reset(seed)
         allowed += [c.facts["allowed"] for c in env.inst.cases]
-        acts = [a for c in env.inst.cases for a in env.write_actions(c) + [{"message": "Done."}]]
-        blind.append(play(env, seed, acts))
-        forbidden = [c for c in env.inst.cases if not c.facts["allowed"]]
-        if forbidden:
-            assert blind[-1] < 1.0
-            assert "write_precondition_false" in [d["event"] for d in env.diagnostics()]
-    assert 0.4 <= statistics.fmean(allowed) <= 0.6
-    assert statistics.fmean(blind) <= 0.2
+        assert not all(c.facts["allowed"] for c in env.inst.cases)
+        acts = []
+        for req in env.inst.requests:  # every write made without a look, the plain requests as the oracle does
+            acts += (env.write_with_confirm(req.gold or env.write_action(req, env.order0(req.order_id)))
+                     if req.capability else env.plain_actions(req)[0])
+        blind.append(play(env, seed, acts + [{"message": "Done."}] * len(env.inst.groups)))
+        assert blind[-1] < 1.0
+        assert "write_precondition_false" in [d["event"] for d in env.diagnostics()]
+    assert 0.25 <= statistics.fmean(allowed) <= 0.5
+    assert statistics.fmean(blind) <= 0.3
 
 
-@pytest.mark.parametrize(("family", "key", "values"), [
-    ("tool_call_precision", "kind", ("cancel", "return", "status")),
-    ("structured_data_reasoning", "kind", ("cancel", "return")),
-    ("multi_step_task_completion", "kind", ("cancel", "return", "status")),
+@pytest.mark.parametrize(("family", "target_name", "kinds"), [
+    ("tool_call_precision", "store", ("cancel", "return", "exchange", "status")),
+    ("tool_call_precision", "tau2-retail", ("cancel", "return", "exchange", "modify", "status", "order_address")),
+    ("structured_data_reasoning", "store", ("cancel", "return", "exchange")),
+    ("structured_data_reasoning", "tau2-retail", ("cancel", "return", "exchange", "modify")),
+    ("precondition_verification", "store", ("cancel", "return", "exchange")),
+    ("precondition_verification", "tau2-retail", ("cancel", "return", "exchange", "modify", "order_address")),
+    ("multi_step_task_completion", "store", ("cancel", "return", "exchange", "status", "address")),
 ])
-def test_request_kinds_are_balanced(family, key, values):
-    env = make_env(family, "store")
-    seen = []
+def test_capability_cases_take_every_kind_they_can_and_only_those(family, target_name, kinds):
+    env = make_env(family, target_name)
+    seen = set()
     for seed in range(500_000, 500_150):
         env.reset(seed)
-        seen += [getattr(c, key) for c in env.inst.cases]
-    for value in values:
-        assert abs(seen.count(value) / len(seen) - 1 / len(values)) < 0.1, (value, seen.count(value))
+        seen |= {c.kind for c in env.inst.cases}
+    assert seen == set(kinds)
 
 
 @pytest.mark.parametrize("target_name", TARGET_NAMES)
@@ -285,7 +303,7 @@ def _rewards(family: str, target_name: str, seeds: tuple[int, ...]) -> dict:
     out = {}
     for seed in seeds:
         env.reset(seed)
-        n = len(env.inst.cases)
+        n = len(env.inst.cases)  # at most 3: at most 8 scripts per seed
         table = {}
         for flags in itertools.product((False, True), repeat=n):
             env.reset(seed)
@@ -323,7 +341,7 @@ def _mixture(family, target_name, p, group_size=8, per_case=False):
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)
 def test_the_skill_mixture_calibrates_inside_the_default_band(family, target_name):
-    for p in (0.2, 0.3, 0.4, 0.5):
+    for p in (0.2, 0.3, 0.4):
         mean, informative = _mixture(family, target_name, p)
         assert 0.2 <= mean <= 0.6 and informative >= 0.5, (p, mean, informative)
     assert _mixture(family, target_name, 0.7)[0] > 0.6  # the oracle's 1 in 70 % of samples: above the band
@@ -331,7 +349,7 @@ def test_the_skill_mixture_calibrates_inside_the_default_band(family, target_nam
 
 @pytest.mark.parametrize(("family", "target_name"), CASES)
 def test_a_per_case_skill_mixture_calibrates_inside_the_default_band(family, target_name):
-    for p in (0.4, 0.5, 0.6):
+    for p in (0.4, 0.5):
         mean, informative = _mixture(family, target_name, p, per_case=True)
         assert 0.2 <= mean <= 0.6 and informative >= 0.5, (p, mean, informative)
 

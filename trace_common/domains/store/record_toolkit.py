@@ -109,6 +109,15 @@ class StoreRecords(RecordToolkit):
     def describe_item(self, item: ItemView) -> str:
         return world.spoken_item(item.name, list(item.options))
 
+    def new_address(self, w: World, user_id: str) -> tuple[dict[str, str], str]:
+        """A new address for `user_id` (never its current one), drawn from `w.rng` as the store draws
+        addresses: (the arguments of modify_user_address besides user_id, how the user says it)."""
+        current = w.db["users"][user_id]["address"]
+        address = world.random_address(w.rng)
+        while address == current:
+            address = world.random_address(w.rng)
+        return {"address": address}, address
+
     # -- tools ------------------------------------------------------------------------------
     def call(self, db: Any, name: str, arguments: dict[str, Any]) -> CallOutcome:
         outcome = tools.call_tool(db, name, dict(arguments))

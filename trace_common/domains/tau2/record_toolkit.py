@@ -228,6 +228,18 @@ class RetailRecords(RecordToolkit):
         listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
         return f"{item.name.lower()} with {listed}" if listed else item.name.lower()
 
+    def new_address(self, w: World, user_id: str) -> tuple[dict[str, str], str]:
+        """A new address for `user_id` (never its current one), one of db.json's people's addresses
+        drawn from `w.rng`: (the arguments of modify_user_address / modify_pending_order_address
+        besides the id, in the schema's order; how the user says it, '12 Oak St, Suite 4, Austin, TX
+        78701, USA')."""
+        current = w.db.users[user_id].address.model_dump()
+        pool = [a for a in self.addresses if a != current]
+        chosen = dict(w.rng.choice(pool))
+        args = {key: chosen[key] for key in ("address1", "address2", "city", "state", "country", "zip")}
+        street = ", ".join(part for part in (args["address1"], args["address2"]) if part)
+        return args, f"{street}, {args['city']}, {args['state']} {args['zip']}, {args['country']}"
+
     # -- tools ------------------------------------------------------------------------------
     def call(self, db: Any, name: str, arguments: dict[str, Any]) -> CallOutcome:
         result = RetailTools(db).call(name, dict(arguments))
