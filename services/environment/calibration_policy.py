@@ -7,6 +7,7 @@ the environment service as `Environments(calibration_factories=ModelCalibration(
 
     calibration = ModelCalibration(CalibrationSampling(temperature=1.0, max_tokens=256))
     maker = calibration(ref)        # cheap checks of the ref; INVALID_ARGUMENT naming the field
+    maker = calibration(ref, spec.calibration_sampling)   # a job's own sampling over the settings
     await maker.prepare()           # loads the model (FAILED_PRECONDITION naming the field on failure)
     factory = maker()               # the PolicyFactory shape calibrate() drives
     ...
@@ -50,7 +51,7 @@ from trace_common.env import PolicyInfo
 from trace_common.errors import FailedPrecondition, InvalidArgument, TraceError, Unavailable
 from trace_common.model_refs import ModelRoots, check_policy_refs
 from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
-from trace_common.specs import PolicyRefModel
+from trace_common.specs import PolicyRefModel, SamplingModel
 
 FIELD = "spec.calibration_policy"
 MODEL_FIX = ("Give a built-in base agent (micro, smollm2, smollm2-base), a Hugging Face model directory written by "
@@ -67,6 +68,8 @@ class CalibrationSampling(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=5.0, description="Sampling temperature; GRPO samples at > 0, "
                                "and a greedy policy makes every group constant (no informative groups).")
     max_tokens: int = Field(256, ge=1, le=32768, description="Most tokens of one reply.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass (1.0: true sampling, as GRPO's default).")
+    top_k: int = Field(0, ge=0, description="Top-k truncation (0: none, as GRPO's default).")
     keep_idle: int = Field(1, ge=0, le=16, description="Loaded policies kept while no job uses them.")
 
 
@@ -220,8 +223,12 @@ class ModelCalibrationFactory:
         self.unavailable: Unavailable | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {**describe_ref(self.ref), "temperature": self.params.temperature,
-                "max_tokens": self.params.max_tokens}
+        return {**describe_ref(self.ref), **self.sampling()}
+
+    def sampling(self) -> dict[str, Any]:
+        """How every turn is sampled (the calibration-batches artifact records it)."""
+        p = self.params
+        return {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k, "max_tokens": p.max_tokens}
 
     def for_episode(self, env: Any, seed: int, sample_index: int, sampling_seed: int):
         async def policy(messages, tools):
@@ -284,6 +291,22 @@ class CalibrationMaker:
             await self.host.release(self.ref)
 
 
+def sampling_params(settings: CalibrationSampling, job: SamplingModel | None = None) -> SamplingParams:
+    """The calibration's SamplingParams: the service settings, each overridden by the job's non-zero
+    field (a job's temperature 0 means "the setting", never greedy: greedy calibration makes every
+    group constant). InvalidArgument naming the field when the combination is not a valid sampler."""
+    values = {"temperature": settings.temperature, "top_p": settings.top_p, "top_k": settings.top_k,
+              "max_tokens": settings.max_tokens}
+    if job is not None:
+        values.update({k: getattr(job, k) for k in values if getattr(job, k)})
+    try:
+        return SamplingParams(**values)
+    except ValueError as exc:
+        raise InvalidArgument(field="spec.calibration_sampling", expected="a valid sampler (temperature > 0 with "
+                              "top_p in (0, 1], top_k >= 0, max_tokens in [1, 32768])", got=values,
+                              fix=str(exc).splitlines()[0][:200]) from None
+
+
 class ModelCalibration:
     """`calibration_factories` for `Environments`: PolicyRef (IN_PROCESS / OPENAI_HTTP) -> maker."""
 
@@ -295,10 +318,12 @@ class ModelCalibration:
         self.allowed = allowed or ModelRoots()
         self.host = PolicyHost(s3, keep_idle=self.sampling.keep_idle, allowed=self.allowed)
 
-    def __call__(self, ref: PolicyRefModel) -> CalibrationMaker:
+    def __call__(self, ref: PolicyRefModel, job: SamplingModel | None = None) -> CalibrationMaker:
+        """`job`: the job's `spec.calibration_sampling`; each of its non-zero fields replaces the
+        service setting's (tracectl passes the run's training temperature and its one completion
+        cap, so the calibration episodes are sampled as the adapter's first GRPO iteration)."""
         check_ref(ref, self.allowed)
-        params = SamplingParams(temperature=self.sampling.temperature, max_tokens=self.sampling.max_tokens)
-        return CalibrationMaker(self.host, ref, params)
+        return CalibrationMaker(self.host, ref, sampling_params(self.sampling, job))
 
     async def close(self) -> None:
         await self.host.close()

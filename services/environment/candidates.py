@@ -46,6 +46,7 @@ from trace_common.env.surface import load_toolkit
 from trace_common.errors import FailedPrecondition
 
 from . import library
+from .library.kit import REQUEST_MIX
 from .sandbox.worker import ALLOWED_IMPORTS
 from .targets import TargetInfo, resolve_target
 from .validation import Check, ValidationConfig, ValidationReport
@@ -197,6 +198,23 @@ def target_excerpts(target: TargetInfo, trajectories: Sequence[Trajectory] | Non
     return "no excerpts (no episode of the target was given and it has no record toolkit)", json.dumps("(none)")
 
 
+def target_shape(target: TargetInfo) -> str:
+    """What the prompt says about the shape of the target's conversations: the request mix the
+    library measured on the target's train split (`library.kit.REQUEST_MIX`), or that none was."""
+    mix = REQUEST_MIX.get(target.name)
+    if mix is None:
+        return (f"The shape of {target.name}'s conversations was not measured: read it from the excerpts (which "
+                "kinds of request, how many per conversation, stated at once or one at a time).")
+    def shares(d: dict[Any, float]) -> str:
+        return ", ".join(f"{k} {v:.0%}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+    return (f"Measured on {target.name}'s training tasks: requests per conversation {shares(mix['requests'])}; "
+            f"request kinds {shares(mix['kinds'])}"
+            + (" (a conversation never repeats a kind)" if mix.get("distinct") else "")
+            + f"; every request stated in the first user message in {mix['all_at_once']:.0%} of the conversations "
+            f"with several requests, one at a time otherwise; the expert takes {mix['turns']:.1f} agent turns on "
+            "average.")
+
+
 def reference_for(capability: str, target: TargetInfo) -> tuple[str, str, str]:
     """(family, target name, source for the prompt) of a library environment for *another* capability,
     bundled for `target` when it has a record toolkit, else for the built-in store; the baked TARGET
@@ -266,10 +284,11 @@ def _finish(report: ValidationReport, mode: str, attempts: list[Attempt]) -> Val
 
 def too_hard(report: ValidationReport) -> bool:
     """Rejected by calibration alone, below the band's top: an easier level may pass (a candidate
-    that is too easy, or fails any other check, would fail the same way with fewer cases). Below the
-    top also covers a mean inside the band with too few informative groups, and calibration episodes
-    that failed (e.g. ran past the base model's context): fewer cases mean shorter episodes and
-    likelier 1s, so the easier level is tried there too, its episodes counted like any attempt's."""
+    that is too easy, or fails any other check, would fail the same way with fewer capability cases).
+    Below the top also covers a mean inside the band with too few informative groups, and calibration
+    episodes that failed (e.g. ran past the base model's context): an easier level keeps the
+    conversation's requests and length but makes more of them plain, so 1s are likelier and the easier
+    level is tried there too, its episodes counted like any attempt's."""
     failed = [c for c in report.checks if not c.passed]
     if report.status == "ACCEPTED" or [c.name for c in failed] != ["calibration"]:
         return False
@@ -328,7 +347,7 @@ async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: A
     values = {
         "capability_name": name, "capability_description": capability.get("description") or "(no description)",
         "nonce": secrets.token_hex(8), "evidence": encode_evidence(evidence),
-        "excerpt_source": excerpt_source, "excerpts": excerpts,
+        "excerpt_source": excerpt_source, "excerpts": excerpts, "target_shape": target_shape(target),
         "target_name": target.name, "tool_count": str(len(target.tool_schemas)),
         "tool_schemas": json.dumps(target.tool_schemas, indent=1), "system_prompt": target.system_prompt,
         "greeting_rule": greeting, "toolkit_section": toolkit_section(target),

@@ -1,12 +1,19 @@
 """The environment registry, kept in the artifact store.
 
-Layout (DESIGN.md "Data contracts"):
+Layout (docs/design.md "Data contracts"):
 
     runs/<run_id>/environments/<capability>/v<N>/env.py           the module (the code that runs)
     runs/<run_id>/environments/<capability>/v<N>/validation.json  the validation report
+    runs/<run_id>/environments/<capability>/v<N>/calibration.jsonl,
+                                           calibration_batches.json  an ACCEPTED candidate's calibration
+                                                                   episodes and their manifest
+                                                                   (trace_common/env/calibration_batches.py),
+                                                                   written before the report, which names
+                                                                   the manifest (`calibration_batches`)
     runs/<run_id>/environments/<capability>/v<N>/manifest.json     name, version, capability, mode,
                                                                    status, target, the other two
-                                                                   artifacts' URIs + sha256, summary
+                                                                   artifacts' URIs + sha256 (and the
+                                                                   calibration batches'), summary
 
 An environment's registry name is its capability (the name trainers ask for) and its
 version is N, counted per capability across runs (v1, v2, ...), so (name, version) is
@@ -27,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_common.artifacts import ArtifactStore
+from trace_common.env import Trajectory
+from trace_common.env.calibration_batches import write_calibration_batches
 from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
 
 _MANIFEST = re.compile(r"^runs/(?P<run>[^/]+)/environments/(?P<cap>[^/]+)/v(?P<n>\d+)/manifest\.json$")
@@ -51,6 +60,8 @@ class EnvironmentRecord:
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
     target: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
+    #: The calibration-batches manifest (uri, key, sha256, size); empty when none was stored.
+    calibration_batches: dict[str, Any] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:
@@ -71,7 +82,8 @@ class EnvironmentRecord:
                    code=manifest["code"], validation=manifest["validation"], manifest=manifest_info,
                    reasons=list(manifest.get("reasons", [])), numbers=dict(manifest.get("numbers", {})),
                    tool_schemas=list(manifest.get("tool_schemas", [])), target=dict(manifest.get("target", {})),
-                   created=float(manifest.get("created", 0.0)))
+                   created=float(manifest.get("created", 0.0)),
+                   calibration_batches=dict(manifest.get("calibration_batches") or {}))
 
 
 def _version_key(record: EnvironmentRecord) -> int:
@@ -114,13 +126,23 @@ class EnvironmentRegistry:
             return n
 
     def register(self, *, run_id: str, capability: str, mode: str, source: str, report: dict[str, Any],
-                 target: dict[str, Any], tool_schemas: list[dict[str, Any]], extra: dict[str, Any] | None = None
-                 ) -> EnvironmentRecord:
-        """Write code, report and manifest (in that order) and index the record."""
+                 target: dict[str, Any], tool_schemas: list[dict[str, Any]], extra: dict[str, Any] | None = None,
+                 calibration: tuple[list[Trajectory], dict[str, Any]] | None = None) -> EnvironmentRecord:
+        """Write code, calibration batches (when given), report and manifest (in that order) and index
+        the record. `calibration`: (the played episodes, every CalibrationBatches field but the
+        environment's name, version and code sha256, which this registration decides)."""
         name = capability
         n = self._allocate(name)
         prefix = f"runs/{run_id or 'adhoc'}/environments/{capability}/v{n}"
         code = self.store.put_bytes(f"{prefix}/env.py", source.encode("utf-8"))
+        batches: dict[str, Any] = {}
+        if calibration is not None:
+            episodes, fields = calibration
+            info, written = write_calibration_batches(self.store, prefix, episodes, environment=name, version=str(n),
+                                                      code_sha256=code.sha256, **fields)
+            batches = {"uri": info.uri, "key": info.key, "sha256": info.sha256, "size": info.size,
+                       "episodes": written.episodes, "token_ids": written.token_ids}
+            report = {**report, "calibration_batches": batches}
         report_bytes = json.dumps(report, indent=2, sort_keys=True).encode()
         validation = self.store.put_bytes(f"{prefix}/validation.json", report_bytes)
         manifest = {
@@ -131,7 +153,7 @@ class EnvironmentRegistry:
                            "size": validation.size},
             "reasons": list(report.get("reasons", [])), "numbers": dict(report.get("numbers", {})),
             "isolation": dict(report.get("isolation", {})), "target": target, "tool_schemas": tool_schemas,
-            **(extra or {}),
+            "calibration_batches": batches, **(extra or {}),
         }
         info = self.store.put_bytes(f"{prefix}/manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
         record = EnvironmentRecord.from_manifest(manifest, {"uri": info.uri, "sha256": info.sha256,

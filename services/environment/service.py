@@ -39,7 +39,7 @@ from trace_common.endpoints import Endpoints, refuse_outbound_params
 from trace_common.errors import InvalidArgument, Unimplemented
 from trace_common.jobs import JobManager, JobRecord, Output, estimate_footprint
 from trace_common.llm import ChatClient, LlmConfig
-from trace_common.specs import PolicyRefModel
+from trace_common.specs import PolicyRefModel, SamplingModel
 
 from . import library
 from . import metrics as m
@@ -70,6 +70,25 @@ def _describe_maker(maker: FactoryMaker) -> dict[str, Any]:
     return dict(describe())
 
 
+def calibration_batches(report: ValidationReport) -> tuple[list[Any], dict[str, Any]] | None:
+    """What `EnvironmentRegistry.register` stores as the calibration batches of an ACCEPTED candidate:
+    its calibration's played episodes with how they were played; None for a rejected candidate or a
+    policy that reported no sampling parameters (the scripted stand-in samples no tokens)."""
+    run = report.calibration_run()
+    if report.status != "ACCEPTED" or run is None or not run.trajectories or not run.sampling:
+        return None
+    check = next(c for c in report.checks if c.name == "calibration")
+    info = report.calibration_policy_info
+    adapter = next((str(info[k]) for k in ("adapter_uri", "adapter_name", "composition_uri") if info.get(k)), "")
+    return list(run.trajectories), {
+        "policy_model": str(info.get("model") or run.policy), "policy_adapter": adapter,
+        "policy_backend": str(info.get("backend", "")), "sampling": dict(run.sampling),
+        "max_turns": int(check.details["max_turns"]), "split": str(check.details.get("split") or ""),
+        "seeds": list(run.seeds[:run.played_groups]), "group_size": run.group_size,
+        "sampling_seeds": f"calibration.sampling_seed(base={report.config.get('seed', 0)}, seed, sample), then "
+                          "trace_common.policy.base.derive_seed(that, turn) per turn"}
+
+
 class Environments:
     def __init__(self, settings: EnvironmentSettings, store: ArtifactStore | None = None,
                  calibration_factories: Callable[[PolicyRefModel], FactoryMaker] | None = None):
@@ -92,7 +111,9 @@ class Environments:
         self._job_envs: dict[str, list[EnvironmentRecord]] = {}
 
     # -- generation jobs ---------------------------------------------------------------------
-    def calibration_maker(self, policy: PolicyRefModel | None) -> FactoryMaker:
+    def calibration_maker(self, policy: PolicyRefModel | None, sampling: SamplingModel | None = None) -> FactoryMaker:
+        """The job's calibration policy maker; `sampling` (spec.calibration_sampling) reaches model
+        backends (a scripted stand-in samples nothing)."""
         if policy is None:
             p = self.settings.calibration_skill_p
             note = (f"fallback: the job named no calibration_policy, so the scripted stand-in skill-mixture@{p:g} "
@@ -111,7 +132,7 @@ class Environments:
             raise Unimplemented(f"calibration with policy backend {policy.backend} is not wired into the environment "
                                 "service yet: pass calibration_factories to Environments (services/environment/"
                                 "service.py), or use a SCRIPTED 'skill-mixture@<p>' calibration policy")
-        return self.calibration_factories(policy)
+        return self.calibration_factories(policy, sampling) if sampling is not None else self.calibration_factories(policy)
 
     def create_job(self, spec: GenerationSpecModel, run_id: str, labels: dict[str, str],
                    request_id: str, maker: FactoryMaker | None = None) -> JobRecord:
@@ -135,7 +156,7 @@ class Environments:
             assert spec.llm is not None and endpoint is not None
             client = ChatClient(LlmConfig.of(endpoint, timeout_seconds=spec.llm.timeout_seconds
                                              or self.settings.llm_timeout_s))
-        maker = maker or self.calibration_maker(spec.calibration_policy)
+        maker = maker or self.calibration_maker(spec.calibration_policy, spec.calibration_sampling)
         prepare, release = getattr(maker, "prepare", None), getattr(maker, "release", None)
         who = _describe_maker(maker)
         vconfig = self.settings.validation_config(band=spec.band, seed=spec.seed,
@@ -227,7 +248,7 @@ class Environments:
     def _register(self, run_id: str, result: GenerationResult, target: TargetInfo) -> EnvironmentRecord:
         report = result.report
         m.VALIDATIONS.labels("library" if result.mode == MODE_LIBRARY else "llm", report.status.lower()).inc()
-        return self.registry.register(
+        return self.registry.register(calibration=calibration_batches(report),
             run_id=run_id, capability=result.capability, mode=result.mode, source=result.source,
             report=report.model_dump(mode="json"), target=target.summary(),
             tool_schemas=list(report.candidate.get("tool_schemas") or []),

@@ -52,7 +52,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
     async def CreateGenerationJob(self, request, context):
         spec = parse(GenerationSpecModel, request.spec, "spec")
         # off the loop: checking an in-process model ref imports torch the first time
-        maker = await asyncio.to_thread(self.d.calibration_maker, spec.calibration_policy)
+        maker = await asyncio.to_thread(self.d.calibration_maker, spec.calibration_policy, spec.calibration_sampling)
         rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id, maker=maker)
         return pb.CreateGenerationJobResponse(job=jobs_rpc.job_to_proto(rec))
 

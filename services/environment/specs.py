@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from trace_common.limits import EvidenceList, FreeText, Identifier, TaskIds
-from trace_common.specs import EnvironmentRefModel, LlmEndpointModel, PolicyRefModel, Strict
+from trace_common.specs import EnvironmentRefModel, LlmEndpointModel, PolicyRefModel, SamplingModel, Strict
 
 CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
@@ -39,6 +39,9 @@ class GenerationSpecModel(Strict):
     calibration_reward_max: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
     calibration_min_informative: float | None = Field(None, ge=0.0, le=1.0)
+    #: How the calibration policy samples (non-zero fields override the service's settings): the run's
+    #: training temperature and its one completion cap, so calibration plays the adapter's first iteration.
+    calibration_sampling: SamplingModel | None = None
 
     @property
     def band(self) -> tuple[float, float]:

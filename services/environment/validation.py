@@ -12,13 +12,17 @@ other check still runs so the generation agent gets all reasons at once):
 | oracle        | `solve(seed)` reaches reward 1 on every sampled seed                                          |
 | noop          | a policy that only says it cannot help scores mean <= noop_max_mean, success <= trivial_max_success |
 | random        | `policies.RandomPolicy` scores mean <= random_max_mean, success <= trivial_max_success         |
-| calibration   | the base policy's mean reward is inside the band and >= min_informative of groups are informative (see calibration.py) |
+| calibration   | the base policy's mean reward is inside the band and >= min_informative of groups are informative (see calibration.py), on `groups` seeds of `calibration_split` (the adapter's training split: an accepted level's episodes become its first GRPO batches), stopped early by `calibration_stop` once the verdict is settled (calibration_stop.py: only played groups are reported and counted) |
 
 The report names the calibration policy (`calibration_policy_info`: backend, model, adapter,
 endpoint, and `scripted_stand_in`, True when the scripted skill-mixture played instead of a
 model). A calibration policy whose backend fails (`CalibrationPolicyFailed`) or whose episodes
 run past their deadline (`CalibrationTimedOut`) is not the candidate's fault: it propagates and
 fails the job instead of rejecting the candidate.
+
+The report keeps the calibration's played episodes out of its JSON (`calibration_run()`: the
+`CalibrationResult`, trajectories included), so the service can store an accepted candidate's
+episodes as its calibration-batches artifact (records.py) and name it in the report.
 
 The final status is ACCEPTED when every check passed, else REJECTED with one reason line
 per failed check. A sandbox violation or an exception in the module fails the check
@@ -37,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from trace_common import pyast
 from trace_common.env import run_episode
@@ -45,6 +49,7 @@ from trace_common.errors import Cancelled, TraceError
 
 from .baseline_policies import ActionScript, RandomPolicy, noop_policy
 from .calibration import CalibrationPolicyFailed, CalibrationResult, CalibrationTimedOut, calibrate
+from .calibration_stop import StopRule
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
 from .sandbox.parent import SandboxConfig, SandboxRefused, SandboxViolation, SandboxWorker
 from .sandbox.static_check import ADVISORY_NOTE, findings
@@ -72,7 +77,18 @@ class ValidationConfig(BaseModel):
     episode_deadline_s: float = Field(3600.0, gt=0, le=3600, description="Wall-clock limit of one calibration episode "
                                       "(waiting for a shared model included).")
     calibration_concurrency: int = Field(32, ge=1, le=4096, description="Calibration episodes in flight at once "
-                                         "(across groups; a model backend batches them).")
+                                         "(across groups; a model backend batches them). Groups are played in "
+                                         "waves of max(1, concurrency // group_size) (calibration.py).")
+    calibration_split: str = Field("train", min_length=1, description="Split the calibration seeds come from when "
+                                   "the candidate has it (else the determinism seeds' split): the adapter's "
+                                   "training split, because an accepted level's calibration episodes become its "
+                                   "first GRPO batches.")
+    calibration_stop: StopRule = Field("predictive", description="Sequential stop rule (calibration_stop.py): "
+                                       "'predictive' (exact bounds, plus a one-sided 95 % prediction bound once "
+                                       "calibration_stop_min_groups groups are played), 'exact' (only when the band "
+                                       "is out of arithmetic reach), 'none' (every group).")
+    calibration_stop_min_groups: int = Field(4, ge=2, le=1000, description="Groups played before the predictive "
+                                             "bound may stop a calibration.")
     seed: int = Field(0, description="Seed of the seed sampling and the random policy.")
 
     @model_validator(mode="after")
@@ -112,6 +128,16 @@ class ValidationReport(BaseModel):
     seconds: float = 0.0
     mode: str = Field("", description="How the candidate was obtained (GENERATION_MODE_LIBRARY / _LLM).")
     attempts: list[dict[str, Any]] = Field(default_factory=list, description="Every generation attempt.")
+    calibration_batches: dict[str, Any] = Field(
+        default_factory=dict, description="ACCEPTED candidates: the artifact holding the calibration episodes (uri, "
+        "key, sha256, size of calibration_batches.json; trace_common/env/calibration_batches.py), which a trainer "
+        "takes as the adapter's first GRPO batches (GRPOConfig.initial_batches_uri). Empty otherwise.")
+    _calibration: CalibrationResult | None = PrivateAttr(default=None)
+
+    def calibration_run(self) -> CalibrationResult | None:
+        """The calibration check's result with its played episodes (None when it did not run); not in
+        the report's JSON."""
+        return self._calibration
 
     def to_json(self) -> bytes:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True).encode()
@@ -225,9 +251,13 @@ def _first_difference(a: dict, b: dict) -> str:
     return f"reward {a['reward']} vs {b['reward']}"
 
 
-def sample_seeds(module: LoadedModule, n: int, rng: random.Random, exclude: Sequence[int] = ()) -> list[int]:
+def sample_seeds(module: LoadedModule, n: int, rng: random.Random, exclude: Sequence[int] = (),
+                 split: str | None = None) -> list[int]:
+    """`n` distinct seeds of `split` when the module has it, else of its dev split (else train, else its
+    first), none of `exclude`."""
     splits = module.splits
-    name = "dev" if "dev" in splits else ("train" if "train" in splits else next(iter(splits), None))
+    name = split if split in splits else (
+        "dev" if "dev" in splits else ("train" if "train" in splits else next(iter(splits), None)))
     pool = splits[name] if name else range(0, 10_000)
     skip = set(exclude)
     candidates = [s for s in pool if s not in skip] if not isinstance(pool, range) else pool
@@ -263,6 +293,7 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
     isolation: dict[str, Any] = {}
     workers: list[SandboxWorker] = []
     rng = random.Random(config.seed)
+    calibrated: dict[str, Any] = {}
 
     def run_check(name: str, fn) -> Any:
         if cancel is not None and cancel.is_set():
@@ -396,12 +427,17 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
         def calibration():
             if policy_factory is None:
                 return Check(name="calibration", passed=False, reason="no calibration policy configured"), True
-            cal_seeds = sample_seeds(module, config.groups, rng, exclude=[*seeds, *trivial_seeds])
+            split = config.calibration_split if config.calibration_split in module.splits else None
+            cal_seeds = sample_seeds(module, config.groups, rng, exclude=[*seeds, *trivial_seeds], split=split)
             result: CalibrationResult = asyncio.run(calibrate(
                 lambda: SandboxEnvironment(worker, module), policy_factory, cal_seeds, config.group_size,
                 config.band, config.min_informative, base_seed=config.seed, max_turns=max_turns,
                 deadline_s=config.episode_deadline_s, cancel=cancel, concurrency=config.calibration_concurrency,
-                on_progress=on_calibration_progress))
+                on_progress=on_calibration_progress, stop=config.calibration_stop,
+                min_groups=config.calibration_stop_min_groups))
+            calibrated["result"] = result
+            calibrated["split"] = split or ""
+            calibrated["max_turns"] = max_turns or module.default_max_turns
             numbers["calibration_mean"] = result.mean
             numbers["informative_fraction"] = result.informative_fraction
             problems = []
@@ -411,9 +447,11 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
             if not result.informative_ok:
                 problems.append(f"only {result.informative_fraction:.0%} of groups informative "
                                 f"(need {config.min_informative:.0%})")
+            if result.stopped_early:
+                problems.append(result.stop_reason)
             problems += result.errors[:3]
             return Check(name="calibration", passed=not problems, reason="; ".join(problems),
-                         details=result.to_dict()), True
+                         details={**result.to_dict(), "split": split or "", "max_turns": calibrated["max_turns"]}), True
         run_check("calibration", calibration)
     except _Stop:
         pass
@@ -421,7 +459,7 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
         for w in workers:
             w.close()
     reasons = [f"{c.name}: {c.reason}" for c in checks if not c.passed]
-    return ValidationReport(
+    report = ValidationReport(
         status="ACCEPTED" if checks and all(c.passed for c in checks) and len(checks) == 8 else "REJECTED",
         reasons=reasons, checks=checks, numbers={k: round(v, 4) for k, v in numbers.items()},
         candidate=candidate, target=target.summary(), isolation=isolation,
@@ -429,3 +467,5 @@ def validate(source: str, target: TargetInfo, config: ValidationConfig, sandbox:
         calibration_policy=getattr(getattr(policy_factory, "info", None), "model", "") if policy_factory else "",
         calibration_policy_info=_describe(policy_factory),
         seconds=round(time.perf_counter() - started, 3))
+    report._calibration = calibrated.get("result")
+    return report

@@ -136,7 +136,9 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
                                            cache_dir=cache, s3=s3, device=device, allowed=worker_model_roots(spec))
         trainer = make_trainer(config, base, tokenizer, env_factory, store=store, prefix=spec.prefix,
                                capability=spec.capability, on_event=sink.emit, should_stop=stop.is_set, dist=dist,
-                               model_label=label, lineage=adapter_lineage(spec.prefix))
+                               model_label=label, lineage=adapter_lineage(spec.prefix),
+                               policy_model=spec.policy["model"], policy_adapter=spec.policy.get("adapter_uri", ""),
+                               environment=(spec.environment.get("name", ""), spec.environment.get("version", "")))
         result = trainer.train(resume=spec.resume_from or True, write_adapter=False)
         if stop.is_set() and result.stop_reason == "stop requested":
             sink.emit("error", {"code": "CANCELLED", "message": f"stopped on request after iteration "

@@ -104,6 +104,19 @@ def test_in_process_calibration_policy_plays_the_candidate(request, stack_name, 
     assert any(j.progress.stage == "calibration episodes, 0/1 environments done" for j in watched)
 
 
+def test_the_jobs_calibration_sampling_replaces_the_settings(small_stack, model_dir):
+    """spec.calibration_sampling (what tracectl sends: the training temperature and the run's one
+    completion cap) reaches the calibration policy over the service's settings (16 tokens here)."""
+    spec = _spec(t.PolicyRef(backend=t.POLICY_BACKEND_IN_PROCESS, model=str(model_dir)))
+    spec.calibration_sampling.CopyFrom(t.SamplingParams(temperature=0.9, max_tokens=6))
+    resp, _ = _run(small_stack, spec, run_id="caltest-sampling")
+    assert resp.job.state == t.JOB_STATE_SUCCEEDED, resp.job.error
+    info = _report(resp.environments[0])["calibration_policy_info"]
+    assert (info["temperature"], info["max_tokens"], info["top_p"], info["top_k"]) == (0.9, 6, 1.0, 0)
+    # a rejected candidate leaves no calibration batches: only an accepted level's episodes train an adapter
+    assert _report(resp.environments[0])["calibration_batches"] == {}
+
+
 def test_no_calibration_policy_is_a_named_scripted_fallback(embedded_stack):
     resp, watched = _run(embedded_stack, _spec(None), run_id="caltest-fallback")
     assert resp.job.state == t.JOB_STATE_SUCCEEDED, resp.job.error

@@ -80,9 +80,10 @@ class Observation(BaseModel):
         description="Task metadata for records and analysis (e.g. task_type). Never shown to the policy.")
     guidance: str | None = Field(
         None, max_length=4000,
-        description="A hint for this instance's skill (capability environments; DESIGN 'Rare behaviours'). "
-                    "Never part of `messages`: the trainer shows it only in the guided share of a group's "
-                    "rollouts and treats those episodes as off-policy.")
+        description="A hint for this instance's skill (capability environments; docs/design.md 'Guided rollouts'). "
+                    "Never part of `messages`: the trainer shows it, as an `<expert_guidance>` block at the end "
+                    "of the system prompt (trace_common/env/guidance.py), only in the guided share of a group's "
+                    "rollouts and trains those episodes off-policy on the plain prompt.")
 
 
 class StepResult(BaseModel):

@@ -64,16 +64,17 @@ def guidance_block(text: str) -> str:
 
 
 def with_guidance_block(messages: Sequence[Message], text: str) -> list[Message]:
-    """The conversation as a guided episode's policy sees it: the block appended to the system
-    prompt after a blank line (a system message holding only the block is added when there is
-    none). Empty `text` returns the messages unchanged."""
+    """The conversation as a guided episode's policy sees it: the block appended to the first
+    system message after a blank line (the block alone when that message is empty; a system
+    message holding only the block is added when there is none). Empty `text` returns the
+    messages unchanged."""
     block = guidance_block(text)
     out = list(messages)
     if not block:
         return out
     for i, m in enumerate(out):
         if m.role == "system":
-            out[i] = m.model_copy(update={"content": f"{m.content or ''}\n\n{block}"})
+            out[i] = m.model_copy(update={"content": f"{m.content}\n\n{block}" if m.content else block})
             return out
     return [Message.system(block), *out]
 

@@ -6,7 +6,7 @@ Shared by the evaluation stage (`evaluation.py`), the GEPA arm (`gepa_arm.py`) a
   paired statistics), tokens played, and pass rates per required capability (compound tasks
   count once for every capability they need) or per probe (a probe's one capability).
 * `trace_budget`: every episode TRACE played before the evaluation, per component, with the
-  tokens beside them wherever a job reports them (DESIGN "Evaluation": a method's budget counts
+  tokens beside them wherever a job reports them (docs/design.md "Evaluation": a method's budget counts
   every episode it played). Pure over the run's stage records and the artifacts they name, so a
   resumed run accounts exactly what an uninterrupted one does: every count comes from what the
   jobs recorded (trajectories, validation reports, the trainer's running totals), never from how
@@ -24,13 +24,20 @@ Budget semantics (`trace_budget`):
                   marked as such. No tokens: the environment service reports none for
                   calibration.
     adapters      per adapter job: the trainer's rollouts_total, prompt_tokens_total,
-                  completion_tokens_total (guided and resampled episodes included)
-    gates         the gates job's rollouts_total (warm-start provenance + GRPO; warm_start_rollouts
-                  is the provenance part) and its token totals
+                  completion_tokens_total (guided and resampled episodes included): what the job
+                  played. Its first iterations train on its environment's calibration episodes
+                  (initial_batches_uri); those are counted once, under calibration where they
+                  were played, and shown here as `trained_calibration_episodes` (the trainer's
+                  initial_batch_episodes_total), never added again
+    gates         the gates job's rollouts_total (the warm start's episodes -- every slot's replays
+                  on target training tasks with outcome labels, the trainer's default, or the
+                  provenance episodes -- + GRPO with its re-collected groups; warm_start_rollouts is
+                  the warm-start part, `warm_start_labels` says which) and its token totals
     total         sum of the components' episodes; tokens summed over the components that report them
 A job whose metrics lack rollouts_total (an older trainer) is counted from its config
-(max_steps x groups_per_batch x num_generations, plus the provenance for gates) and marked
-"estimated": never silently.
+(max_steps x groups_per_batch x num_generations, plus for gates the warm start its config's
+warm_start_labels asks for: warm_start_tasks x (K+1) x warm_start_samples_per_slot replays with
+outcome labels, K x warm_start_episodes with provenance labels) and marked "estimated": never silently.
 """
 
 from __future__ import annotations
@@ -212,21 +219,30 @@ def trace_budget(store, stages: Mapping[str, Any], grpo: Mapping[str, Any], gate
     ad = stages["adapters"]
     per_adapter = {cap: _job_component(ad.result.get("metrics", {}).get(cap, {}), training_rollouts({}, grpo),
                                        f"adapter job {cap}") for cap in sorted(ad.outputs)}
+    for cap, a in per_adapter.items():   # calibration episodes it trained on: counted under calibration
+        reused = _finite(ad.result.get("metrics", {}).get(cap, {}).get("initial_batch_episodes_total"))
+        a["trained_calibration_episodes"] = int(reused or 0)
     components["adapters"] = _component(
         sum(a["episodes"] for a in per_adapter.values()), _sum_tokens(per_adapter.values(), "prompt_tokens"),
         _sum_tokens(per_adapter.values(), "completion_tokens"),
         "trainer rollouts_total" if not any(a.get("estimated") for a in per_adapter.values())
-        else "trainer rollouts_total, some estimated", per_adapter=per_adapter)
+        else "trainer rollouts_total, some estimated", per_adapter=per_adapter,
+        trained_calibration_episodes=sum(a["trained_calibration_episodes"] for a in per_adapter.values()))
 
     gm = stages["gates"].result.get("metrics", {})
-    warm_estimate = len(ad.outputs) * int(gates.get("warm_start_episodes", 16)) if gates.get("warm_start_steps", 100) \
-        else 0
+    labels, k = str(gates.get("warm_start_labels", "outcome")), len(ad.outputs)
+    if not gates.get("warm_start_steps", 100):
+        warm_estimate = 0
+    elif labels == "provenance":   # K adapters' episodes (slot 0's are the rollout stage's, counted there)
+        warm_estimate = k * int(gates.get("warm_start_episodes", 16))
+    else:                          # every slot (the base, each adapter) replays every task
+        warm_estimate = int(gates.get("warm_start_tasks", 32)) * (k + 1) * int(gates.get("warm_start_samples_per_slot", 1))
     grpo_estimate = int(gates.get("max_steps", 20)) * int(gates.get("groups_per_batch", 4)) * \
         int(gates.get("num_generations", 8))
     gc = _job_component(gm, warm_estimate + grpo_estimate, "the gates job")
     warm = _finite(gm.get("warm_start_rollouts"))
     warm_n = int(warm) if warm is not None and not gc.get("estimated") else warm_estimate
-    gc.update(warm_start_episodes=warm_n, grpo_episodes=gc["episodes"] - warm_n)
+    gc.update(warm_start_episodes=warm_n, grpo_episodes=gc["episodes"] - warm_n, warm_start_labels=labels)
     components["gates"] = gc
 
     parts = list(components.values())

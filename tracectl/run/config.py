@@ -5,6 +5,12 @@ Every section maps onto one stage and one service. The GRPO configs (`training.g
 does not import it: `Pipeline.check` sends them to the trainer's ValidateTrainingConfig before
 the first stage, so a typo there fails the run before any work, as a typo anywhere else does
 here (`load_config`: every wrong field named by its dotted path, with the closest valid name).
+
+One completion cap. Every policy episode of a run -- base rollouts, calibration, adapter and gate
+training, every evaluation arm -- caps an assistant turn at the same number of tokens, so the
+episodes calibration measures are the ones training samples (issue 31). `tracectl run` derives it
+from the target (completion_cap.py); the top-level `max_completion_length` overrides it, once, with
+a reason. A per-stage value (`max_completion_length` in training.grpo or gates.config) is refused.
 """
 
 from __future__ import annotations
@@ -114,16 +120,53 @@ class EnvironmentsSection(Section):
                                           "guidance_fraction).")
 
 
+#: Fields of the GRPO configs that tracectl sets itself, from one run-level value each.
+RUN_LEVEL_GRPO_FIELDS = {
+    "max_completion_length": "set the run's one completion cap at the top level instead: max_completion_length: "
+                             "{tokens: N, reason: '...'} (or leave it out and tracectl derives it from the target's "
+                             "longest expert turn, tracectl/run/completion_cap.py); calibration, training, gates and "
+                             "evaluation all use it",
+    "initial_batches_uri": "tracectl passes each adapter its environment's calibration batches itself; remove it",
+}
+
+
+def _no_run_level_fields(section: str, config: dict[str, Any]) -> dict[str, Any]:
+    for key, fix in RUN_LEVEL_GRPO_FIELDS.items():
+        if key in config:
+            raise ValueError(f"{section}.{key} is not a per-stage setting: {fix}")
+    return config
+
+
+class CompletionCapSection(Section):
+    """The run's one completion cap, set by hand (tracectl derives it when this is absent)."""
+
+    tokens: int = Field(ge=8, le=32768, description="Most tokens of one assistant turn, in every stage.")
+    reason: str = Field(min_length=10, description="Why this value and not the derived one (e.g. a served base "
+                        "model whose tokenizer tracectl cannot read, or a target without a scripted expert).")
+
+
 class TrainingSection(Section):
     executor: Literal["local", "kubernetes"] = "local"
     parallel: int = Field(2, ge=1, description="Adapters trained at once.")
     grpo: dict[str, Any] = Field(default_factory=dict, description="GRPO config (TRL names), per adapter: "
-                                 "services/trainer/grpo/config.py GRPOConfig, checked by the trainer before stage 1.")
+                                 "services/trainer/grpo/config.py GRPOConfig, checked by the trainer before stage 1. "
+                                 "Not max_completion_length (the run's one cap) nor initial_batches_uri (tracectl's).")
+
+    @field_validator("grpo")
+    @classmethod
+    def _grpo(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _no_run_level_fields("training.grpo", v)
 
 
 class GatesSection(Section):
     config: dict[str, Any] = Field(default_factory=dict, description="Gate training config: services/trainer/"
-                                   "gates/grpo.py GateGRPOConfig, checked by the trainer before stage 1.")
+                                   "gates/grpo.py GateGRPOConfig, checked by the trainer before stage 1. Not "
+                                   "max_completion_length (the run's one cap).")
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _no_run_level_fields("gates.config", v)
 
 
 class EvaluationSection(Section):
@@ -195,6 +238,9 @@ class RunConfig(Section):
     training: TrainingSection = TrainingSection()
     gates: GatesSection = GatesSection()
     evaluation: EvaluationSection = EvaluationSection()
+    max_completion_length: CompletionCapSection | None = Field(
+        None, description="The one completion cap of every stage, set by hand with its reason; absent: derived from "
+        "the target's longest expert turn in the base agent's tokens (tracectl/run/completion_cap.py).")
 
     @field_validator("run_id")
     @classmethod
@@ -219,7 +265,11 @@ class RunConfig(Section):
         by_stage = {"rollout": [self.target, self.base_agent, self.rollout], "analysis": [self.analysis],
                     "environments": [self.environments], "adapters": [self.training], "gates": [self.gates],
                     "evaluation": [self.evaluation], "report": []}
-        return {"seed": self.seed, "parts": [p.model_dump() for p in by_stage[stage]]}
+        out = {"seed": self.seed, "parts": [p.model_dump() for p in by_stage[stage]]}
+        if stage == "rollout":   # the rollout stage fixes the one completion cap every later stage uses
+            cap = self.max_completion_length
+            out["max_completion_length"] = cap.model_dump() if cap is not None else "derived from the target"
+        return out
 
 
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -182,7 +182,8 @@ class Evaluation:
         p = self.p
         cfg = grpo_target_config(p.cfg.training.grpo)
         points = curve_iterations(self.ev.grpo_budgets, self.B, cfg)
-        cfg.update(max_steps=max(points.values()), checkpoint_at=sorted(set(points.values())))
+        cfg.update(max_steps=max(points.values()), checkpoint_at=sorted(set(points.values())),
+                   max_completion_length=p.completion_cap())   # the run's one cap, as TRACE's stages
 
         def work() -> dict[str, Any]:
             started = time.time()

@@ -419,7 +419,7 @@ def optimize_prompt(play: PlayFn, seed_prompt: str, train: list[str], val: list[
 def rollout_job(p, tasks, *, system_prompt: str, temperature: float, label: str, seed: int = 0) -> dict[str, Any]:
     """Pipeline.rollout with a system-prompt override and any TaskSelection (same spec otherwise)."""
     spec = R.RolloutSpec(environment=p.target_ref(), policy=p.base_policy(), tasks=tasks, samples_per_task=1,
-                         sampling=t.SamplingParams(temperature=temperature, seed=seed),
+                         sampling=t.SamplingParams(temperature=temperature, seed=seed, max_tokens=p.completion_cap()),
                          concurrency=p.cfg.rollout.concurrency, seed=seed + p.cfg.seed, system_prompt=system_prompt)
     if p.cfg.target.user_simulator:
         spec.user_simulator.CopyFrom(p.user_simulator())

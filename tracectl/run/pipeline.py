@@ -14,6 +14,14 @@ there (see manifest.py for the resume rule). Nothing here computes a model: all 
 by the services through their gRPC APIs. `check`, run by `tracectl run` before the first stage
 (and alone by `tracectl run --check`), has the trainer parse the GRPO configs of the run, so a
 mistake there is reported before any work starts, as one anywhere else in the config is.
+
+One completion cap and every counted episode trained (issue 31). The rollout stage first fixes
+the run's completion cap (completion_cap.py) and records it; every later policy episode uses it:
+the base and evaluation rollouts (`rollout`), calibration (`calibration_sampling`, with the
+adapters' sampling temperature, top_p and top_k as the trainer parses training.grpo), the adapters'
+and gates' training (max_completion_length). Each adapter job also gets its environment's
+calibration batches (`initial_batches_uri`, from the validation report), so the calibration
+episodes of an accepted level are its first GRPO batches instead of being thrown away.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
 from trace_common.suggest import closest
+from tracectl.run.completion_cap import derive as derive_completion_cap
 from tracectl.run.config import RunConfig, grpo_target_config
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest, config_hash
@@ -100,14 +109,34 @@ class Pipeline:
         u = self.cfg.target.user_simulator
         return t.LlmEndpoint(base_url=u.base_url, model=u.model) if u else None
 
+    def completion_cap(self) -> int:
+        """The run's one completion cap, as the rollout stage fixed it (completion_cap.py)."""
+        rec = self.manifest.stages["rollout"]
+        cap = rec.result.get("max_completion_length") or rec.partial.get("completion cap") or {}
+        if not cap.get("tokens"):
+            raise StageFailed("the rollout stage recorded no completion cap (max_completion_length): the run "
+                              "predates it; re-run from the rollout stage (tracectl run --from rollout)")
+        return int(cap["tokens"])
+
+    def trained_sampling(self) -> dict[str, Any]:
+        """temperature, top_p and top_k of the adapters' GRPO config as the trainer parses it (its
+        defaults filled in): calibration samples with them, so its episodes can be training batches."""
+        request = T.ValidateTrainingConfigRequest(kind=T.TRAINING_KIND_ADAPTER, field_path="training.grpo",
+                                                  config=config_struct("training.grpo", self.cfg.training.grpo))
+        parsed = MessageToDict(self.runner.conn.stub("trainer").ValidateTrainingConfig(request).config.values)
+        return {"temperature": float(parsed["temperature"]), "top_p": float(parsed["top_p"]),
+                "top_k": int(parsed["top_k"])}
+
     def rollout(self, policy: t.PolicyRef, split: str, limit: int, samples: int, temperature: float,
                 label: str, seed: int = 0, *, env_params: dict[str, str] | None = None,
-                system_prompt: str = "") -> dict[str, Any]:
+                system_prompt: str = "", max_tokens: int | None = None) -> dict[str, Any]:
         """One rollout job on the target (`env_params` added to its params: the probe env is the target
-        with task_types=probes); `system_prompt` replaces the environment's own (the GEPA arm's)."""
+        with task_types=probes); `system_prompt` replaces the environment's own (the GEPA arm's);
+        `max_tokens`: the run's completion cap unless given (0: the service's default)."""
+        cap = self.completion_cap() if max_tokens is None else max_tokens
         spec = R.RolloutSpec(environment=self.target_ref(**(env_params or {})), policy=policy,
                              tasks=R.TaskSelection(split=split, limit=limit), samples_per_task=samples,
-                             sampling=t.SamplingParams(temperature=temperature, seed=seed),
+                             sampling=t.SamplingParams(temperature=temperature, seed=seed, max_tokens=cap),
                              concurrency=self.cfg.rollout.concurrency, seed=seed + self.cfg.seed,
                              system_prompt=system_prompt)
         if self.cfg.target.user_simulator:
@@ -139,8 +168,10 @@ class Pipeline:
     # -- stages ------------------------------------------------------------------------------
     def stage_rollout(self) -> dict[str, Any]:
         r = self.cfg.rollout
+        cap = self.unit("rollout", "completion cap", lambda: derive_completion_cap(self))
         res = self.rollout(self.base_policy(), r.split, r.limit, r.samples, r.temperature, "base rollouts")
-        return {"outputs": {"trajectories": res["uri"]}, "jobs": [res["job"]], "result": res}
+        jobs = [*([cap["expert_job"]] if cap.get("expert_job") else []), res["job"]]
+        return {"outputs": {"trajectories": res["uri"]}, "jobs": jobs, "result": {**res, "max_completion_length": cap}}
 
     def stage_analysis(self) -> dict[str, Any]:
         a = self.cfg.analysis
@@ -177,6 +208,9 @@ class Pipeline:
             spec.llm.CopyFrom(t.LlmEndpoint(base_url=e.llm.base_url, model=e.llm.model))
         if e.calibration_min_informative is not None:
             spec.calibration_min_informative = e.calibration_min_informative
+        # sampled as the adapters' first GRPO iteration samples: their episodes become its batches
+        spec.calibration_sampling.CopyFrom(t.SamplingParams(max_tokens=self.completion_cap(),
+                                                            **self.trained_sampling()))
         resp = self.runner.run("environment", spec, self.cfg.run_id, "environment synthesis")
         envs = [MessageToDict(r, preserving_proto_field_name=True) for r in resp.environments]
         accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
@@ -199,10 +233,14 @@ class Pipeline:
         envs = self.manifest.stages["environments"].result["environments"]
         accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
 
+        batches = {rec["capability"]: self.initial_batches(rec) for rec in accepted}
+
         def one(rec: dict[str, Any]):
             ref = t.EnvironmentRef(name=rec["name"], version=rec.get("version", ""))
-            return rec["capability"], self.train(T.TRAINING_KIND_ADAPTER, rec["capability"], [ref],
-                                                 self.cfg.training.grpo, f"adapter {rec['capability']}")
+            config = {**self.cfg.training.grpo, "max_completion_length": self.completion_cap(),
+                      **batches[rec["capability"]]}
+            return rec["capability"], self.train(T.TRAINING_KIND_ADAPTER, rec["capability"], [ref], config,
+                                                 f"adapter {rec['capability']}")
 
         with ThreadPoolExecutor(self.cfg.training.parallel) as pool:
             done = list(pool.map(one, accepted))
@@ -214,20 +252,38 @@ class Pipeline:
                 curves[cap] = outs["training_metrics"]
             metrics[cap] = dict(resp.job.metrics)
             jobs.append(resp.job.job_id)
-        return {"outputs": adapters, "jobs": jobs, "result": {"metrics": metrics, "curves": curves}}
+        return {"outputs": adapters, "jobs": jobs, "result": {
+            "metrics": metrics, "curves": curves,
+            "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()}}}
+
+    def initial_batches(self, rec: dict[str, Any]) -> dict[str, str]:
+        """{"initial_batches_uri": ...} for an accepted environment whose validation report names its
+        calibration batches (trace_common/env/calibration_batches.py) with token ids on every turn,
+        else {}: a scripted stand-in calibrated it (no batches), or a backend that returned no token ids
+        (nothing GRPO could score); those calibration episodes stay counted, untrained."""
+        import json
+
+        report_uri = (rec.get("validation_report") or {}).get("uri")
+        if not report_uri:
+            return {}
+        report = json.loads(self.store.get_bytes(self.store.key_of(report_uri)))
+        batches = report.get("calibration_batches") or {}
+        return {"initial_batches_uri": batches["uri"]} if batches.get("uri") and batches.get("token_ids") else {}
 
     def stage_gates(self) -> dict[str, Any]:
-        """Gate training over the frozen adapters: each capability's environment (the warm start's
-        provenance for its slot), the target with split=train (GRPO on the gates plays only its
-        training tasks), and the base agent's own trajectories of the rollout stage (the target's
-        training tasks: slot 0's provenance, `base_provenance_uris`)."""
+        """Gate training over the frozen adapters: each capability's environment (the provenance warm
+        start's episodes for its slot), the target with split=train (GRPO on the gates and the outcome
+        warm start's replays play only its training tasks), and the base agent's own trajectories of
+        the rollout stage (the target's training tasks: slot 0's provenance, `base_provenance_uris`,
+        read only with warm_start_labels: provenance)."""
         adapters = self.manifest.stages["adapters"].outputs
         envs = self.manifest.stages["environments"].result["environments"]
         refs = [t.EnvironmentRef(name=r["name"], version=r.get("version", ""))
                 for r in sorted(envs, key=lambda r: r["capability"]) if r["capability"] in adapters]
         refs.append(self.target_ref(split="train"))
-        config = {**self.cfg.gates.config,
-                  "base_provenance_uris": [self.manifest.stages["rollout"].outputs["trajectories"]]}
+        config = {**self.cfg.gates.config, "max_completion_length": self.completion_cap()}
+        if config.get("warm_start_labels", "outcome") == "provenance":
+            config["base_provenance_uris"] = [self.manifest.stages["rollout"].outputs["trajectories"]]
         resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, config,
                           "gate training", adapter_uris=adapters)
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
@@ -316,7 +372,7 @@ class Pipeline:
         from trace_common.domains.tau2.data import DATA_ENV_VAR, resolve_domain_dir
         from trace_common.errors import NotFound
 
-        data = tg.uri.removeprefix("file://") or None
+        data = tg.params.get("data") or tg.uri.removeprefix("file://") or None   # as the rollout service reads it
         try:
             resolve_domain_dir(data, tg.env.removeprefix("tau2-"))
         except NotFound as err:

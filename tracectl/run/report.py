@@ -35,7 +35,7 @@ SECTIONS = ("pass_rate_per_arm", "candidates", "training_curves", "sample_effici
             "routed_example")
 #: Table sections of the evaluation (each says "not available" when the run has no data for it).
 TABLES = ("paired_comparison", "grpo_budget_curve", "budget", "per_probe", "per_capability")
-#: The difference the paper reports (DESIGN "Evaluation": the test size must resolve it).
+#: The difference the paper reports (docs/design.md "Evaluation": the test size must resolve it).
 PAPER_DIFFERENCE = 0.08
 TRACE_ARMS = ("trace_routing", "trace_per_request", "trace_soft")
 
@@ -322,7 +322,8 @@ def budget_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
             lines.append(f"| &nbsp;&nbsp;{cap} | {_n(a['episodes'])} | {_n(a['prompt_tokens'])} | "
                          f"{_n(a['completion_tokens'])} | {a['source']} |")
         if name == "gates" and "warm_start_episodes" in comp:
-            lines += [f"| &nbsp;&nbsp;warm start (provenance) | {_n(comp['warm_start_episodes'])} | | | |",
+            what = "slot replays" if comp.get("warm_start_labels") == "outcome" else "provenance"
+            lines += [f"| &nbsp;&nbsp;warm start ({what}) | {_n(comp['warm_start_episodes'])} | | | |",
                       f"| &nbsp;&nbsp;GRPO on the gates | {_n(comp['grpo_episodes'])} | | | |"]
     lines.append(f"| **total** | **{_n(b['total_episodes'])}** | {_n(b['total_prompt_tokens'])} | "
                  f"{_n(b['total_completion_tokens'])} | tokens without {', '.join(b['tokens_missing']) or 'nothing'} |")

@@ -1,4 +1,4 @@
-"""Group-relative advantages (DESIGN "GRPO") and the informative-group rule.
+"""Group-relative advantages (docs/design.md "GRPO") and the informative-group rule.
 
 Semantics (rewards r of shape [n_groups, G], one row per environment instance):
     mean_g = mean(r[g, :])

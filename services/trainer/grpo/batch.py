@@ -9,12 +9,14 @@ over its final length instead of k passes over growing prefixes; otherwise a tur
 new sequence. Either way every completion token is scored in exactly the context it was
 generated in -- never a re-tokenisation of its text.
 
-Guided episodes were sampled with a hint in the prompt (their instance's own, or the config's
-override: guidance.py), but the policy must learn to act without it: their turns are
-re-rendered from the trajectory's conversation, which never contains the hint
-(`PromptRenderer`), so they are trained in the unguided context and no hint token reaches the
-training tensors, with the sampler's (guided) logprobs kept as the behaviour logprobs for
-importance weighting (see `loss.guided_importance_weights`).
+Guided episodes were sampled with an `<expert_guidance>` block at the end of the system prompt
+(their instance's guidance, or the config's override: guidance.py), but the policy must learn to
+act without it: their turns are re-rendered from the trajectory's conversation, which never
+contains the block (`PromptRenderer`), so they are trained on the plain prompt and no block token
+reaches the training tensors, with the sampler's (guided) logprobs kept as the behaviour logprobs
+for importance weighting (see `loss.guided_importance_weights`). A trajectory whose environment
+messages (system, user, tool) hold the block is refused (`episode_turns`): the block would then
+be part of the plain prompt the loss sees.
 
 Semantics (one micro-batch of B sequences padded on the right to T):
     input_ids [B, T], attention_mask [B, T]
@@ -22,6 +24,8 @@ Semantics (one micro-batch of B sequences padded on the right to T):
     behaviour_logp [B, T]: the sampler's logprob of each completion token (0 elsewhere)
     advantage [B, T]: the episode's advantage on its completion tokens
     guided [B, T]: the token comes from a guided episode
+    off_policy [B, T]: the token comes from an episode of an earlier policy (an initial batch's
+        calibration episode, initial_batches.py): its behaviour logprob is pi_old in the loss
     weight [B, T]: the loss normalisation (loss.py)
 """
 
@@ -34,6 +38,7 @@ from typing import Any
 import torch
 
 from trace_common.env import Message, Trajectory
+from trace_common.env.guidance import has_guidance_block
 from trace_common.errors import FailedPrecondition
 
 #: (messages so far, tool schemas) -> prompt token ids with the assistant header appended.
@@ -58,6 +63,7 @@ class TrainEpisode:
     advantage: float
     guided: bool
     turns: list[TurnTokens]
+    off_policy: bool = False          # sampled by an earlier policy (initial_batches.py)
 
     @property
     def completion_tokens(self) -> int:
@@ -77,7 +83,13 @@ class TrainSequence:
 
 
 def episode_turns(traj: Trajectory, *, guided: bool, render: PromptRenderer | None) -> list[TurnTokens]:
-    """The token records of a trajectory's assistant turns, unguided prompts for guided episodes."""
+    """The token records of a trajectory's assistant turns, plain (re-rendered) prompts for guided
+    episodes. FailedPrecondition when a non-assistant message holds an `<expert_guidance>` block."""
+    if has_guidance_block([m for m in traj.messages if m.role != "assistant"]):
+        raise FailedPrecondition(
+            f"episode {traj.task_id}/{traj.sample_index}: its conversation holds an <expert_guidance> block, so the "
+            "prompt trained on would show the guidance; an environment gives guidance as Observation.guidance "
+            "(the trainer shows it only to the guided share of a group), never in its messages")
     out: list[TurnTokens] = []
     for rec in traj.turns:
         if rec.completion_token_ids is None:
@@ -137,6 +149,7 @@ class MicroBatch:
     advantage: torch.Tensor       # [B, T] float
     guided: torch.Tensor          # [B, T] bool
     weight: torch.Tensor          # [B, T] float
+    off_policy: torch.Tensor      # [B, T] bool
     sequence_ids: list[int]       # which batch sequences (for per-pass caches)
 
     def selected(self, t: torch.Tensor) -> torch.Tensor:
@@ -175,6 +188,7 @@ def collate(episodes: Sequence[TrainEpisode], seqs: Sequence[TrainSequence], ids
     adv = torch.zeros((b, width), dtype=torch.float32)
     guided = torch.zeros((b, width), dtype=torch.bool)
     weight = torch.zeros((b, width), dtype=torch.float32)
+    off = torch.zeros((b, width), dtype=torch.bool)
     for row, i in enumerate(ids):
         s = seqs[i]
         ep = episodes[s.episode]
@@ -188,8 +202,10 @@ def collate(episodes: Sequence[TrainEpisode], seqs: Sequence[TrainSequence], ids
         adv[row, :n] = ep.advantage
         guided[row, :n] = ep.guided
         weight[row, :n] = weights[i]
+        off[row, :n] = ep.off_policy
     return MicroBatch(input_ids=input_ids, attention_mask=attention, target_mask=target, behaviour_logp=blogp,
-                      has_behaviour=has_b, advantage=adv, guided=guided, weight=weight, sequence_ids=list(ids))
+                      has_behaviour=has_b, advantage=adv, guided=guided, weight=weight, sequence_ids=list(ids),
+                      off_policy=off)
 
 
 def micro_batches(seqs: Sequence[TrainSequence], n_chunks: int) -> list[list[int]]:

@@ -1,7 +1,7 @@
 """Checkpoints in the artifact store: adapter + optimizer + scheduler + RNG states + iteration +
 seed cursor, so a killed job resumes exactly where the last checkpoint left it.
 
-Layout (DESIGN "Data contracts"), under `runs/<run_id>/adapters/<cap>/`:
+Layout (docs/design.md "Data contracts"), under `runs/<run_id>/adapters/<cap>/`:
     ckpt-<iteration>/adapter_model.safetensors   LoRA weights (PEFT key names)
     ckpt-<iteration>/adapter_config.json         PEFT config
     ckpt-<iteration>/optimizer.pt                optimizer + LR scheduler state (torch, weights_only)

@@ -12,9 +12,11 @@ Names of our own, because TRL has no equivalent or its meaning differs:
 - `groups_per_batch`: environment instances (seeds) per iteration; TRL counts completions
   per device instead, which has no meaning for multi-turn episodes.
 - `max_turns`: assistant turns per episode (multi-turn tool use).
-- `guidance_*`: guided rollouts (DESIGN "Rare behaviours").
+- `guidance_*`: guided rollouts (docs/design.md "Guided rollouts").
 - `max_resample_rounds`, `early_stop_uninformative_iterations`: group dropping and the
   stop rule for a run that has no learning signal.
+- `initial_batches_uri`: the environment's calibration episodes as the first batches
+  (initial_batches.py).
 - `checkpoint_at`: iterations checkpointed besides every `save_steps`-th (TRL saves on a
   fixed interval only), so a run evaluated at chosen points keeps exactly those checkpoints.
 
@@ -25,7 +27,8 @@ batch: it bounds activation memory and never changes the result beyond float rou
 generation batch by it.
 
 Unknown keys are refused with the TRL/TRACE name to use instead (`group_size` ->
-`num_generations`, ...), so a config written for another trainer fails loudly, not silently.
+`num_generations`, ...), so a config written for another trainer fails loudly, not silently;
+so are fields an earlier TRACE had (`REMOVED`: `guidance_position`), with what to do instead.
 """
 
 from __future__ import annotations
@@ -63,6 +66,12 @@ ALIASES: dict[str, str] = {
     "per_device_train_batch_size": "groups_per_batch",
     "checkpoint_every": "save_steps",
     "guidance_ratio": "guidance_fraction",
+}
+
+#: Fields an earlier TRACE had, refused with what to do instead (a config written then fails loudly).
+REMOVED: dict[str, str] = {
+    "guidance_position": "guidance is always shown as an <expert_guidance> block at the end of the system "
+                         "prompt (issue 31; the prose hint in the first user message is gone); remove the field",
 }
 
 
@@ -116,6 +125,13 @@ class GRPOConfig(BaseModel):
         0, ge=0, le=16, description="Constant-reward groups are dropped; up to this many extra rounds draw "
         "fresh seeds to replace them (0: train on the informative groups only).")
     seed: int = Field(0, ge=0, description="Seeds the seed schedule, sampling and LoRA initialisation.")
+    initial_batches_uri: str = Field(
+        "", max_length=4096, description="A calibration-batches manifest (calibration_batches.json, in this "
+        "trainer's store) of the environment being trained: its calibration episodes, played by the base policy "
+        "(= the adapter at initialisation), become the first iterations' batches, groups_per_batch groups of "
+        "num_generations each, and the seed schedule skips their seeds (initial_batches.py). Refused unless "
+        "they were sampled as this config samples (temperature, top_p, top_k, max_completion_length, max_turns, "
+        "train_split). Empty: every iteration plays its own episodes.")
     # -- rollouts ---------------------------------------------------------------------------------
     max_completion_length: int = Field(128, ge=1, le=32768, description="Most tokens of one assistant turn.")
     max_turns: int = Field(0, ge=0, le=256, description="Assistant turns per episode; 0 = the environment's default.")
@@ -127,15 +143,16 @@ class GRPOConfig(BaseModel):
     episode_timeout_s: float = Field(600.0, gt=0, le=86400, description="Wall-clock limit of one episode.")
     # -- guided rollouts ---------------------------------------------------------------------------
     guidance_text: str = Field(
-        "", max_length=4000, description="Override hint: every guided episode shows this text instead of its "
-        "instance's own hint (the environment's `Observation.guidance`, guidance.py); empty = the instance's hint.")
+        "", max_length=4000, description="Override guidance: every guided episode shows this text in its "
+        "`<expert_guidance>` block instead of its instance's own (the environment's `Observation.guidance`, "
+        "guidance.py); empty = the instance's guidance.")
     guidance_fraction: float = Field(
-        0.0, ge=0.0, lt=1.0, description="Fraction of each group played with the hint, rounded to whole episodes "
-        "(the TRACE reference uses 0.25-0.5 for capability environments); 0 = no guided rollouts. Asking for "
-        "guidance from an environment that supplies none, with no guidance_text, fails before training starts.")
-    guidance_position: Literal["user", "system"] = Field(
-        "user", description="Where the hint goes: appended to the first user message (keeps the system "
-        "prompt + tools prefix shared across the group) or to the system prompt.")
+        0.0, ge=0.0, lt=1.0, description="Share of each group played with the guidance shown as an "
+        "`<expert_guidance>` block at the end of the system prompt (trace_common/env/guidance.py), rounded half "
+        "up to whole episodes; the update trains on the plain prompt. The TRACE reference uses 0.25-0.5; any "
+        "share that leaves at least one guided and one unguided episode per group is accepted, because the "
+        "share is a setting chosen on train/dev. 0 = no guided rollouts. Asking for guidance from an "
+        "environment that supplies none, with no guidance_text, fails before training starts.")
     guidance_mode: Literal["importance_weighted", "exclude"] = Field(
         "importance_weighted", description="How the off-policy guided tokens enter the loss: weighted by "
         "min(cap, pi_old(y | unguided context) / q(y | guided context)) per token, or left out of the loss "
@@ -149,7 +166,7 @@ class GRPOConfig(BaseModel):
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="Advantage scale: the group's reward std, the batch's, or none.")
     loss_type: Literal["dapo", "grpo"] = Field(
-        "dapo", description="dapo: token-mean over the whole batch (DESIGN); grpo: mean per sequence, then mean.")
+        "dapo", description="dapo: token-mean over the whole batch (the default); grpo: mean per sequence, then mean.")
     advantage_epsilon: float = Field(1e-4, gt=0.0, le=1.0, description="eps in A = (r - mean) / (std + eps).")
     num_iterations: int = Field(1, ge=1, le=16, description="Optimisation passes over each batch (TRL's mu).")
     gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-batches per pass (memory bound).")
@@ -196,10 +213,19 @@ class GRPOConfig(BaseModel):
                 continue
             if key in ALIASES:
                 raise ValueError(f"unknown GRPO config key {key!r}: use {ALIASES[key]!r} (TRL's name)")
+            if key in REMOVED:
+                raise ValueError(f"{key}: {REMOVED[key]}")
             near = sorted(k for k in known if k.startswith(str(key)[:4]))
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             raise ValueError(f"unknown GRPO config key {key!r}{hint} (see services.trainer.grpo.config.GRPOConfig)")
         return data
+
+    @field_validator("initial_batches_uri")
+    @classmethod
+    def _batches_uri(cls, v: str) -> str:
+        from trace_common.specs import check_uri
+
+        return check_uri(v, "initial_batches_uri", required=False)
 
     @field_validator("lora_target_modules")
     @classmethod
@@ -255,16 +281,28 @@ class GRPOConfig(BaseModel):
         {"max_steps", "save_steps", "checkpoint_at", "gradient_accumulation_steps", "gradient_checkpointing",
          "vllm"})  # vllm: where rollouts are served (server, adapter directory), not what is trained
 
-    #: RESUME_NEUTRAL before `vllm` joined it (checkpoints written then still continue).
+    #: RESUME_NEUTRAL before `vllm` joined it (checkpoints written then still continue, when the
+    #: config is unguided: `resumable_digests`).
     _PREVIOUS_RESUME_NEUTRAL: ClassVar[frozenset[str]] = RESUME_NEUTRAL - {"vllm"}
 
     #: RESUME_NEUTRAL before the memory-layout fields joined it: checkpoints written then carry a
-    #: digest over those fields, and still continue under the same values (`resumable_digests`).
+    #: digest over those fields, and an unguided config still continues them under the same values
+    #: (`resumable_digests`).
     #: (`checkpoint_at` came later still; no digest ever covered it, so it is left out here too.)
     _LEGACY_RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"max_steps", "save_steps", "checkpoint_at"})
 
-    def _digest_without(self, neutral: frozenset[str]) -> str:
+    #: What every checkpoint written before `guidance_position` was removed (REMOVED) recorded for it
+    #: in its digest. Only an unguided config continues such a checkpoint: its rollouts never showed
+    #: guidance, so the removal changed nothing it trains. A guided one starts fresh, because its
+    #: guided prompts now show the block in the system prompt where they showed prose.
+    _REMOVED_WHEN_UNGUIDED: ClassVar[tuple[dict[str, str], ...]] = (
+        {"guidance_position": "user"}, {"guidance_position": "system"})
+
+    def _digest_without(self, neutral: frozenset[str], extra: dict[str, Any] | None = None) -> str:
         data = {k: v for k, v in self.model_dump(mode="json").items() if k not in neutral}
+        if not data.get("initial_batches_uri"):   # unset: the digest of a config from before the field existed
+            data.pop("initial_batches_uri", None)
+        data.update(extra or {})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def resume_digest(self) -> str:
@@ -272,10 +310,16 @@ class GRPOConfig(BaseModel):
         return self._digest_without(self.RESUME_NEUTRAL)
 
     def resumable_digests(self) -> frozenset[str]:
-        """Digests of the checkpoints this config continues: today's, and the one an older TRACE
-        recorded for the same values (so an upgrade mid-training does not restart it)."""
-        return frozenset({self.resume_digest(), self._digest_without(self._PREVIOUS_RESUME_NEUTRAL),
-                          self._digest_without(self._LEGACY_RESUME_NEUTRAL)})
+        """Digests of the checkpoints this config continues: today's, and, for an unguided config,
+        the ones an older TRACE recorded for the same values (its dump still held `guidance_position`,
+        under each of the earlier neutral sets), so an upgrade mid-training does not restart it."""
+        old: tuple[str, ...] = ()
+        if self.guided_per_group == 0:
+            old = tuple(self._digest_without(neutral, extra)
+                        for neutral in (self.RESUME_NEUTRAL, self._PREVIOUS_RESUME_NEUTRAL,
+                                        self._LEGACY_RESUME_NEUTRAL)
+                        for extra in self._REMOVED_WHEN_UNGUIDED)
+        return frozenset({self.resume_digest(), *old})
 
 
 def parse_config(values: dict[str, Any] | None, model: type[GRPOConfig] = GRPOConfig) -> GRPOConfig:

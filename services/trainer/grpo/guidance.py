@@ -1,17 +1,23 @@
-"""Guided rollouts (DESIGN "Rare behaviours"): which hint a guided episode shows, and the check
-that a config asking for guidance gets some.
+"""Guided rollouts (docs/design.md "Guided rollouts"): which guidance a guided episode shows, and the
+check that a config asking for guidance gets some.
 
-Where the hint comes from. A capability environment supplies one per instance: the
-`guidance` of the observation its `reset(seed)` returns (`trace_common.env.Observation`),
+Where the guidance comes from. A capability environment supplies it per instance: the
+`guidance` of the observation its `reset(seed)` returns (`trace_common.env.Observation`; for
+the library families, the oracle's gold actions, `trace_common.env.guidance.gold_actions_text`),
 never part of the conversation. `config.guidance_text` (or the trainer's `guidance_text`
 argument) is an explicit override: when set, every guided episode shows that text instead.
-A guided episode whose instance has no hint (and no override is set) is played unguided and
+A guided episode whose instance has none (and no override is set) is played unguided and
 counted as unguided: nothing off-policy happened in it.
 
-Who is guided. The first `round(guidance_fraction * num_generations)` episodes of every
-group (resampled groups included); the others never see the hint. What the trajectory
-records: the unguided conversation, plus `info["guidance"]` = the hint text a guided
-episode was shown (`shown_guidance`), which is how the trainer tells guided from unguided.
+How it is shown. As an `<expert_guidance>` block at the end of the system prompt
+(`trace_common.env.guidance.with_guidance_block`, rollouts.py), the format the base agents
+learn to follow during their warm start; the update trains on the plain prompt (batch.py).
+
+Who is guided. The first `guided_per_group` = round-half-up(guidance_fraction *
+num_generations) episodes of every group (resampled groups included); the others never see the
+block. What the trajectory records: the plain conversation, plus `info["guidance"]` = the
+guidance text a guided episode was shown (`shown_guidance`; the block's content, without its
+tags), which is how the trainer tells guided from unguided.
 
 Asking for guidance from an environment that has none is an error before training starts
 (`check_guidance`: the trainer runs it when it is built; a service validating a job can run it
@@ -31,7 +37,7 @@ from .seeds import SeedSchedule
 if TYPE_CHECKING:
     from .config import GRPOConfig
 
-#: Trajectory.info key: the hint a guided episode was shown (absent for unguided episodes).
+#: Trajectory.info key: the guidance text a guided episode was shown (absent for unguided episodes).
 INFO_KEY = "guidance"
 
 #: Instances whose reset is probed for a hint before training starts (the first ones the seed
@@ -41,7 +47,7 @@ PROBE_INSTANCES = 8
 
 
 def shown_guidance(traj: Trajectory) -> str:
-    """The hint `traj` was played with, "" for an unguided episode."""
+    """The guidance text `traj` was played with, "" for an unguided episode."""
     value = traj.info.get(INFO_KEY)
     return value if isinstance(value, str) else ""
 

@@ -7,7 +7,7 @@ Semantics (per token t of a sequence with advantage A; tensors [N] over the sele
     kl_t        = exp(ref_t - logp_t) - (ref_t - logp_t) - 1   # k3 estimator, >= 0 (beta > 0 only)
     loss        = sum_t weight_t * (-is_t * surrogate_t + beta * kl_t)
 `weight_t` carries the normalisation: 1 / (tokens in the whole batch) for `dapo`
-(token-mean, DESIGN), 1 / (tokens of its episode * episodes in the batch) for `grpo`;
+(token-mean, the default), 1 / (tokens of its episode * episodes in the batch) for `grpo`;
 tokens outside the loss have weight 0. `is_t` is 1 for on-policy tokens and the truncated
 importance weight min(C, pi_old(y_t | unguided) / q(y_t | guided)) for guided tokens
 (`guided_importance_weights`), a constant (no gradient flows through it).

@@ -7,19 +7,23 @@ makes batch composition -- and so, occasionally, a sampled token -- vary from ru
 a resumed run would then not reproduce an uninterrupted one. Here every live episode
 submits its next turn and one batch is generated once all of them have (ordered by episode
 index); an episode that ends simply leaves the round. The in-process backend additionally
-reuses the KV cache of the prompt prefix the batch shares (system prompt + tools).
+reuses the KV cache of the prompt prefix the batch shares (system prompt + tools; a guided
+episode's prompt shares only the system text before its guidance block with the others).
 
-Guidance (guidance.py): a guided episode's requests show the hint -- the override text when one
-is given, else the hint its own instance's reset returned (`Observation.guidance`) -- appended
-to the first user message or to the system prompt. The trajectory itself keeps the unguided
-conversation, which is what the trainer re-renders for the loss (batch.py), and records the
-hint it was shown in `info["guidance"]`; a guided spec whose instance has no hint plays unguided.
+Guidance (guidance.py): a guided episode's requests show the guidance -- the override text when
+one is given, else the text its own instance's reset returned (`Observation.guidance`) -- as an
+`<expert_guidance>` block at the end of the system prompt (`trace_common.env.guidance.
+with_guidance_block`, the one format the environments and the base agents' imitation data use).
+The trajectory itself keeps the plain conversation, which is what the trainer re-renders for the
+loss (batch.py), and records the text it was shown in `info["guidance"]`; a guided spec whose
+instance has no guidance plays unguided.
 
 Semantics (one call of `play_groups`):
     for every spec (seed, group, index, guided, sampling_seed):
-        env = env_factory(); obs = env.reset(seed); hint = guidance_text or obs.guidance
+        env = env_factory(); obs = env.reset(seed); hint = (guidance_text or obs.guidance).strip()
         play env with the policy; turn k of the episode uses sampling seed derive_seed(sampling_seed, k);
-        requests show the hint iff spec.guided and hint; then info["guidance"] = hint (shown ones only)
+        requests = with_guidance_block(messages, hint) iff spec.guided and hint, else messages;
+        then info["guidance"] = hint (shown ones only)
     returns trajectories in spec order
 """
 
@@ -40,6 +44,7 @@ from trace_common.env import (
     Trajectory,
     run_episode_async,
 )
+from trace_common.env.guidance import with_guidance_block
 from trace_common.policy.base import Policy, PolicyRequest, SamplingParams, derive_seed
 
 from .guidance import INFO_KEY
@@ -56,21 +61,6 @@ class EpisodeSpec:
     index: int
     guided: bool
     sampling_seed: int
-
-
-def with_guidance(messages: Sequence[Message], text: str, position: str = "user") -> list[Message]:
-    """The conversation as a guided episode's policy sees it: `text` appended (as a new paragraph)
-    to the first user message (`position="user"`) or to the system prompt (`"system"`; a system
-    message is added when there is none)."""
-    out = list(messages)
-    role = "user" if position == "user" else "system"
-    for i, m in enumerate(out):
-        if m.role == role:
-            out[i] = m.model_copy(update={"content": f"{m.content or ''}\n\n{text}"})
-            return out
-    if role == "system":
-        return [Message.system(text), *out]
-    return out
 
 
 class _ResetHint:
@@ -142,20 +132,20 @@ class _Lockstep:
 
 
 async def play_groups(policy: Policy, env_factory: EnvFactory, specs: Sequence[EpisodeSpec], *,
-                      params: SamplingParams, guidance_text: str = "", guidance_position: str = "user",
+                      params: SamplingParams, guidance_text: str = "",
                       max_turns: int | None = None, deadline_s: float | None = None,
                       policy_info: PolicyInfo | None = None) -> list[Trajectory]:
     """Play every spec (module docstring); trajectories in spec order. `guidance_text`: the override
-    hint (empty: each guided episode shows its instance's own `Observation.guidance`)."""
+    guidance (empty: each guided episode shows its instance's own `Observation.guidance`)."""
     gate = _Lockstep(policy, len(specs))
     info = policy_info or PolicyInfo(model=policy.name, adapter=policy.adapter)
 
     def make_fn(idx: int, spec: EpisodeSpec, env: _ResetHint):
         async def fn(messages: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
-            hint = (guidance_text or env.guidance) if spec.guided else ""
+            hint = ((guidance_text or env.guidance) if spec.guided else "").strip()  # "": nothing to show
             if hint:
                 env.shown = hint
-            shown = with_guidance(messages, hint, guidance_position) if hint else messages
+            shown = with_guidance_block(messages, hint) if hint else messages
             request = PolicyRequest(messages=shown, tools=tools, params=params)
             request.params = params.model_copy(update={"seed": derive_seed(spec.sampling_seed, request.turn_index)})
             turn = await gate.submit(idx, request)
@@ -182,7 +172,7 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     async def play(self, env_factory: EnvFactory, specs: Sequence[EpisodeSpec], *, params: SamplingParams,
-                   guidance_text: str, guidance_position: str, max_turns: int | None,
+                   guidance_text: str, max_turns: int | None,
                    deadline_s: float | None) -> list[Trajectory]: ...
 
     async def publish(self, version: int) -> None:  # noqa: B027 - in-process engines share the weights
@@ -201,7 +191,7 @@ class PolicyRollouts(RolloutEngine):
         self.info = info
         self.version = 0
 
-    async def play(self, env_factory, specs, *, params, guidance_text, guidance_position, max_turns, deadline_s):
+    async def play(self, env_factory, specs, *, params, guidance_text, max_turns, deadline_s):
         # A prefix KV cache kept from an earlier call would make this call's numerics depend on
         # history (a resumed run starts empty): start every batch of groups from an empty cache.
         cache = getattr(self.policy, "prefix_cache", None)
@@ -210,7 +200,7 @@ class PolicyRollouts(RolloutEngine):
         info = self.info or PolicyInfo(model=self.policy.name, adapter=self.policy.adapter)
         info = info.model_copy(update={"version": str(self.version)})
         return await play_groups(self.policy, env_factory, specs, params=params, guidance_text=guidance_text,
-                                 guidance_position=guidance_position, max_turns=max_turns, deadline_s=deadline_s,
+                                 max_turns=max_turns, deadline_s=deadline_s,
                                  policy_info=info)
 
     async def publish(self, version: int) -> None:

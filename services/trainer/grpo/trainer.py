@@ -3,7 +3,7 @@
 Where TRL fits and where it does not. TRL's `GRPOTrainer` generates one completion per
 prompt from a dataset and scores it with reward functions; its tool/environment support
 only accepts chat templates it recognises (Qwen, Llama-3.x, ...; not SmolLM2's plain ChatML
-nor TRACE's own template, TOOLING.md), and a group of multi-turn episodes on one shared,
+nor TRACE's own template), and a group of multi-turn episodes on one shared,
 seeded environment instance (tool results, a scripted user, a verifier at the end) does not
 map onto its single-completion API. So the loop is ours; what we keep from TRL is its
 vocabulary and conventions: the config field names (config.py), the loss with clip-higher
@@ -12,10 +12,11 @@ adapter-disabled model, logprobs under temperature-scaled logits, advantages wit
 std, and `old_logp = logp.detach()` when `num_iterations == 1`. `bench/grpo_step.py`
 compares one iteration of this loop with one of TRL's on the same model and batch.
 
-Semantics (one iteration; DESIGN "GRPO" is normative):
+Semantics (one iteration; docs/design.md "GRPO"):
     seeds = schedule[cursor : cursor + groups_per_batch]; cursor += groups_per_batch
     play every seed num_generations times, the first guided_per_group of them with their
-    instance's hint (guidance.py; a guided episode is trained in the unguided context, batch.py)
+    instance's guidance as an <expert_guidance> block in the system prompt (guidance.py; a
+    guided episode is trained on the plain prompt, batch.py)
     A = group_advantages(rewards); drop constant groups and groups with a policy error or timeout
     (optionally resample fresh seeds for them)
     rollouts_total += every episode played (resampled groups included); tokens likewise
@@ -29,6 +30,10 @@ Semantics (one iteration; DESIGN "GRPO" is normative):
         all-reduce grads (DDP); clip; AdamW step; LR scheduler step; publish the new version
     checkpoint every save_steps iterations and at each of checkpoint_at (adapter, optimiser,
     scheduler, RNG, cursor, history)
+With `initial_batches_uri` the first iterations train on the environment's calibration episodes
+instead of playing (initial_batches.py): their groups take the place of the played ones (nothing is
+played, the cursor does not move; resampling still plays fresh seeds), their tokens keep the
+sampler's logprobs as pi_old, and the schedule never draws their seeds.
 
 Metrics of an iteration (the "iteration" event's values; `history`; metrics.jsonl). Over the
 iteration's first round of groups (the batch the seed schedule drew): reward_mean, reward_std,
@@ -37,7 +42,10 @@ the round), guided_reward_mean (only when some episode was guided), unguided_rew
 unguided_pass_rate. Over everything the iteration played, resampled groups included: episodes,
 prompt_tokens and generated_tokens (as the backend reported them: every turn's full prompt, and
 its completion), and the running totals rollouts_total, prompt_tokens_total,
-completion_tokens_total -- carried in the checkpointed history, so a resumed job counts exactly
+completion_tokens_total -- episodes this trainer played only: the calibration episodes an
+initial iteration trains on are counted where they were played (the environment's calibration),
+and reported here as initial_batch_episodes and its running total initial_batch_episodes_total --
+carried in the checkpointed history, so a resumed job counts exactly
 what an uninterrupted one does. A job resumed with nothing left to run re-reports its last
 iteration (`"replayed": true`), so its metrics carry the totals too.
 """
@@ -80,6 +88,7 @@ from .config import GRPOConfig
 from .curve import training_curve_png
 from .distributed import Dist
 from .guidance import check_guidance, is_guided
+from .initial_batches import InitialBatches, load_initial_batches
 from .logprobs import selected_logprobs, shared_prefix_len
 from .lora import save_pretrained_to
 from .loss import grpo_token_loss, guided_importance_weights
@@ -135,7 +144,11 @@ class GRPOTrainer:
                  render: PromptRenderer, pad_id: int, store: ArtifactStore | None = None, prefix: str = "",
                  capability: str = "", guidance_text: str | None = None, dist: Dist | None = None,
                  on_event: EventFn | None = None, should_stop: Callable[[], bool] | None = None,
-                 model_label: str = "", weights: TrainableWeights | None = None):
+                 model_label: str = "", weights: TrainableWeights | None = None, policy_model: str = "",
+                 policy_adapter: str = "", environment: tuple[str, str] | None = None):
+        """`policy_model`/`policy_adapter` (the job's PolicyRef, default `model_label`) and
+        `environment` ((name, version) of the job's environment) identify what initial batches must
+        have been played by and on (initial_batches.py)."""
         self.config = config
         self.model = model
         self.env_factory = env_factory
@@ -154,7 +167,14 @@ class GRPOTrainer:
         if config.train_split not in splits:
             raise InvalidArgument(field="config.train_split", expected=f"one of {sorted(splits)}",
                                   got=config.train_split, fix="pick a split the environment defines")
-        self.schedule = SeedSchedule(splits[config.train_split], config.seed)
+        self.initial: InitialBatches | None = None
+        if config.initial_batches_uri:
+            self.initial = load_initial_batches(store, config, policy_model=policy_model or model_label,
+                                                policy_adapter=policy_adapter, environment=environment,
+                                                split=splits[config.train_split],
+                                                default_max_turns=probe.default_max_turns)
+        self.schedule = SeedSchedule(splits[config.train_split], config.seed,
+                                     exclude=self.initial.seeds if self.initial is not None else ())
         # the override hint ("" = each guided episode shows its own instance's Observation.guidance)
         self.guidance_text = guidance_text if guidance_text is not None else config.guidance_text
         self.n_guided = config.guided_per_group
@@ -278,7 +298,7 @@ class GRPOTrainer:
         assert self._loop is not None
         trajs = self._loop.run_until_complete(self.engine.play(
             self.env_factory, specs, params=self.params, guidance_text=self.guidance_text,
-            guidance_position=cfg.guidance_position, max_turns=cfg.max_turns or None,
+            max_turns=cfg.max_turns or None,
             deadline_s=cfg.episode_timeout_s))
         groups: list[list[Trajectory]] = [[] for _ in seeds]
         for spec, t in zip(specs, trajs, strict=True):
@@ -307,13 +327,22 @@ class GRPOTrainer:
         """One iteration (module docstring); returns its metrics."""
         cfg = self.config
         t_start = time.perf_counter()
-        seeds = self.schedule.take(self.state.seed_cursor, cfg.groups_per_batch)
-        first = self.state.seed_cursor
-        self.state.seed_cursor += len(seeds)
         self.model.eval()
         it = self.state.iteration + 1
-        self.on_event("phase", {"iteration": it, "phase": f"playing {len(seeds) * cfg.num_generations} episodes"})
-        groups = self._play(seeds, first)
+        initial = self.initial.batch(self.state.iteration) if self.initial is not None else []
+        if initial:   # calibration episodes of the policy at iteration 0 (initial_batches.py): nothing is played
+            seeds = [seed for seed, _ in initial]
+            base = self.state.iteration * cfg.groups_per_batch
+            groups = [list(trajs) if (base + k) % self.dist.world == self.dist.rank else []
+                      for k, (_, trajs) in enumerate(initial)]
+            self.on_event("phase", {"iteration": it, "phase": f"training on {len(seeds) * cfg.num_generations} "
+                                    f"calibration episodes (initial batch {it} of {self.initial.iterations})"})
+        else:
+            seeds = self.schedule.take(self.state.seed_cursor, cfg.groups_per_batch)
+            first = self.state.seed_cursor
+            self.state.seed_cursor += len(seeds)
+            self.on_event("phase", {"iteration": it, "phase": f"playing {len(seeds) * cfg.num_generations} episodes"})
+            groups = self._play(seeds, first)
         rewards = self._rewards(groups, len(seeds))
         adv = group_advantages(rewards, cfg.scale_rewards, cfg.advantage_epsilon)
         first_round = [t for g in groups for t in g]
@@ -321,6 +350,7 @@ class GRPOTrainer:
         # Resample replacements for dropped groups (bounded), fresh seeds from the schedule.
         broken = self._broken(groups, len(seeds))
         kept_groups = [(groups[g], adv, g) for g in range(len(seeds)) if bool(adv.informative[g]) and not broken[g]]
+        off_policy_groups = len(kept_groups) if initial else 0   # the first kept groups are calibration episodes
         rounds = 0
         extra_rounds: list[list[Trajectory]] = []
         while cfg.max_resample_rounds and rounds < cfg.max_resample_rounds and len(kept_groups) < len(seeds):
@@ -337,7 +367,8 @@ class GRPOTrainer:
             b2 = self._broken(more, need)
             kept_groups += [(more[g], a2, g) for g in range(need) if bool(a2.informative[g]) and not b2[g]]
         t_gen = time.perf_counter() - t_start
-        played = len(first_round) + sum(len(t) for t in extra_rounds)
+        reused = len(first_round) if initial else 0
+        played = len(first_round) - reused + sum(len(t) for t in extra_rounds)
 
         errors = [t for t in first_round if t.termination == Termination.POLICY_ERROR]
         if first_round and len(errors) == len(first_round):
@@ -345,12 +376,13 @@ class GRPOTrainer:
                               f"{errors[0].error}")
         # Episodes this rank trains on (guided = shown a hint; batch.py re-renders those unguided).
         episodes: list[TrainEpisode] = []
-        for trajs, a, g in kept_groups:
+        for n_kept, (trajs, a, g) in enumerate(kept_groups):
             for i, t in enumerate(trajs):
                 guided = is_guided(t)
                 episodes.append(TrainEpisode(group=g, index=i, seed=t.seed, reward=t.reward,
                                              advantage=float(a.advantages[g, t.sample_index]), guided=guided,
-                                             turns=episode_turns(t, guided=guided, render=self.render)))
+                                             turns=episode_turns(t, guided=guided, render=self.render),
+                                             off_policy=n_kept < off_policy_groups))
         if episodes:
             self.on_event("phase", {"iteration": it, "phase": f"updating on {len(episodes)} episodes"})
         train_metrics = self._update(episodes) if self.dist.all_sum([float(len(episodes))])[0] > 0 else {}
@@ -367,7 +399,7 @@ class GRPOTrainer:
         flat = first_rewards.flatten()
         guided_eps = [t for t in first_round if is_guided(t)]
         unguided_eps = [t for t in first_round if not is_guided(t)]
-        everything = first_round + [t for group in extra_rounds for t in group]
+        everything = (first_round if not initial else []) + [t for group in extra_rounds for t in group]
         sums = self.dist.all_sum([float(sum(t.success for t in first_round)), float(len(first_round)),
                                   float(sum(t.reward for t in guided_eps)), float(len(guided_eps)),
                                   float(sum(t.success for t in unguided_eps)),
@@ -375,8 +407,9 @@ class GRPOTrainer:
                                   float(len(unguided_eps)), float(len(errors)), float(played),
                                   float(sum(len(r.prompt_token_ids or []) for t in everything for r in t.turns)),
                                   float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns)),
-                                  float(sum(t.termination == Termination.CONTEXT_EXHAUSTED for t in everything))])
-        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens, n_ctx = sums
+                                  float(sum(t.termination == Termination.CONTEXT_EXHAUSTED for t in everything)),
+                                  float(reused)])
+        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens, n_ctx, n_reused = sums
         last = self.state.history[-1] if self.state.history else {}
         metrics: dict[str, float] = {
             "iteration": float(self.state.iteration),
@@ -403,6 +436,9 @@ class GRPOTrainer:
             "learning_rate": float(self.scheduler.get_last_lr()[0]),
             "policy_version": float(self.state.policy_version),
             "rollouts_total": last.get("rollouts_total", 0.0) + n_played,
+            # calibration episodes trained on instead of played (counted where they were played)
+            "initial_batch_episodes": n_reused,
+            "initial_batch_episodes_total": (last.get("initial_batch_episodes_total") or 0.0) + n_reused,
             "prompt_tokens_total": last.get("prompt_tokens_total", 0.0) + prompt_tokens,
             "completion_tokens_total": last.get("completion_tokens_total", 0.0) + gen_tokens,
         }
@@ -465,9 +501,11 @@ class GRPOTrainer:
                 logp, entropy = selected_logprobs(self.model, ids, att, tmask, temperature=cfg.temperature,
                                                   with_entropy=(p == 0), prefix_len=prefixes[k])
                 if p == 0:
-                    old_cache[k] = logp.detach()
                     guided = mb.selected(mb.guided).to(dev)
                     behaviour = mb.selected(mb.behaviour_logp).to(dev)
+                    # pi_old: the current policy's logprob, or the sampler's for episodes of an earlier
+                    # policy (initial batches of calibration episodes, initial_batches.py)
+                    old_cache[k] = torch.where(mb.selected(mb.off_policy).to(dev), behaviour, logp.detach())
                     w = torch.ones_like(logp)
                     if self.n_guided and cfg.guidance_mode == "importance_weighted" and bool(guided.any()):
                         iw = guided_importance_weights(logp.detach(), behaviour, cfg.guidance_importance_cap)
@@ -579,7 +617,8 @@ class GRPOTrainer:
                                                        "source": ("none" if not self.n_guided else
                                                                   "config.guidance_text" if self.guidance_text
                                                                   else "environment (per instance)"),
-                                                       "override_text": self.guidance_text}},
+                                                       "override_text": self.guidance_text},
+                                          "initial_batches": self.initial.describe() if self.initial else None},
                                          indent=1, sort_keys=True).encode(),
                               "training_summary"),
         }

@@ -45,6 +45,7 @@ def test_gold_actions_text_numbers_every_action():
 CASES = {
     "system prompt present": ([Message.system("POLICY"), Message.user("hi")], 0, "POLICY\n\n"),
     "no system prompt": ([Message.user("hi")], 0, ""),
+    "empty system prompt": ([Message.system(""), Message.user("hi")], 0, ""),   # no leading blank line
 }
 
 

@@ -90,7 +90,8 @@ def test_in_process_model_calibrates_a_library_environment(model_dir, family, ta
                                         "band [0.20, 0.60]"), report.reasons
     assert report.calibration_policy == str(model_dir)
     assert report.calibration_policy_info == {"backend": IN_PROCESS, "model": str(model_dir),
-                                              "scripted_stand_in": False, "temperature": 1.0, "max_tokens": 12}
+                                              "scripted_stand_in": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                                              "max_tokens": 12}
     # one request per turn; concurrent episodes shared forward passes
     assert policy.stats.requests >= CAL.groups * CAL.group_size
     assert max(policy.batch_sizes) > 1, policy.batch_sizes
@@ -130,7 +131,8 @@ def test_http_policy_calibrates_through_the_endpoint(reply, min_turns):
     assert {t["function"]["name"] for t in first["tools"]} == set(report.candidate["tools"])
     assert len({r["seed"] for r in srv.requests}) > 1  # per-episode sampling seeds
     assert report.calibration_policy_info == {"backend": HTTP, "model": "served-base", "endpoint": srv.base_url,
-                                              "scripted_stand_in": False, "temperature": 1.0, "max_tokens": 12}
+                                              "scripted_stand_in": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                                              "max_tokens": 12}
     check = _calibration_check(report)
     assert not check.passed and "outside the band" in check.reason
     assert policy.stats.failed_requests == 0

@@ -50,7 +50,7 @@ def trajectory(seed: int, success: bool, *, info: dict[str, Any] | None = None,
 def rollout_stage_records(store, m: Manifest, trajs: list[Trajectory]) -> None:
     info = store.put_bytes(f"runs/{m.run_id}/rollouts/base.jsonl", dumps_jsonl(trajs))
     m.stages["rollout"].outputs = {"trajectories": info.uri}
-    m.stages["rollout"].result = {"episodes": len(trajs)}
+    m.stages["rollout"].result = {"episodes": len(trajs), "max_completion_length": {"tokens": 96, "source": "config"}}
 
 
 def report(calibration: list[list[float]] | None, attempts: list[list[str]] | None = None, groups=16, size=8,

@@ -21,7 +21,10 @@ from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 
 GRPO = {"max_steps": 5, "groups_per_batch": 2, "num_generations": 4}
-GATES = {"max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_start_steps": 10, "warm_start_episodes": 3}
+GATES = {"max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_start_steps": 10,
+         "warm_start_labels": "provenance", "warm_start_episodes": 3}
+OUTCOME_GATES = {**{k: v for k, v in GATES.items() if k not in ("warm_start_labels", "warm_start_episodes")},
+                 "warm_start_tasks": 4, "warm_start_samples_per_slot": 2}   # outcome labels, the default
 
 
 @pytest.mark.parametrize("rep, episodes, bound", [
@@ -55,7 +58,12 @@ def test_calibration_episodes_of_one_candidate(rep, episodes, bound):
      {"total": 6 + 8 + 40 + 40 + 22, "adapters": 80, "estimated": True, "missing": ["calibration", "adapters"]}),
     # gates without totals: provenance 2 adapters x 3 episodes + GRPO 2 x 2 x 4
     ({"gates_metrics": {}}, {"gates": 6 + 16, "warm": 6, "grpo": 16, "total": 6 + 8 + 88 + 22,
-                             "missing": ["calibration", "gates"]}),
+                             "labels": "provenance", "missing": ["calibration", "gates"]}),
+    # ... with outcome labels: 4 tasks x (K+1 = 3) slots x 2 samples replayed + GRPO 2 x 2 x 4
+    ({"gates_metrics": {}, "gates": OUTCOME_GATES}, {"gates": 24 + 16, "warm": 24, "grpo": 16, "labels": "outcome",
+                                                      "total": 6 + 8 + 88 + 40}),
+    # ... and reported totals: the job's own count whatever the config would estimate
+    ({"gates": OUTCOME_GATES}, {"gates": 22, "warm": 6, "grpo": 16, "labels": "outcome"}),
     # every calibration candidate counts, rejected ones and earlier attempts included
     ({"reports": {CAPS[0]: report([[0.0, 1.0]] * 4), CAPS[1]: report([[0.0] * 8] * 16),
                   CAPS[2]: report([[0.2] * 2] * 2, attempts=[["calibration: low"], []], groups=2, size=2)}},
@@ -63,11 +71,13 @@ def test_calibration_episodes_of_one_candidate(rep, episodes, bound):
 ])
 def test_budget_counts_every_component(tmp_path, kw, expected):
     store = open_store(tmp_path.as_uri())
-    b = trace_budget(store, stage_records(store, **kw).stages, GRPO, GATES)
+    records = stage_records(store, **{k: v for k, v in kw.items() if k != "gates"})
+    b = trace_budget(store, records.stages, GRPO, kw.get("gates", GATES))   # the run config's gates.config
     c = b["components"]
     got = {"total": b["total_episodes"], "rollout": c["rollout"]["episodes"], "calibration": c["calibration"]["episodes"],
            "adapters": c["adapters"]["episodes"], "gates": c["gates"]["episodes"], "warm": c["gates"]["warm_start_episodes"],
-           "grpo": c["gates"]["grpo_episodes"], "prompt": b["total_prompt_tokens"],
+           "grpo": c["gates"]["grpo_episodes"], "labels": c["gates"]["warm_start_labels"],
+           "prompt": b["total_prompt_tokens"],
            "completion": b["total_completion_tokens"],
            "estimated": any(a.get("estimated") for a in c["adapters"]["per_adapter"].values()),
            "missing": b["tokens_missing"]}

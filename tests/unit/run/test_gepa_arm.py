@@ -342,7 +342,9 @@ class RecordingRunner:
 ])
 def test_rollout_job_sends_the_candidate_prompt(tasks, prompt, temperature, seed):
     cfg = RunConfig(run_id="unit", seed=100, rollout={"concurrency": 5})
-    p = Pipeline(cfg, RecordingRunner(), None, Manifest(run_id="unit"))
+    m = Manifest(run_id="unit")
+    m.stages["rollout"].result = {"max_completion_length": {"tokens": 96}}   # the run's one cap
+    p = Pipeline(cfg, RecordingRunner(), None, m)
     res = rollout_job(p, R.TaskSelection(**tasks), system_prompt=prompt, temperature=temperature,
                       label="gepa 1", seed=seed)
     service, spec, run_id, description, kw = p.runner.calls[0]
@@ -350,6 +352,7 @@ def test_rollout_job_sends_the_candidate_prompt(tasks, prompt, temperature, seed
     assert spec.system_prompt == prompt and spec.samples_per_task == 1 and spec.concurrency == 5
     assert list(spec.tasks.task_ids) == tasks.get("task_ids", []) and spec.tasks.split == tasks.get("split", "")
     assert spec.sampling.temperature == pytest.approx(temperature) and spec.sampling.seed == seed
+    assert spec.sampling.max_tokens == 96
     assert spec.seed == seed + 100 and spec.environment.name == "store"
     assert spec.policy == p.base_policy() and kw["labels"]["arm"] == "gepa"
     assert res == {"job": "rollout-1", "uri": "file:///r/t.jsonl", "episodes": 2, "successes": 1, "pass_rate": 0.5,

@@ -94,7 +94,7 @@ def test_report_of_a_full_evaluation(tmp_path, monkeypatch):
     ev["paired"]["vs"][ev["grpo_curve"][0]["name"]]["diff"] = 0.0
     write_report(p.cfg, p.manifest, p.store)
     assert "-0.000" not in p.store.get_bytes("runs/ev/report/report.md").decode()
-    assert "| **total** | **124** |" in md and "| &nbsp;&nbsp;warm start (provenance) | 6 |" in md
+    assert "| **total** | **124** |" in md and "| &nbsp;&nbsp;warm start (slot replays) | 6 |" in md
     for header in ("## Per probe", "## Per required capability", "## Budget: every episode TRACE played",
                    "## GRPO on the target at several budgets", "## Paired comparison"):
         assert header in md

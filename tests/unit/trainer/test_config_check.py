@@ -40,6 +40,11 @@ ADAPTER, GATES = "TRAINING_KIND_ADAPTER", "TRAINING_KIND_GATES"
     (GATES, {"target_fraction": 0.5}, "gates.config", ["gates.config.target_fraction: GRPO on the gates plays",
                                                         "remove the field"]),                  # the model's own words
     (GATES, {"heldout_fraction": 1.0}, "gates.config", ["gates.config.heldout_fraction: Input should be less than 1"]),
+    # a removed field: named under the caller's path, with what replaced it (both job kinds)
+    (ADAPTER, {"guidance_position": "user"}, "training.grpo",
+     ["training.grpo.guidance_position: guidance is always shown as an <expert_guidance> block", "remove the field"]),
+    (GATES, {"guidance_position": "system"}, "gates.config",
+     ["gates.config.guidance_position: guidance is always shown", "remove the field"]),
     ("TRAINING_KIND_UNSPECIFIED", {}, "", ["kind: expected TRAINING_KIND_ADAPTER or TRAINING_KIND_GATES"]),
 ])
 def test_bad_configs_name_the_callers_field(kind, values, path, fragments):

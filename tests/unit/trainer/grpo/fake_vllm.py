@@ -37,6 +37,7 @@ class FakeVLLM:
         self.loads: list[str] = []
         self.unloads: list[str] = []
         self.completions: list[str] = []
+        self.prompts: list[list[int]] = []   # each accepted completion's prompt token ids, in arrival order
         self.in_flight: dict[str, int] = {}
         self.fail_loads = 0
         self.load_delay_s = 0.0
@@ -143,6 +144,7 @@ class FakeVLLM:
                     f"{asked} tokens ({len(body['prompt'])} in the messages, {body['max_tokens']} in the "
                     "completion). Please reduce the length of the messages or completion.")}
             self.completions.append(name)
+            self.prompts.append(list(body["prompt"]))
             self.in_flight[name] = self.in_flight.get(name, 0) + 1
         try:
             time.sleep(self.completion_delay_s)

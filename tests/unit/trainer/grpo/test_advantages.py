@@ -1,4 +1,4 @@
-"""Group-relative advantages against hand-computed values (DESIGN "GRPO")."""
+"""Group-relative advantages against hand-computed values (docs/design.md "GRPO")."""
 
 from __future__ import annotations
 

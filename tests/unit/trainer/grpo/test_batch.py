@@ -10,9 +10,12 @@ from services.trainer.grpo.batch import (
     TurnTokens,
     build_sequences,
     collate,
+    episode_turns,
     micro_batches,
     token_weights,
 )
+from trace_common.env import EnvInfo, Message, PolicyInfo, Termination, Trajectory, TurnRecord
+from trace_common.env.guidance import guidance_block
 from trace_common.errors import FailedPrecondition
 
 
@@ -84,3 +87,32 @@ def test_collate_dtypes():
     eps = [ep([([1, 2], [3])])]
     mb = collate(eps, build_sequences(eps), [0], [1.0], [True], pad_id=9)
     assert mb.input_ids.dtype == torch.long and mb.target_mask.dtype == torch.bool
+
+
+BLOCK = guidance_block("1. lookup {\"key\": \"k\"}")
+
+
+def _traj(messages):
+    return Trajectory(task_id="t", seed=0, env=EnvInfo(name="e", version="1"), policy=PolicyInfo(model="m"),
+                      messages=messages, reward=0.0, success=False, termination=Termination.DONE,
+                      turns=[TurnRecord(message_index=len(messages) - 1, prompt_token_ids=[1, 2],
+                                        completion_token_ids=[3], logprobs=[-0.1])])
+
+
+@pytest.mark.parametrize("messages, refused", [
+    ([Message.system("S"), Message.user("U"), Message.assistant("A")], False),
+    # the environment's own messages hold the block: the plain prompt would show the guidance
+    ([Message.system(f"S\n\n{BLOCK}"), Message.user("U"), Message.assistant("A")], True),
+    ([Message.system("S"), Message.user(f"U {BLOCK}"), Message.assistant("A")], True),
+    # the policy's own reply may quote the tag: what it sampled is what it is trained on
+    ([Message.system("S"), Message.user("U"), Message.assistant(f"A {BLOCK}")], False),
+])
+@pytest.mark.parametrize("guided", [False, True])
+def test_a_conversation_holding_the_block_is_refused(messages, refused, guided):
+    render = lambda msgs, tools: [9, 9]  # noqa: E731 - a guided episode's prompt is re-rendered
+    if refused:
+        with pytest.raises(FailedPrecondition, match="<expert_guidance> block"):
+            episode_turns(_traj(messages), guided=guided, render=render)
+    else:
+        (turn,) = episode_turns(_traj(messages), guided=guided, render=render)
+        assert turn.prompt_ids == ([9, 9] if guided else [1, 2]) and turn.completion_ids == [3]

@@ -29,6 +29,11 @@ from trace_common.errors import InvalidArgument
     ({"warmup_steps": 10, "max_steps": 10}, "config", "must be below max_steps"),
     ({"vllm": {"base_url": "vllm:8000", "adapter_dir": "/x"}, "rollout_backend": "vllm"}, "config.vllm.base_url",
      "http(s) URL"),
+    # a removed field, whatever its value: named, with what replaced it
+    ({"guidance_position": "user"}, "config", "guidance_position: guidance is always shown as an <expert_guidance> "
+     "block at the end of the system prompt"),
+    ({"guidance_position": "system", "guidance_fraction": 0.25}, "config", "guidance_position: "),
+    ({"guidance_position": "user"}, "config", "remove the field"),
 ])
 def test_invalid_config_says_how_to_fix(values, field, fix):
     with pytest.raises(InvalidArgument) as err:
@@ -63,23 +68,41 @@ def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
     assert (GRPOConfig(**changed).resume_digest() == GRPOConfig().resume_digest()) is same_resume_digest
 
 
-def test_checkpoints_of_older_versions_still_resume():
-    """Before the memory-layout fields became neutral, the recorded digest covered them."""
-    cfg = GRPOConfig(gradient_accumulation_steps=8)
-    # (checkpoint_at came after that version: its model_dump had no such key)
-    data = {k: v for k, v in cfg.model_dump(mode="json").items()
-            if k not in {"max_steps", "save_steps", "checkpoint_at"}}
-    legacy = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    assert legacy != cfg.resume_digest() and legacy in cfg.resumable_digests()
-    assert legacy not in GRPOConfig(gradient_accumulation_steps=4).resumable_digests()
+def _old_digest(cfg: GRPOConfig, neutral, position: str) -> str:
+    """The digest an older TRACE recorded for `cfg`'s values: its dump still held guidance_position, and
+    had no initial_batches_uri yet."""
+    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in neutral and k != "initial_batches_uri"}
+    data["guidance_position"] = position
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def test_checkpoints_from_before_vllm_was_neutral_still_resume():
-    cfg = GRPOConfig(learning_rate=3e-4)
-    data = {k: v for k, v in cfg.model_dump(mode="json").items()
-            if k not in GRPOConfig.RESUME_NEUTRAL - {"vllm"}}      # the digest then kept "vllm": null
-    previous = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    assert previous != cfg.resume_digest() and previous in cfg.resumable_digests()
+# (checkpoint_at came after the legacy version: its model_dump had no such key)
+LEGACY = {"max_steps", "save_steps", "checkpoint_at"}
+BEFORE_VLLM = GRPOConfig.RESUME_NEUTRAL - {"vllm"}      # the digest then kept "vllm": null
+
+
+@pytest.mark.parametrize("values, neutral, position, resumes", [
+    # before the memory-layout fields became neutral, the recorded digest covered them
+    ({"gradient_accumulation_steps": 8}, LEGACY, "user", True),
+    ({"learning_rate": 3e-4}, BEFORE_VLLM, "user", True),
+    ({"learning_rate": 3e-4}, GRPOConfig.RESUME_NEUTRAL, "user", True),     # just before guidance_position went
+    ({"learning_rate": 3e-4}, GRPOConfig.RESUME_NEUTRAL, "system", True),   # unguided: the position never mattered
+    # a guided run's old checkpoint saw prose where the block now goes: a new training, not a continuation
+    ({"guidance_fraction": 0.25}, GRPOConfig.RESUME_NEUTRAL, "user", False),
+    ({"guidance_fraction": 0.25}, GRPOConfig.RESUME_NEUTRAL, "system", False),
+    ({"guidance_fraction": 0.25}, LEGACY, "user", False),
+])
+def test_checkpoints_of_older_versions(values, neutral, position, resumes):
+    cfg = GRPOConfig(**values)
+    old = _old_digest(cfg, neutral, position)
+    assert old != cfg.resume_digest()
+    assert (old in cfg.resumable_digests()) is resumes
+    assert cfg.resume_digest() in cfg.resumable_digests()
+
+
+def test_an_old_digest_resumes_only_the_same_values():
+    old = _old_digest(GRPOConfig(gradient_accumulation_steps=8), LEGACY, "user")
+    assert old not in GRPOConfig(gradient_accumulation_steps=4).resumable_digests()
 
 
 def test_digest_changes_with_values():

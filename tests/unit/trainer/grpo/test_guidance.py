@@ -1,6 +1,8 @@
-"""Guided rollouts through the trainer: each instance's hint in exactly the guided share of its
-group, never in unguided prompts nor in the training tensors; asking for guidance from an
-environment that has none fails before training; guided and unguided metrics every iteration."""
+"""Guided rollouts through the trainer: each instance's guidance as an <expert_guidance> block at
+the end of the system prompt of exactly the guided share of every group (resampled groups too),
+never in unguided prompts nor in the training tensors (the loss sees the plain render); asking for
+guidance from an environment that has none fails before training; guided and unguided metrics
+every iteration."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from tests.unit.trainer.grpo.helpers import (
     tiny_tokenizer,
     warm_model,
 )
+from trace_common.env.guidance import CLOSE, OPEN, guidance_block, has_guidance_block, with_guidance_block
 from trace_common.errors import FailedPrecondition
 
 OVERRIDE = "Hint: any word works."
@@ -61,38 +64,52 @@ def first_prompt(t) -> str:
     return tiny_tokenizer().decode(t.turns[0].prompt_token_ids)
 
 
-@pytest.mark.parametrize("fraction, G, override, position, guided", [
-    (0.25, 8, "", "user", 2),          # each instance's own hint, in the first user message
-    (0.5, 4, "", "system", 2),         # ... or in the system prompt
-    (0.25, 4, "", "user", 1),
-    (0.25, 8, OVERRIDE, "user", 2),    # config.guidance_text replaces every instance's hint
-    (0.0, 8, "", "user", 0),           # no guidance asked: nobody sees the hint the env supplies
+@pytest.mark.parametrize("fraction, G, override, resample, guided", [
+    (0.25, 8, "", 0, 2),          # each instance's own guidance, as the block in the system prompt
+    (0.5, 4, "", 0, 2),           # the reference's upper share
+    (0.25, 4, "", 0, 1),
+    (0.25, 6, "", 0, 2),          # 1.5 rounds half up
+    (0.25, 10, "", 0, 3),         # 2.5 rounds half up
+    (0.25, 8, OVERRIDE, 0, 2),    # config.guidance_text replaces every instance's guidance
+    (0.25, 8, "", 2, 2),          # every group uninformative: two resample rounds, each guided alike
+    (0.0, 8, "", 0, 0),           # no guidance asked: nobody sees what the env supplies
 ])
-def test_hint_in_exactly_the_guided_share(fraction, G, override, position, guided):
-    trainer, _, _ = trainer_for(lambda: PickEnv(hint=True), guidance_fraction=fraction, num_generations=G,
-                                guidance_text=override, guidance_position=position)
+def test_block_in_exactly_the_guided_share_of_every_group(fraction, G, override, resample, guided):
+    env = (lambda: PickEnv(hint=True, constant=0.0)) if resample else (lambda: PickEnv(hint=True))
+    trainer, _, _ = trainer_for(env, guidance_fraction=fraction, num_generations=G, guidance_text=override,
+                                max_resample_rounds=resample)
+    assert trainer.n_guided == guided
     trainer.train(resume=False, write_adapter=False)
-    (trajs,) = trainer.engine.calls
-    assert len(trajs) == 3 * G
-    by_seed: dict[int, list] = {}
-    for t in trajs:
-        by_seed.setdefault(t.seed, []).append(t)
-    assert len(by_seed) == 3
-    for seed, group in by_seed.items():
-        hint = override or pick_hint(seed)
-        others = [pick_hint(s) for s in by_seed if s != seed and pick_hint(s) != pick_hint(seed)]
-        shown = [t for t in group if hint in first_prompt(t)]
-        assert len(shown) == guided
-        assert sorted(t.sample_index for t in shown) == list(range(guided))   # the first ones of the group
-        for t in group:
-            prompt = first_prompt(t)
-            assert shown_guidance(t) == (hint if t in shown else "")
-            assert not any(o in prompt for o in others)                        # never another instance's
-            if t not in shown:
-                assert "Hint:" not in prompt                                   # unguided prompts: no hint
-            else:
-                system, user = prompt.split("<|im_start|>user", 1)
-                assert hint in (system if position == "system" else user)
+    assert len(trainer.engine.calls) == 1 + resample              # the first round, then each resample round
+    seen: set[int] = set()
+    for trajs in trainer.engine.calls:
+        assert len(trajs) == 3 * G
+        by_seed: dict[int, list] = {}
+        for t in trajs:
+            by_seed.setdefault(t.seed, []).append(t)
+        assert len(by_seed) == 3 and not seen & set(by_seed)      # resampled groups are fresh instances
+        seen |= set(by_seed)
+        for seed, group in by_seed.items():
+            text = override or pick_hint(seed)
+            others = [pick_hint(s) for s in by_seed if s != seed and pick_hint(s) != pick_hint(seed)]
+            shown = [t for t in group if OPEN in first_prompt(t)]
+            assert len(shown) == guided
+            assert sorted(t.sample_index for t in shown) == list(range(guided))   # the first ones of the group
+            for t in group:
+                plain = t.messages[:t.turns[0].message_index]
+                is_shown = t in shown
+                assert shown_guidance(t) == (text if is_shown else "")          # which text was shown
+                assert not has_guidance_block(t.messages)                       # the record is plain
+                # the sampler's prompt, token for token: the block at the end of the system prompt, or none
+                expected = with_guidance_block(plain, text) if is_shown else plain
+                assert t.turns[0].prompt_token_ids == trainer.render(expected, t.tools)
+                prompt = first_prompt(t)
+                assert not any(o in prompt for o in others)                     # never another instance's
+                assert ("Hint:" in prompt) is is_shown
+                if is_shown:
+                    system, user = prompt.split("<|im_start|>user", 1)
+                    assert system.rstrip().endswith(f"{guidance_block(text)}<|im_end|>")
+                    assert "Hint:" not in user and OPEN not in user
 
 
 def tool_hint_of(seed: int) -> str:
@@ -110,12 +127,10 @@ CASES = {  # kind -> (env factory, the instance's hint, trainer settings, warm-s
 
 @pytest.mark.parametrize("kind", ["pick", pytest.param("tool", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", ["importance_weighted", "exclude"])
-@pytest.mark.parametrize("position", ["user", "system"])
-def test_training_tensors_of_guided_episodes_hold_no_hint(kind, mode, position):
+def test_training_tensors_of_guided_episodes_hold_no_block(kind, mode):
     env, hint_of, settings, warm = CASES[kind]
     trainer, rows, updates = trainer_for(env, model=warm_model(warm), **{"guidance_fraction": 0.25, **settings,
-                                                                          "guidance_mode": mode,
-                                                                          "guidance_position": position})
+                                                                          "guidance_mode": mode})
     trainer.train(resume=False, write_adapter=False)
     assert updates, "no informative group: nothing was trained on"
     tok = tiny_tokenizer()
@@ -123,17 +138,23 @@ def test_training_tensors_of_guided_episodes_hold_no_hint(kind, mode, position):
     guided_seen = 0
     for episodes in updates:
         trained: dict[int, list[int]] = {}
-        for s in build_sequences(episodes):
-            assert "Hint:" not in tok.decode(s.input_ids)                      # not in the tensors at all
+        seqs = build_sequences(episodes)
+        for s in seqs:
+            text = tok.decode(s.input_ids)
+            assert OPEN not in text and CLOSE not in text and "Hint:" not in text  # not in the tensors at all
             trained.setdefault(s.episode, []).extend(i for i, on in zip(s.input_ids, s.target, strict=True) if on)
         for e, ep in enumerate(episodes):
             traj = played[(ep.seed, ep.index)]
             assert ep.guided == bool(shown_guidance(traj))
             # the tokens the loss scores are exactly the sampled ones, turn by turn
             assert trained.get(e, []) == [i for r in traj.turns for i in r.completion_token_ids]
+            # every prompt the loss sees is the plain render of the conversation (the guided ones re-rendered)
+            plain = [trainer.render(traj.messages[:r.message_index], traj.tools) for r in traj.turns]
+            assert [t.prompt_ids for t in ep.turns] == plain
             if ep.guided:
                 guided_seen += 1
-                assert hint_of(ep.seed) in first_prompt(traj)                  # the sampler did see it
+                assert guidance_block(hint_of(ep.seed)) in first_prompt(traj)  # the sampler did see it
+                assert [r.prompt_token_ids for r in traj.turns] != plain
     assert guided_seen > 0
     per_group = trainer.config.num_generations - trainer.n_guided
     trained_rows = [r for r in rows if "trained_episodes" in r]

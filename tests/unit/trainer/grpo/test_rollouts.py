@@ -1,5 +1,6 @@
-"""Group play: shared instance per group, guidance only where asked (each instance's own hint, or the
-override), deterministic lockstep batches."""
+"""Group play: shared instance per group, guidance only where asked (each instance's own, or the
+override) and only as an <expert_guidance> block at the end of the system prompt, deterministic
+lockstep batches."""
 
 from __future__ import annotations
 
@@ -8,37 +9,25 @@ import asyncio
 import pytest
 
 from services.trainer.grpo.guidance import shown_guidance
-from services.trainer.grpo.rollouts import EpisodeSpec, play_groups, with_guidance
+from services.trainer.grpo.rollouts import EpisodeSpec, play_groups
 from tests.unit.trainer.grpo.helpers import TOOL_HINT, ToolEnv, tiny_model, tiny_tokenizer, tool_hint
-from trace_common.env import Message
+from trace_common.env.guidance import OPEN, guidance_block, has_guidance_block, with_guidance_block
 from trace_common.errors import ContextExhausted
 from trace_common.policy.base import AssistantTurn, Policy, SamplingParams
+from trace_common.policy.chat import ChatFormat
 from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.transformers_backend import TransformersPolicy
 
 HINT = TOOL_HINT
 
 
-@pytest.mark.parametrize("position, messages, expected", [
-    ("user", [Message.system("S"), Message.user("U")], [("system", "S"), ("user", f"U\n\n{HINT}")]),
-    ("system", [Message.system("S"), Message.user("U")], [("system", f"S\n\n{HINT}"), ("user", "U")]),
-    ("system", [Message.user("U")], [("system", HINT), ("user", "U")]),
-    # only the first user message gets the hint
-    ("user", [Message.user("A"), Message.user("B")], [("user", f"A\n\n{HINT}"), ("user", "B")]),
-])
-def test_with_guidance(position, messages, expected):
-    out = with_guidance(messages, HINT, position)
-    assert [(m.role, m.content) for m in out] == expected
-    assert [m.content for m in messages] == [c for _, c in ([(m.role, m.content) for m in messages])]  # not mutated
-
-
-def _play(model, specs, guidance=HINT, env=ToolEnv, position="user"):
+def _play(model, specs, guidance=HINT, env=ToolEnv):
     policy = TransformersPolicy.from_model(model, tiny_tokenizer(), max_wait_s=0.0)
 
     async def go():
         try:
             return await play_groups(policy, env, specs, params=SamplingParams(max_tokens=12),
-                                     guidance_text=guidance, guidance_position=position, max_turns=2)
+                                     guidance_text=guidance, max_turns=2)
         finally:
             await policy.close()
     return asyncio.run(go())
@@ -55,15 +44,21 @@ def _key(seed: int) -> str:
     return env.key
 
 
+def _render(messages, tools) -> list[int]:
+    """The prompt ids the in-process policy builds for a request of `messages` (TransformersPolicy)."""
+    tok = tiny_tokenizer()
+    return list(tok(ChatFormat(tok).render(messages, tools, add_generation_prompt=True),
+                    add_special_tokens=False)["input_ids"])
+
+
 @pytest.mark.parametrize("source, env, override", [
     ("override", lambda: ToolEnv(hint="none"), HINT),       # config.guidance_text: the same text everywhere
     ("instance", lambda: ToolEnv(hint="instance"), ""),     # each instance's Observation.guidance
     ("override beats instance", lambda: ToolEnv(hint="instance"), HINT),
     ("no hint anywhere", lambda: ToolEnv(hint="none"), ""),  # a guided spec plays unguided, recorded so
 ])
-@pytest.mark.parametrize("position", ["user", "system"])
-def test_group_shares_instance_and_guidance_only_in_prompts(source, env, override, position):
-    trajs = _play(tiny_model(seed=2), specs(guided=2), guidance=override, env=env, position=position)
+def test_group_shares_instance_and_guidance_only_in_system_prompts(source, env, override):
+    trajs = _play(tiny_model(seed=2), specs(guided=2), guidance=override, env=env)
     tok = tiny_tokenizer()
     hints = {k: tool_hint(_key(100 + k)) for k in range(2)}
     for k in range(2):
@@ -74,14 +69,18 @@ def test_group_shares_instance_and_guidance_only_in_prompts(source, env, overrid
         for t in group:
             guided = t.sample_index < 2 and bool(expected)
             assert shown_guidance(t) == (expected if guided else "")
-            record = "".join(m.content or "" for m in t.messages)
-            assert "Hint:" not in record  # the record is unguided
+            assert not has_guidance_block(t.messages)               # the record is the plain conversation
+            assert "Hint:" not in "".join(m.content or "" for m in t.messages)
+            for r in t.turns:                                        # every turn's prompt, token for token
+                plain = t.messages[:r.message_index]
+                shown = with_guidance_block(plain, expected) if guided else plain
+                assert r.prompt_token_ids == _render(shown, t.tools)
             first_prompt = tok.decode(t.turns[0].prompt_token_ids)
-            assert ("Hint:" in first_prompt) == guided
-            if guided:  # this instance's hint (never the other group's), where configured
-                assert expected in first_prompt and hints[1 - k] not in first_prompt
-                section = first_prompt.split("<|im_start|>user")[0 if position == "system" else 1]
-                assert expected in section
+            assert (OPEN in first_prompt) == guided == ("Hint:" in first_prompt)
+            if guided:  # this instance's guidance (never the other group's), at the end of the system prompt
+                system, user = first_prompt.split("<|im_start|>user", 1)
+                assert guidance_block(expected) in system and hints[1 - k] not in first_prompt
+                assert OPEN not in user
 
 
 def test_lockstep_is_deterministic():

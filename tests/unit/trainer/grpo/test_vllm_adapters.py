@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from services.trainer.grpo.batch import build_sequences
 from services.trainer.grpo.config import GRPOConfig, VLLMRolloutConfig
 from services.trainer.grpo.lora import attach_lora, save_pretrained_to
 from services.trainer.grpo.session import make_trainer
@@ -15,6 +16,7 @@ from services.trainer.grpo.vllm_rollouts import AdapterLoadError, VLLMAdapterMan
 from services.trainer.jobspec import adapter_lineage
 from tests.unit.trainer.grpo.fake_vllm import FakeVLLM
 from tests.unit.trainer.grpo.helpers import PickEnv, tiny_model, tiny_tokenizer, warm_model
+from trace_common.env.guidance import CLOSE, OPEN
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,32 @@ def test_training_with_vllm_rollouts(tmp_path):
         assert (tmp_path / names[-1] / "adapter_model.safetensors").is_file()
         assert sorted(p.name for p in tmp_path.iterdir()) == [names[-1]]   # unloaded versions' files removed
         assert all(r["policy_errors"] == 0 for r in rows)
+
+
+@pytest.mark.parametrize("fraction, guided", [(0.5, 2), (0.25, 1), (0.0, 0)])
+def test_vllm_rollouts_show_the_block_in_the_guided_share_and_train_on_the_plain_prompt(tmp_path, fraction, guided):
+    tok = tiny_tokenizer()
+    with pick_server(tok) as server:
+        cfg = vllm_grpo(server, tmp_path, guidance_fraction=fraction, max_steps=1)
+        trainer = make_trainer(cfg, warm_model("pick"), tok, lambda: PickEnv(hint=True), capability="pick_skill")
+        updates: list = []
+        update = trainer._update
+        trainer._update = lambda episodes: (updates.append(episodes), update(episodes))[1]
+        trainer.train(resume=False, write_adapter=False)
+        prompts = [tok.decode(p) for p in server.prompts]
+    assert len(prompts) == cfg.groups_per_batch * cfg.num_generations      # one turn per episode
+    shown = [p for p in prompts if OPEN in p]
+    assert len(shown) == cfg.groups_per_batch * guided
+    for p in shown:  # the instance's guidance, as the block at the end of the system prompt
+        system, user = p.split("<|im_start|>user", 1)
+        assert "Hint: the answer is" in system and OPEN not in user
+        assert system.rstrip().endswith(f"{CLOSE}<|im_end|>")
+    assert all("Hint:" not in p for p in prompts if OPEN not in p)
+    assert updates, "no informative group: nothing was trained on"
+    for episodes in updates:   # every kept group keeps its guided share; the update sees the plain prompts only
+        assert sum(e.guided for e in episodes) == len(episodes) // cfg.num_generations * guided
+        assert all(OPEN not in tok.decode(s.input_ids) and "Hint:" not in tok.decode(s.input_ids)
+                   for s in build_sequences(episodes))
 
 
 @pytest.mark.parametrize("first, second, apart", [

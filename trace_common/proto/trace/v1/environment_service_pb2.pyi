@@ -26,7 +26,7 @@ VALIDATION_STATUS_ACCEPTED: ValidationStatus
 VALIDATION_STATUS_REJECTED: ValidationStatus
 
 class GenerationSpec(_message.Message):
-    __slots__ = ('capabilities', 'target', 'mode', 'llm', 'max_retries', 'calibration_policy', 'calibration_reward_min', 'calibration_reward_max', 'seed', 'calibration_min_informative')
+    __slots__ = ('capabilities', 'target', 'mode', 'llm', 'max_retries', 'calibration_policy', 'calibration_reward_min', 'calibration_reward_max', 'seed', 'calibration_min_informative', 'calibration_sampling')
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class GenerationSpec(_message.Message):
     CALIBRATION_REWARD_MAX_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_MIN_INFORMATIVE_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     capabilities: _containers.RepeatedCompositeFieldContainer[_types_pb2.Capability]
     target: _types_pb2.EnvironmentRef
     mode: GenerationMode
@@ -47,8 +48,9 @@ class GenerationSpec(_message.Message):
     calibration_reward_max: float
     seed: int
     calibration_min_informative: float
+    calibration_sampling: _types_pb2.SamplingParams
 
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[_types_pb2.Capability, _Mapping]]]=..., target: _Optional[_Union[_types_pb2.EnvironmentRef, _Mapping]]=..., mode: _Optional[_Union[GenerationMode, str]]=..., llm: _Optional[_Union[_types_pb2.LlmEndpoint, _Mapping]]=..., max_retries: _Optional[int]=..., calibration_policy: _Optional[_Union[_types_pb2.PolicyRef, _Mapping]]=..., calibration_reward_min: _Optional[float]=..., calibration_reward_max: _Optional[float]=..., seed: _Optional[int]=..., calibration_min_informative: _Optional[float]=...) -> None:
+    def __init__(self, capabilities: _Optional[_Iterable[_Union[_types_pb2.Capability, _Mapping]]]=..., target: _Optional[_Union[_types_pb2.EnvironmentRef, _Mapping]]=..., mode: _Optional[_Union[GenerationMode, str]]=..., llm: _Optional[_Union[_types_pb2.LlmEndpoint, _Mapping]]=..., max_retries: _Optional[int]=..., calibration_policy: _Optional[_Union[_types_pb2.PolicyRef, _Mapping]]=..., calibration_reward_min: _Optional[float]=..., calibration_reward_max: _Optional[float]=..., seed: _Optional[int]=..., calibration_min_informative: _Optional[float]=..., calibration_sampling: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]]=...) -> None:
         ...
 
 class CreateGenerationJobRequest(_message.Message):
