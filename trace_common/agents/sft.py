@@ -16,6 +16,10 @@ Semantics (one step, batch of B token sequences x_b with loss masks w_b):
     kv_B = expand(kv, B)                      # [B, heads, P, d]
     logits = forward(x_b[P:], past=kv_B)      # [B, S, V], right-padded suffixes
     loss = sum_{b,t} w_b[t+1] * CE(logits[b, t-P], x_b[t+1]) / sum w
+
+Guided trajectories (an `<expert_guidance>` block at the end of the system prompt, before the
+tool list the template renders after it) share only the policy text with the others, so
+batches never mix them (`SFTExample.group`): a mixed batch would run the tool list once per row.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from transformers import DynamicCache
 
 from trace_common.agents.threads import MIN_STEPS as MIN_TUNED_STEPS
 from trace_common.agents.threads import ThreadTuner
+from trace_common.env.guidance import has_guidance_block
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.policy.chat import ChatFormat
@@ -63,6 +68,7 @@ class SFTConfig(BaseModel):
 class SFTExample:
     input_ids: list[int]
     loss_mask: list[bool]  # True where the token is an assistant token (a training target)
+    group: int = 0  # batches hold one group only: 1 = a guided trajectory (guidance block in its prompt), else 0
 
     @property
     def first_target(self) -> int:
@@ -111,7 +117,7 @@ def build_examples(tokenizer: Any, trajectories: Sequence[Trajectory], *, chat: 
         if not any(mask):
             raise FailedPrecondition("no token falls inside an assistant span: the tokenizer's offsets do not "
                                      "match the rendered text (a fast tokenizer is required)")
-        out.append(SFTExample(list(enc["input_ids"]), mask))
+        out.append(SFTExample(list(enc["input_ids"]), mask, group=int(has_guidance_block(traj.messages))))
     return out
 
 
@@ -133,18 +139,25 @@ def _inside_spans(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int,
 
 
 def _batches(examples: Sequence[SFTExample], batch_size: int, rng: random.Random):
-    """Endless length-bucketed batches: shuffle, sort chunks of 8 batches by length, shuffle batches."""
+    """Endless length-bucketed batches of one group each: shuffle; per group (in the shuffled
+    order), sort chunks of 8 batches by length and cut them into batches; shuffle the batches.
+    With one group this is exactly the ungrouped scheme. A group's last short batch is dropped
+    unless the group has fewer than `batch_size` examples."""
     order = list(range(len(examples)))
+    groups = sorted({e.group for e in examples})
     while True:
         rng.shuffle(order)
         chunk = batch_size * 8
         batches = []
-        for i in range(0, len(order), chunk):
-            part = sorted(order[i:i + chunk], key=lambda j: len(examples[j].input_ids))
-            batches += [part[k:k + batch_size] for k in range(0, len(part), batch_size)]
+        for g in groups:
+            members = [j for j in order if examples[j].group == g] if len(groups) > 1 else order
+            for i in range(0, len(members), chunk):
+                part = sorted(members[i:i + chunk], key=lambda j: len(examples[j].input_ids))
+                batches += [(part[k:k + batch_size], len(members) < batch_size)
+                            for k in range(0, len(part), batch_size)]
         rng.shuffle(batches)
-        for b in batches:
-            if len(b) == batch_size or len(examples) < batch_size:
+        for b, small_group in batches:
+            if len(b) == batch_size or small_group:
                 yield [examples[j] for j in b]
 
 

@@ -12,7 +12,7 @@ need a C++ build and are not used). Two cached stages:
 2. `smollm2`: the base warm-started on scripted-expert trajectories like `micro`, with the
    TRACE ChatML template (SmolLM2's own template ignores tools; TRACE's renders them as
    compact signatures, keeping prompts short). Full fine-tuning by default (on CPU, LoRA
-   r16 trains barely faster, TOOLING), or LoRA merged into the weights. Saved in float32
+   r16 trains barely faster, measured on the project's machines), or LoRA merged into the weights. Saved in float32
    so small warm-start updates are not rounded away.
 """
 

@@ -37,3 +37,6 @@ def test_a_fresh_cache_installs_the_shipped_micro_in_seconds(tmp_path):
     assert metrics["held_out_token_accuracy"] >= 0.95  # imitates the expert (0.984 in the 2026-12-01 build)
     probe = metrics["pass_rate_probe"]
     assert probe["episodes"] >= 20 and probe["well_formed_call_fraction"] > 0.9  # it plays the domain
+    guidance = metrics["guidance_probe"]  # dev tasks, greedy: 27/100 guided vs 2/100 unguided (2026-12-03 build)
+    assert guidance["split"] == "dev" and guidance["guided_T0"]["episodes"] == guidance["unguided_T0"]["episodes"]
+    assert guidance["guided_T0"]["pass_rate"] >= guidance["unguided_T0"]["pass_rate"] + 0.15  # follows guidance

@@ -1,0 +1,163 @@
+"""Does a base agent follow guidance, and how close is it to its teacher? A probe on a store split.
+
+Three measurements on the same seeds of a split (dev by default; never test for choosing):
+
+* unguided: the agent plays the tasks as the benchmark shows them;
+* guided: the same tasks with an `<expert_guidance>` block holding the skilled expert's gold
+  actions at the end of the system prompt (`GuidedStoreEnv`), as the capability environments
+  and the GRPO trainer show their oracle's; only this probe adds it, the benchmark never does;
+* teacher: the scripted expert the agent imitated (its warm-start skills), several samples per task.
+
+Each reports the pass rate and, per capability, the sub-goal success: of the sub-requests
+that need that capability (`subgoal_rates`), the share with no `subgoal_failed` event for it (the store's
+attribution, `trace_common.domains.store.attribution`).
+
+    python -m trace_common.agents.guided_probe micro --episodes 150 --json dev.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trace_common.agents.data import WarmStartData, skilled_actions
+from trace_common.env.guidance import gold_actions_text, with_guidance_block
+from trace_common.env.trajectory import Trajectory
+from trace_common.errors import InvalidArgument
+
+
+def _store_env_class():
+    from trace_common.domains.store import StoreEnv
+
+    class GuidedStoreEnv(StoreEnv):
+        """The store, with the skilled expert's gold actions as a guidance block in each task's
+        system prompt (the probe's guided condition; the benchmark env never has it)."""
+
+        def reset(self, seed: int):
+            obs = super().reset(seed)
+            text = gold_actions_text(skilled_actions(self))
+            return obs.model_copy(update={"messages": with_guidance_block(obs.messages, text)})
+
+    return GuidedStoreEnv
+
+
+def subgoal_rates(trajectories: Sequence[Trajectory]) -> dict[str, list[int]]:
+    """Capability -> [sub-goals met, sub-goals needing it] over the episodes' sub-requests.
+
+    Semantics: for each episode (task regenerated from its seed and task types) and sub-request i,
+        met(i, c) = no "subgoal_failed" diagnostic with detail.index == i and capability c
+                    (attribution gives each failed sub-request the capabilities its failure belongs to)
+        needs(i) = sub-request i's capabilities, plus multi_step_task_completion when the task needs
+                   it (requests stated all at once) and i > 0 (the expert without it does the first only)
+        for c in needs(i): total[c] += 1; hit[c] += met(i, c)"""
+    from trace_common.domains.store import StoreEnv
+    from trace_common.domains.store.attribution import SUBGOAL_EVENT
+    from trace_common.domains.store.task_model import MULTI
+
+    out: dict[str, list[int]] = {}
+    for t in trajectories:
+        env = StoreEnv(task_types=t.env.params.get("task_types") or None)
+        env.reset(t.seed)
+        failed = {(d.detail.get("index"), d.capability) for d in t.diagnostics if d.event == SUBGOAL_EVENT}
+        multi = MULTI in env.task.capabilities
+        for i, sr in enumerate(env.task.subrequests):
+            for c in [*sr.capabilities, *([MULTI] if multi and i > 0 and MULTI not in sr.capabilities else [])]:
+                row = out.setdefault(c, [0, 0])
+                row[0] += (i, c) not in failed
+                row[1] += 1
+    return dict(sorted(out.items()))
+
+
+def summary(trajectories: Sequence[Trajectory], **extra: Any) -> dict[str, Any]:
+    """Pass rate, mean reward and per-capability sub-goal success of `trajectories`."""
+    n = len(trajectories)
+    rates = subgoal_rates(trajectories)
+    return {**extra, "episodes": n, "passed": sum(t.success for t in trajectories),
+            "pass_rate": round(sum(t.success for t in trajectories) / max(1, n), 4),
+            "mean_reward": round(sum(t.reward for t in trajectories) / max(1, n), 4),
+            "subgoal_success": {c: {"met": h, "total": tot, "rate": round(h / tot, 4) if tot else None}
+                                for c, (h, tot) in rates.items()}}
+
+
+def split_seeds(split: str, episodes: int) -> list[int]:
+    from trace_common.domains.store import SPLITS
+
+    if split not in SPLITS:
+        raise InvalidArgument(field="split", expected=" | ".join(SPLITS), got=split)
+    return list(SPLITS[split])[:episodes]
+
+
+def teacher_probe(data: WarmStartData, split: str = "dev", episodes: int = 150, samples: int = 4
+                  ) -> dict[str, Any]:
+    """The scripted expert with `data`'s skills (the agent's teacher), `samples` skill draws per task."""
+    from trace_common.domains.store import DEFAULT_SKILLS, ExpertConfig, StoreEnv, StoreExpert
+
+    expert = StoreExpert(ExpertConfig(skills=data.skills if data.skills is not None else dict(DEFAULT_SKILLS),
+                                      seed=data.expert_seed))
+    env = StoreEnv(task_types=data.task_types)
+    trajs = [expert.play(env, s, k) for s in split_seeds(split, episodes) for k in range(samples)]
+    return summary(trajs, condition="teacher", split=split, samples=samples)
+
+
+async def agent_probe(model_dir: str | Path, *, guided: bool, split: str = "dev", episodes: int = 150,
+                      temperature: float = 0.0, seed: int = 0, max_tokens: int = 256) -> dict[str, Any]:
+    """The agent in `model_dir` on the first `episodes` seeds of `split`, with or without guidance."""
+    from trace_common.domains.store import StoreEnv
+    from trace_common.policy.base import SamplingParams
+    from trace_common.policy.episodes import play_episodes
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    make_env = _store_env_class() if guided else StoreEnv
+    policy = TransformersPolicy.from_dir(model_dir, max_batch=32)
+    started = time.perf_counter()
+    try:
+        trajs = await play_episodes(make_env, policy, [(s, 0) for s in split_seeds(split, episodes)],
+                                    SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens))
+    finally:
+        await policy.close()
+    return summary(trajs, condition="guided" if guided else "unguided", split=split, temperature=temperature,
+                   seconds=round(time.perf_counter() - started, 1))
+
+
+def probe_model_dir(model_dir: str | Path, data: WarmStartData, *, split: str = "dev", episodes: int = 150,
+                    temperatures: Sequence[float] = (0.0,)) -> dict[str, Any]:
+    """Teacher, and the agent unguided and guided at each temperature (what a build records)."""
+    out: dict[str, Any] = {"split": split, "episodes": episodes, "teacher": teacher_probe(data, split, episodes)}
+    for temp in temperatures:
+        for guided in (False, True):
+            key = f"{'guided' if guided else 'unguided'}_T{temp:g}"
+            out[key] = asyncio.run(agent_probe(model_dir, guided=guided, split=split, episodes=episodes,
+                                               temperature=temp))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from trace_common.agents.resolve import CONFIGS, resolve_base_agent
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("agent", help="micro | a local HF model directory (then the teacher is micro's)")
+    parser.add_argument("--split", default="dev")
+    parser.add_argument("--episodes", type=int, default=150)
+    parser.add_argument("--temperature", type=float, action="append", default=None,
+                        help="decoding temperature (repeatable; default 0 = greedy)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = parser.parse_args(argv)
+    model_dir = resolve_base_agent(args.agent, None, log=lambda s: print(s, file=sys.stderr, flush=True))
+    kind = args.agent if args.agent in CONFIGS else "micro"
+    result = probe_model_dir(model_dir, CONFIGS[kind]().data, split=args.split, episodes=args.episodes,
+                             temperatures=args.temperature or [0.0])
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
