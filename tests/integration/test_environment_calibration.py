@@ -87,19 +87,19 @@ def test_in_process_calibration_policy_plays_the_candidate(request, stack_name, 
     assert report["calibration_policy_info"]["model"] == str(model_dir)
     assert report["calibration_policy_info"]["scripted_stand_in"] is False
     check = next(c for c in report["checks"] if c["name"] == "calibration")
-    rewards = check["details"]["rewards"]
-    assert len(rewards) == report["config"]["groups"] and {len(g) for g in rewards} == {report["config"]["group_size"]}
+    rewards = check["details"]["rewards"]   # the groups played: a hopeless level stops early (calibration_stop.py)
+    assert 0 < len(rewards) <= report["config"]["groups"] and {len(g) for g in rewards} == {report["config"]["group_size"]}
     assert all(c["passed"] for c in report["checks"] if c["name"] != "calibration")
     # too hard at every level (write gates: 3, then 2 cases per instance), each level calibrated
     assert [(a["level"], a["status"]) for a in report["attempts"]] == [(3, "REJECTED"), (2, "REJECTED")]
-    # progress counts calibration episodes as they finish, not only environments; the easier level's
-    # attempt adds its episodes to the total, so the count never goes back
+    # the budget counts each attempt's played episodes only; progress counts calibration episodes as
+    # they finish and marks a stopped level's unplayed ones done when it stops, so it never goes back
     episodes = report["config"]["groups"] * report["config"]["group_size"]
-    assert [a["calibration_episodes"] for a in report["attempts"]] == [episodes, episodes]
+    played = [a["calibration_episodes"] for a in report["attempts"]]
+    assert all(0 < n <= episodes for n in played) and played[-1] == len(rewards) * report["config"]["group_size"]
     counts = [j.progress.completed for j in watched if j.progress.total]
     assert counts == sorted(counts) and counts[-1] == 2 * episodes, counts
-    assert {j.progress.total for j in watched if j.progress.total} == {episodes, 2 * episodes}
-    assert len({c for c in counts if 0 < c < 2 * episodes}) >= episodes, counts
+    assert len({c for c in counts if 0 < c < 2 * episodes}) >= min(played), counts
     assert watched[-1].progress.stage == "done" and resp.job.progress.completed == 2 * episodes
     assert any(j.progress.stage == "calibration episodes, 0/1 environments done" for j in watched)
 

@@ -107,9 +107,22 @@ def write_calibration_batches(store: Any, prefix: str, trajectories: Sequence[Tr
     return store.put_bytes(f"{prefix}/{MANIFEST_FILE}", body), manifest
 
 
+#: Largest manifest and episodes file a reader loads: a request names the manifest, so an object of
+#: the store that is not one (a model's weights) is refused from its size, before it is read. The
+#: demo's manifests are ~2 KB and its episodes ~3 MB (64 episodes); 16 x 8 tau2 episodes stay far below.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_EPISODES_BYTES = 256 << 20
+
+
 def read_calibration_batches(store: Any, key: str) -> tuple[CalibrationBatches, list[Trajectory]]:
     """(manifest, trajectories) of the artifact whose manifest is `key`. ArtifactCorrupted when the
-    manifest does not parse, or the JSONL's bytes are not the ones it recorded."""
+    manifest does not parse, is larger than MAX_MANIFEST_BYTES, names episodes outside its own
+    directory or larger than MAX_EPISODES_BYTES, or the JSONL's bytes are not the ones it recorded
+    (each size and digest is checked on the stored object before its bytes are read)."""
+    size = store.stat(key).size
+    if size > MAX_MANIFEST_BYTES:
+        raise ArtifactCorrupted(f"{key}: {size} bytes, more than a calibration-batches manifest holds "
+                                f"({MAX_MANIFEST_BYTES}): not one")
     raw = store.get_bytes(key)
     try:
         manifest = CalibrationBatches.model_validate(json.loads(raw))
@@ -117,11 +130,18 @@ def read_calibration_batches(store: Any, key: str) -> tuple[CalibrationBatches, 
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ArtifactCorrupted(f"{key}: not a calibration-batches manifest ({first[:300]})") from None
     pointer = manifest.trajectories
-    data = store.get_bytes(pointer.key)
-    stored = store.stat(pointer.key).sha256
-    if stored != pointer.sha256:
-        raise ArtifactCorrupted(f"{pointer.uri}: sha256 {stored} differs from the {pointer.sha256} its manifest "
+    home = key.rsplit("/", 1)[0] if "/" in key else ""
+    if pointer.key.rsplit("/", 1)[0] != home or pointer.key.rsplit("/", 1)[-1] != TRAJECTORIES_FILE:
+        raise ArtifactCorrupted(f"{key}: its episodes ({pointer.key}) are not {TRAJECTORIES_FILE} beside it, where "
+                                "a calibration writes them")
+    info = store.stat(pointer.key)
+    if info.sha256 != pointer.sha256:
+        raise ArtifactCorrupted(f"{pointer.uri}: sha256 {info.sha256} differs from the {pointer.sha256} its manifest "
                                 f"{key} recorded (the episodes were replaced after the manifest was written)")
+    if info.size > MAX_EPISODES_BYTES:
+        raise ArtifactCorrupted(f"{pointer.uri}: {info.size} bytes, more than {MAX_EPISODES_BYTES} of calibration "
+                                "episodes")
+    data = store.get_bytes(pointer.key)
     trajectories = loads_jsonl(data, source=pointer.uri)
     if len(trajectories) != manifest.episodes:
         raise ArtifactCorrupted(f"{pointer.uri}: {len(trajectories)} episodes, its manifest says {manifest.episodes}")

@@ -118,12 +118,16 @@ class Pipeline:
                               "predates it; re-run from the rollout stage (tracectl run --from rollout)")
         return int(cap["tokens"])
 
+    def trained_config(self) -> dict[str, Any]:
+        """The adapters' GRPO config as the trainer parses it (its defaults filled in)."""
+        request = T.ValidateTrainingConfigRequest(kind=T.TRAINING_KIND_ADAPTER, field_path="training.grpo",
+                                                  config=config_struct("training.grpo", self.cfg.training.grpo))
+        return MessageToDict(self.runner.conn.stub("trainer").ValidateTrainingConfig(request).config.values)
+
     def trained_sampling(self) -> dict[str, Any]:
         """temperature, top_p and top_k of the adapters' GRPO config as the trainer parses it (its
         defaults filled in): calibration samples with them, so its episodes can be training batches."""
-        request = T.ValidateTrainingConfigRequest(kind=T.TRAINING_KIND_ADAPTER, field_path="training.grpo",
-                                                  config=config_struct("training.grpo", self.cfg.training.grpo))
-        parsed = MessageToDict(self.runner.conn.stub("trainer").ValidateTrainingConfig(request).config.values)
+        parsed = self.trained_config()
         return {"temperature": float(parsed["temperature"]), "top_p": float(parsed["top_p"]),
                 "top_k": int(parsed["top_k"])}
 
@@ -234,11 +238,19 @@ class Pipeline:
         accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
 
         batches = {rec["capability"]: self.initial_batches(rec) for rec in accepted}
+        grpo = self.trained_config() if any(batches.values()) else {}
+        raised = {cap: n for cap, b in batches.items()
+                  if b and (n := self.initial_iterations(b, grpo)) > int(grpo["max_steps"])}
+        for cap, n in raised.items():
+            print(f"adapters: {cap}: its calibration episodes fill {n} iterations, more than training.grpo.max_steps "
+                  f"{grpo['max_steps']}: max_steps raised to {n} for it, so every counted episode trains", flush=True)
 
         def one(rec: dict[str, Any]):
             ref = t.EnvironmentRef(name=rec["name"], version=rec.get("version", ""))
             config = {**self.cfg.training.grpo, "max_completion_length": self.completion_cap(),
                       **batches[rec["capability"]]}
+            if rec["capability"] in raised:
+                config["max_steps"] = raised[rec["capability"]]
             return rec["capability"], self.train(T.TRAINING_KIND_ADAPTER, rec["capability"], [ref], config,
                                                  f"adapter {rec['capability']}")
 
@@ -254,7 +266,24 @@ class Pipeline:
             jobs.append(resp.job.job_id)
         return {"outputs": adapters, "jobs": jobs, "result": {
             "metrics": metrics, "curves": curves,
-            "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()}}}
+            "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()},
+            "max_steps_raised": raised}}
+
+    def initial_iterations(self, batches: dict[str, str], grpo: dict[str, Any]) -> int:
+        """Iterations the calibration batches fill under the parsed GRPO config `grpo` (initial_batches.py:
+        ceil(groups / groups_per_batch), groups = seeds x (group_size // num_generations)); 0 without
+        batches. Only the manifest is read, not its episodes."""
+        import json
+        import math
+
+        from trace_common.env.calibration_batches import CalibrationBatches
+
+        uri = batches.get("initial_batches_uri")
+        if not uri:
+            return 0
+        manifest = CalibrationBatches.model_validate(json.loads(self.store.get_bytes(self.store.key_of(uri))))
+        groups = len(manifest.seeds) * (manifest.group_size // int(grpo["num_generations"]))
+        return math.ceil(groups / int(grpo["groups_per_batch"]))
 
     def initial_batches(self, rec: dict[str, Any]) -> dict[str, str]:
         """{"initial_batches_uri": ...} for an accepted environment whose validation report names its

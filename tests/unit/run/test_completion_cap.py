@@ -138,13 +138,38 @@ class Runner:
         return T.GetTrainingJobResponse(job=job)
 
 
-def test_every_stage_gets_the_one_cap_and_each_adapter_its_calibration_batches(tmp_path):
+def _batches_manifest(store, seeds: int, group_size: int) -> str:
+    """A calibration-batches manifest of `seeds` groups of `group_size` (its episodes are not read here)."""
+    from trace_common.env.calibration_batches import CalibrationBatches
+
+    manifest = CalibrationBatches(
+        environment="with", version="1", code_sha256="0" * 64, policy_model="micro", policy_backend="in_process",
+        sampling={"temperature": 0.8, "top_p": 1.0, "top_k": 40, "max_tokens": 120}, max_turns=24, split="train",
+        seeds=list(range(seeds)), group_size=group_size, episodes=seeds * group_size, token_ids=True,
+        sampling_seeds="test", trajectories={"uri": "file:///b/calibration.jsonl", "key": "b/calibration.jsonl",
+                                             "sha256": "0" * 64, "size": 0})
+    return store.put_bytes("runs/cap/environments/with/v1/calibration_batches.json",
+                           json.dumps(manifest.model_dump(mode="json")).encode()).uri
+
+
+# (calibration seeds x samples, max_steps) -> the max_steps the adapter's job gets: raised to the
+# iterations its calibration batches fill (groups_per_batch 4, num_generations 8), so every counted
+# episode trains; never lowered
+@pytest.mark.parametrize("seeds, group_size, max_steps, expected", [
+    (8, 8, 2, 2),      # 8 groups = 2 iterations: as configured
+    (8, 8, 6, 6),      # more on-policy iterations after them
+    (16, 8, 2, 4),     # 16 groups = 4 iterations > 2: raised
+    (9, 16, 3, 5),     # 18 groups (2 per seed) = ceil(18 / 4) = 5
+])
+def test_every_stage_gets_the_one_cap_and_each_adapter_its_calibration_batches(tmp_path, seeds, group_size, max_steps,
+                                                                               expected):
     store = open_store(tmp_path.as_uri())
     m = Manifest(run_id="cap")
     m.stages["rollout"].result = {"max_completion_length": {"tokens": 120, "source": "derived"}}
     m.stages["rollout"].outputs = {"trajectories": "file:///base.jsonl"}
     m.stages["analysis"].result = {"capabilities": [{"name": "precondition_verification"}]}
-    reports = {"with": {"calibration_batches": {"uri": "file:///b/calibration_batches.json", "token_ids": True}},
+    with_uri = _batches_manifest(store, seeds, group_size)
+    reports = {"with": {"calibration_batches": {"uri": with_uri, "token_ids": True}},
                "without": {"calibration_batches": {"uri": "file:///c/calibration_batches.json", "token_ids": False}}}
     envs = []
     for cap, rep in reports.items():
@@ -153,7 +178,7 @@ def test_every_stage_gets_the_one_cap_and_each_adapter_its_calibration_batches(t
                      "validation_report": {"uri": info.uri}})
     m.stages["environments"].result = {"environments": envs}
     runner = Runner()
-    grpo = {"max_steps": 2, "temperature": 0.8, "top_k": 40}
+    grpo = {"max_steps": max_steps, "temperature": 0.8, "top_k": 40, "groups_per_batch": 4, "num_generations": 8}
     p = Pipeline(RunConfig(run_id="cap", training={"grpo": grpo}), runner=runner, store=store, manifest=m)
     p.stage_environments()
     adapters = p.stage_adapters()
@@ -164,6 +189,8 @@ def test_every_stage_gets_the_one_cap_and_each_adapter_its_calibration_batches(t
         (120, 40, 1.0) and gen.calibration_sampling.temperature == pytest.approx(0.8)
     configs = {s.capability: MessageToDict(s.config.values) for name, s in runner.specs if name == "trainer"}
     assert {c: v["max_completion_length"] for c, v in configs.items()} == {"with": 120, "without": 120, "cap-moe": 120}
-    assert configs["with"]["initial_batches_uri"] == "file:///b/calibration_batches.json"
+    assert configs["with"]["initial_batches_uri"] == with_uri
     assert "initial_batches_uri" not in configs["without"]   # no token ids: nothing the trainer could score
-    assert adapters["result"]["initial_batches"] == {"with": "file:///b/calibration_batches.json", "without": ""}
+    assert adapters["result"]["initial_batches"] == {"with": with_uri, "without": ""}
+    assert (int(configs["with"]["max_steps"]), int(configs["without"]["max_steps"])) == (expected, max_steps)
+    assert adapters["result"]["max_steps_raised"] == ({"with": expected} if expected > max_steps else {})

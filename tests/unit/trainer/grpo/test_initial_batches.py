@@ -208,6 +208,30 @@ def test_replaced_episodes_are_refused(tmp_path, model_dir):
         train(store, config(uri), [], model_dir)
 
 
+@pytest.mark.parametrize("tamper, fragment", [
+    ("episodes elsewhere", "not calibration.jsonl beside it"),     # a manifest naming another run's episodes
+    ("oversized manifest", "more than a calibration-batches manifest holds"),   # e.g. a model's weights
+])
+def test_a_manifest_that_is_not_one_is_refused_before_its_bytes_are_read(tmp_path, model_dir, tamper, fragment):
+    import json
+
+    from trace_common.env.calibration_batches import MAX_MANIFEST_BYTES
+
+    store = open_store(tmp_path.as_uri())
+    uri, _ = calibrated(store, [], model_dir, groups=2, group_size=4)
+    key = "runs/r/environments/pick/v1/calibration_batches.json"
+    if tamper == "episodes elsewhere":
+        body = json.loads(store.get_bytes(key))
+        data = store.get_bytes(body["trajectories"]["key"])
+        other = store.put_bytes("runs/other/rollouts/t.jsonl", data)
+        body["trajectories"] = {"uri": other.uri, "key": other.key, "sha256": other.sha256, "size": other.size}
+        store.put_bytes(key, json.dumps(body).encode())
+    else:
+        store.put_bytes(key, b" " * (MAX_MANIFEST_BYTES + 1))
+    with pytest.raises(ArtifactCorrupted, match=fragment):
+        train(store, config(uri), [], model_dir)
+
+
 def test_traces_budget_counts_every_episode_played_once(tmp_path, model_dir):
     """A tiny run's calibration and adapter, as trace_budget counts them: a hopeless level abandoned by
     the stop rule (its played episodes only), the accepted level (its episodes once, although the
