@@ -8,7 +8,8 @@ here (`load_config`: every wrong field named by its dotted path, with the closes
 
 One completion cap. Every policy episode of a run -- base rollouts, calibration, adapter and gate
 training, every evaluation arm -- caps an assistant turn at the same number of tokens, so the
-episodes calibration measures are the ones training samples (issue 31). `tracectl run` derives it
+episodes calibration measures are the ones training samples (issue 31). (The report's routing-trace
+figure, which plays no episode, renders at most 64 tokens per request: routing.py.) `tracectl run` derives it
 from the target (completion_cap.py); the top-level `max_completion_length` overrides it, once, with
 a reason. A per-stage value (`max_completion_length` in training.grpo or gates.config) is refused.
 """
