@@ -239,11 +239,12 @@ class Pipeline:
 
         batches = {rec["capability"]: self.initial_batches(rec) for rec in accepted}
         grpo = self.trained_config() if any(batches.values()) else {}
-        raised = {cap: n for cap, b in batches.items()
-                  if b and (n := self.initial_iterations(b, grpo)) > int(grpo["max_steps"])}
+        manifests = {cap: self.batches_manifest(b) for cap, b in batches.items() if b}
+        raised = {cap: n for cap, m in manifests.items()
+                  if (n := self.initial_iterations(m, grpo)) > int(grpo["max_steps"])}
         for cap, n in raised.items():
             print(f"adapters: {cap}: its calibration episodes fill {n} iterations, more than training.grpo.max_steps "
-                  f"{grpo['max_steps']}: max_steps raised to {n} for it, so every counted episode trains", flush=True)
+                  f"{int(grpo['max_steps'])}: max_steps raised to {n} for it, so every counted episode trains", flush=True)
 
         def one(rec: dict[str, Any]):
             ref = t.EnvironmentRef(name=rec["name"], version=rec.get("version", ""))
@@ -251,6 +252,10 @@ class Pipeline:
                       **batches[rec["capability"]]}
             if rec["capability"] in raised:
                 config["max_steps"] = raised[rec["capability"]]
+            if rec["capability"] in manifests and not config.get("max_turns"):
+                # the turn budget its calibration played (the environment's own default, which the trainer's
+                # remote view of the environment does not know), so its batches are the job's own samples
+                config["max_turns"] = manifests[rec["capability"]].max_turns
             return rec["capability"], self.train(T.TRAINING_KIND_ADAPTER, rec["capability"], [ref], config,
                                                  f"adapter {rec['capability']}")
 
@@ -269,19 +274,21 @@ class Pipeline:
             "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()},
             "max_steps_raised": raised}}
 
-    def initial_iterations(self, batches: dict[str, str], grpo: dict[str, Any]) -> int:
-        """Iterations the calibration batches fill under the parsed GRPO config `grpo` (initial_batches.py:
-        ceil(groups / groups_per_batch), groups = seeds x (group_size // num_generations)); 0 without
-        batches. Only the manifest is read, not its episodes."""
+    def batches_manifest(self, batches: dict[str, str]) -> Any:
+        """The calibration-batches manifest `batches` names (only the manifest, not its episodes)."""
         import json
-        import math
 
         from trace_common.env.calibration_batches import CalibrationBatches
 
-        uri = batches.get("initial_batches_uri")
-        if not uri:
-            return 0
-        manifest = CalibrationBatches.model_validate(json.loads(self.store.get_bytes(self.store.key_of(uri))))
+        uri = batches["initial_batches_uri"]
+        return CalibrationBatches.model_validate(json.loads(self.store.get_bytes(self.store.key_of(uri))))
+
+    @staticmethod
+    def initial_iterations(manifest: Any, grpo: dict[str, Any]) -> int:
+        """Iterations a calibration-batches manifest fills under the parsed GRPO config `grpo`
+        (initial_batches.py: ceil(groups / groups_per_batch), groups = seeds x (group_size // num_generations))."""
+        import math
+
         groups = len(manifest.seeds) * (manifest.group_size // int(grpo["num_generations"]))
         return math.ceil(groups / int(grpo["groups_per_batch"]))
 

@@ -194,3 +194,5 @@ def test_every_stage_gets_the_one_cap_and_each_adapter_its_calibration_batches(t
     assert adapters["result"]["initial_batches"] == {"with": with_uri, "without": ""}
     assert (int(configs["with"]["max_steps"]), int(configs["without"]["max_steps"])) == (expected, max_steps)
     assert adapters["result"]["max_steps_raised"] == ({"with": expected} if expected > max_steps else {})
+    # the turn budget its calibration played (24 in the manifest); the adapter without batches keeps its own
+    assert (int(configs["with"]["max_turns"]), int(configs["without"].get("max_turns", 0))) == (24, 0)
