@@ -100,8 +100,8 @@ def guided_trajectory(env: Any, seed: int) -> Trajectory:
     return traj
 
 
-#: The block's fixed text, added to the tokenizer's training text (`tokenizer_texts`) so its tags
-#: and header are merged tokens even when a build has few or no guided episodes.
+#: The block's fixed text, added to the tokenizer's training text (`tokenizer_texts`) of a build with
+#: guided episodes, so its tags and header are merged tokens even when those episodes are few.
 GUIDANCE_LEXICON = f"{OPEN}\n{HEADER}\n{CLOSE}"
 
 
@@ -132,8 +132,12 @@ def render_texts(trajectories: Sequence[Trajectory]) -> list[str]:
 
 
 def tokenizer_texts(texts: Sequence[str]) -> list[str]:
-    """What a built-in agent's tokenizer is trained on: the rendered conversations and, twice (BPE
-    merges need two occurrences), the guidance block's tags and header."""
+    """What a built-in agent's tokenizer is trained on: the rendered conversations and, when any of
+    them shows guidance, twice (BPE merges need two occurrences) the guidance block's tags and
+    header. A build without guided episodes gets the tokenizer it had before guidance existed (the
+    block never reaches such an agent)."""
+    if not any(OPEN in t for t in texts):
+        return list(texts)
     return [*texts, GUIDANCE_LEXICON, GUIDANCE_LEXICON]
 
 

@@ -77,12 +77,16 @@ def test_guided_fraction_outside_0_1_is_refused(fraction):
 
 @pytest.mark.parametrize("piece", [OPEN, CLOSE, HEADER])
 def test_the_tokenizer_learns_the_blocks_tags_and_header(piece):
-    texts = render_texts(expert_trajectories(_data(6, 0.0)))  # conversations without any guidance
-    assert all(piece not in t for t in texts)
+    texts = render_texts(expert_trajectories(_data(6, 0.34)))  # 2 of 6 conversations guided
     tok = train_tokenizer(tokenizer_texts(texts), 1024)
     words = [w for w, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(piece)]
     assert len(tok(piece, add_special_tokens=False)["input_ids"]) == len(words)  # one token per pre-token
     assert tokenizer_texts(texts)[-2:] == [GUIDANCE_LEXICON] * 2
+
+
+def test_a_build_without_guided_episodes_trains_the_tokenizer_it_had_before():
+    texts = render_texts(expert_trajectories(_data(6, 0.0)))
+    assert all(OPEN not in t for t in texts) and tokenizer_texts(texts) == texts
 
 
 @pytest.mark.parametrize(("n_guided", "n_plain", "batch_size"), [(3, 13, 2), (9, 7, 4), (2, 30, 4)])
