@@ -54,11 +54,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from services.trainer.gates.provenance import PlayedBudget
+from services.trainer.gates.provenance import PlayedBudget, budget_dict, load_slot_files, save_slot_files
 from services.trainer.grpo.rollouts import EnvFactory, EpisodeSpec, play_groups
 from services.trainer.grpo.seeds import SeedSchedule
 from trace_common.artifacts import ArtifactStore
-from trace_common.env.trajectory import Trajectory, dumps_jsonl, loads_jsonl
+from trace_common.env.trajectory import Trajectory
 from trace_common.errors import ArtifactCorrupted, NotFound
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import BASE_SLOT_NAME
@@ -210,15 +210,10 @@ def outcomes_digest(config: Any, adapter_names: Sequence[str], targets: Sequence
 
 def load_outcomes(store: ArtifactStore, prefix: str, digest: str | None = None) -> Outcomes | None:
     """The stored replays, relabelled (None when there are none, or when `digest` is given and differs)."""
-    base = f"{prefix}/{OUTCOMES_DIR}"
-    try:
-        record = json.loads(store.get_bytes(f"{base}/{RECORD_FILE}"))
-    except NotFound:
+    loaded = load_slot_files(store, f"{prefix}/{OUTCOMES_DIR}", RECORD_FILE, digest)
+    if loaded is None:
         return None
-    if digest is not None and record.get("digest") != digest:
-        return None
-    replays = {name: loads_jsonl(store.get_bytes(f"{base}/{name}.jsonl"), source=f"{base}/{name}.jsonl")
-               for name in record["slots"]}
+    record, replays = loaded
     seeds = [int(s) for s in record["seeds"]]
     table, labelled = outcome_table(replays, list(record["slots"]), seeds, int(record["samples"]),
                                     str(record.get("fallback", "")))
@@ -226,16 +221,10 @@ def load_outcomes(store: ArtifactStore, prefix: str, digest: str | None = None) 
 
 
 def save_outcomes(store: ArtifactStore, prefix: str, outcomes: Outcomes, samples: int, fallback: str) -> None:
-    """Every slot's JSONL, then the record (last: a record never names files that are not there)."""
-    base = f"{prefix}/{OUTCOMES_DIR}"
-    for name, trajs in outcomes.replays.items():
-        store.put_bytes(f"{base}/{name}.jsonl", dumps_jsonl(trajs))
-    b = outcomes.budget
-    record = {"digest": outcomes.digest, "slots": list(outcomes.replays), "seeds": outcomes.seeds,
-              "samples": samples, "fallback": fallback, "table": [t.to_dict() for t in outcomes.table],
-              "budget": {"episodes": b.episodes, "prompt_tokens": b.prompt_tokens,
-                         "completion_tokens": b.completion_tokens}}
-    store.put_bytes(f"{base}/{RECORD_FILE}", json.dumps(record, sort_keys=True).encode())
+    """Every slot's JSONL, then the record (`provenance.save_slot_files`)."""
+    save_slot_files(store, f"{prefix}/{OUTCOMES_DIR}", RECORD_FILE, outcomes.replays,
+                    {"digest": outcomes.digest, "seeds": outcomes.seeds, "samples": samples, "fallback": fallback,
+                     "table": [t.to_dict() for t in outcomes.table], "budget": budget_dict(outcomes.budget)})
 
 
 def obtain_outcomes(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFactory, split: Sequence[int],

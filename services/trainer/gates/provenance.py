@@ -163,30 +163,49 @@ def provenance_digest(config: Any, adapter_names: Sequence[str], base: Sequence[
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def load_provenance(store: ArtifactStore, prefix: str, digest: str | None = None) -> Provenance | None:
-    """The stored provenance (None when there is none, or when `digest` is given and differs)."""
-    base = f"{prefix}/{PROVENANCE_DIR}"
+def save_slot_files(store: ArtifactStore, base: str, record_file: str, slots: Mapping[str, Sequence[Trajectory]],
+                    record: dict[str, Any]) -> None:
+    """Every slot's JSONL under `base`, then `record` (with "slots" added) as `record_file`: last, so a
+    record never names files that are not there. The provenance and the outcome replays are both kept so."""
+    for name, trajs in slots.items():
+        store.put_bytes(f"{base}/{name}.jsonl", dumps_jsonl(trajs))
+    store.put_bytes(f"{base}/{record_file}", json.dumps({**record, "slots": list(slots)}, sort_keys=True).encode())
+
+
+def load_slot_files(store: ArtifactStore, base: str, record_file: str, digest: str | None
+                    ) -> tuple[dict[str, Any], dict[str, list[Trajectory]]] | None:
+    """(record, {slot: trajectories}) that `save_slot_files` kept under `base`; None when there is no
+    record, or when `digest` is given and the record's differs."""
     try:
-        record = json.loads(store.get_bytes(f"{base}/{RECORD_FILE}"))
+        record = json.loads(store.get_bytes(f"{base}/{record_file}"))
     except NotFound:
         return None
     if digest is not None and record.get("digest") != digest:
         return None
-    trajectories = {name: loads_jsonl(store.get_bytes(f"{base}/{name}.jsonl"), source=f"{base}/{name}.jsonl")
-                    for name in record["slots"]}
+    slots = {name: loads_jsonl(store.get_bytes(f"{base}/{name}.jsonl"), source=f"{base}/{name}.jsonl")
+             for name in record["slots"]}
+    return record, slots
+
+
+def budget_dict(budget: PlayedBudget) -> dict[str, int]:
+    return {"episodes": budget.episodes, "prompt_tokens": budget.prompt_tokens,
+            "completion_tokens": budget.completion_tokens}
+
+
+def load_provenance(store: ArtifactStore, prefix: str, digest: str | None = None) -> Provenance | None:
+    """The stored provenance (None when there is none, or when `digest` is given and differs)."""
+    loaded = load_slot_files(store, f"{prefix}/{PROVENANCE_DIR}", RECORD_FILE, digest)
+    if loaded is None:
+        return None
+    record, trajectories = loaded
     return Provenance(trajectories, PlayedBudget(**record["budget"]), str(record["digest"]))
 
 
 def save_provenance(store: ArtifactStore, prefix: str, provenance: Provenance) -> None:
-    """Every slot's JSONL, then the record (last: a record never names files that are not there)."""
-    base = f"{prefix}/{PROVENANCE_DIR}"
-    for name, trajs in provenance.trajectories.items():
-        store.put_bytes(f"{base}/{name}.jsonl", dumps_jsonl(trajs))
-    record = {"digest": provenance.digest, "slots": list(provenance.trajectories),
-              "budget": {"episodes": provenance.budget.episodes, "prompt_tokens": provenance.budget.prompt_tokens,
-                         "completion_tokens": provenance.budget.completion_tokens},
-              "played_by_this_job": [n for n in provenance.trajectories if n != BASE_SLOT_NAME]}
-    store.put_bytes(f"{base}/{RECORD_FILE}", json.dumps(record, sort_keys=True).encode())
+    """Every slot's JSONL, then the record (`save_slot_files`)."""
+    save_slot_files(store, f"{prefix}/{PROVENANCE_DIR}", RECORD_FILE, provenance.trajectories,
+                    {"digest": provenance.digest, "budget": budget_dict(provenance.budget),
+                     "played_by_this_job": [n for n in provenance.trajectories if n != BASE_SLOT_NAME]})
 
 
 def obtain_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
