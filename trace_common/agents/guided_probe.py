@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_common.agents.data import WarmStartData, skilled_actions
+from trace_common.domains.store.subgoals import subgoal_rates
 from trace_common.env.guidance import gold_actions_text, with_guidance_block
 from trace_common.env.trajectory import Trajectory
 from trace_common.errors import InvalidArgument
@@ -45,33 +46,6 @@ def _store_env_class():
             return obs.model_copy(update={"messages": with_guidance_block(obs.messages, text)})
 
     return GuidedStoreEnv
-
-
-def subgoal_rates(trajectories: Sequence[Trajectory]) -> dict[str, list[int]]:
-    """Capability -> [sub-goals met, sub-goals needing it] over the episodes' sub-requests.
-
-    Semantics: for each episode (task regenerated from its seed and task types) and sub-request i,
-        met(i, c) = no "subgoal_failed" diagnostic with detail.index == i and capability c
-                    (attribution gives each failed sub-request the capabilities its failure belongs to)
-        needs(i) = sub-request i's capabilities, plus multi_step_task_completion when the task needs
-                   it (requests stated all at once) and i > 0 (the expert without it does the first only)
-        for c in needs(i): total[c] += 1; hit[c] += met(i, c)"""
-    from trace_common.domains.store import StoreEnv
-    from trace_common.domains.store.attribution import SUBGOAL_EVENT
-    from trace_common.domains.store.task_model import MULTI
-
-    out: dict[str, list[int]] = {}
-    for t in trajectories:
-        env = StoreEnv(task_types=t.env.params.get("task_types") or None)
-        env.reset(t.seed)
-        failed = {(d.detail.get("index"), d.capability) for d in t.diagnostics if d.event == SUBGOAL_EVENT}
-        multi = MULTI in env.task.capabilities
-        for i, sr in enumerate(env.task.subrequests):
-            for c in [*sr.capabilities, *([MULTI] if multi and i > 0 and MULTI not in sr.capabilities else [])]:
-                row = out.setdefault(c, [0, 0])
-                row[0] += (i, c) not in failed
-                row[1] += 1
-    return dict(sorted(out.items()))
 
 
 def summary(trajectories: Sequence[Trajectory], **extra: Any) -> dict[str, Any]:

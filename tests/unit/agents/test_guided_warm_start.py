@@ -18,10 +18,11 @@ from trace_common.agents.data import (
     skilled_actions,
     tokenizer_texts,
 )
-from trace_common.agents.guided_probe import _store_env_class, subgoal_rates, teacher_probe
+from trace_common.agents.guided_probe import _store_env_class, teacher_probe
 from trace_common.agents.sft import SFTExample, _batches, build_examples
 from trace_common.agents.tokenizer import train_tokenizer
 from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
+from trace_common.domains.store.subgoals import subgoal_rates
 from trace_common.env.guidance import (
     CLOSE,
     HEADER,
