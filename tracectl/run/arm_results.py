@@ -124,6 +124,19 @@ def breakdown(store, uri: str) -> dict[str, dict[str, Any]]:
     return rates(_groups(read_trajectories(store, uri)))
 
 
+def subgoal_success(store, uri: str) -> dict[str, dict[str, Any]] | None:
+    """Per-capability sub-goal success of an arm's compound episodes (`trace_common.domains.store.
+    subgoals`): {capability: {"met", "total", "rate"}}, or None when the episodes are not the built-in
+    store's, the one target whose verifier attributes each failed sub-request to a capability."""
+    trajs = [tr for tr in read_trajectories(store, uri) if not tr.info.get("capability")]  # probes: one skill
+    if not trajs or any(tr.env.name != "store" for tr in trajs):
+        return None
+    from trace_common.domains.store.subgoals import subgoal_rates
+
+    return {c: {"met": met, "total": total, "rate": met / total if total else None}
+            for c, (met, total) in subgoal_rates(trajs).items()}
+
+
 def task_ids_digest(task_ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()[:16]
 
@@ -173,6 +186,18 @@ def calibration_episodes(report: Mapping[str, Any]) -> dict[str, Any]:
     return {"episodes": final + exact + per_attempt * len(ran), "final_attempt": final,
             "earlier_attempts": len(earlier), "earlier_attempt_episodes": exact,
             "earlier_attempt_episodes_bound": per_attempt * len(ran)}
+
+
+def warm_start_episodes(gates: Mapping[str, Any], k: int) -> int:
+    """Episodes the gates job's warm start plays over `k` adapters under the gates config `gates`
+    (module docstring): none without warm-start steps; provenance labels play each adapter's
+    environment (slot 0's episodes are the rollout stage's, counted there); outcome labels replay
+    every task with every slot (the base and each adapter)."""
+    if not gates.get("warm_start_steps", 100):
+        return 0
+    if str(gates.get("warm_start_labels", "outcome")) == "provenance":
+        return k * int(gates.get("warm_start_episodes", 16))
+    return int(gates.get("warm_start_tasks", 32)) * (k + 1) * int(gates.get("warm_start_samples_per_slot", 1))
 
 
 def _job_component(metrics: Mapping[str, Any], estimate: int, what: str, **extra) -> dict[str, Any]:
@@ -230,13 +255,8 @@ def trace_budget(store, stages: Mapping[str, Any], grpo: Mapping[str, Any], gate
         trained_calibration_episodes=sum(a["trained_calibration_episodes"] for a in per_adapter.values()))
 
     gm = stages["gates"].result.get("metrics", {})
-    labels, k = str(gates.get("warm_start_labels", "outcome")), len(ad.outputs)
-    if not gates.get("warm_start_steps", 100):
-        warm_estimate = 0
-    elif labels == "provenance":   # K adapters' episodes (slot 0's are the rollout stage's, counted there)
-        warm_estimate = k * int(gates.get("warm_start_episodes", 16))
-    else:                          # every slot (the base, each adapter) replays every task
-        warm_estimate = int(gates.get("warm_start_tasks", 32)) * (k + 1) * int(gates.get("warm_start_samples_per_slot", 1))
+    labels = str(gates.get("warm_start_labels", "outcome"))
+    warm_estimate = warm_start_episodes(gates, len(ad.outputs))
     grpo_estimate = int(gates.get("max_steps", 20)) * int(gates.get("groups_per_batch", 4)) * \
         int(gates.get("num_generations", 8))
     gc = _job_component(gm, warm_estimate + grpo_estimate, "the gates job")

@@ -28,13 +28,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from trace_common.artifacts import ArtifactStore  # noqa: E402
 from trace_common.stats import mcnemar_min_detectable  # noqa: E402
+from tracectl.run.arm_results import subgoal_success  # noqa: E402
 from tracectl.run.config import RunConfig  # noqa: E402
 from tracectl.run.manifest import Manifest  # noqa: E402
 
-SECTIONS = ("pass_rate_per_arm", "candidates", "training_curves", "sample_efficiency", "expert_usage",
-            "routed_example")
+SECTIONS = ("pass_rate_per_arm", "subgoal_success", "candidates", "training_curves", "sample_efficiency",
+            "expert_usage", "routed_example")
 #: Table sections of the evaluation (each says "not available" when the run has no data for it).
-TABLES = ("paired_comparison", "grpo_budget_curve", "budget", "per_probe", "per_capability")
+TABLES = ("paired_comparison", "grpo_budget_curve", "budget", "per_probe", "per_capability", "per_capability_subgoals")
 #: The difference the paper reports (docs/design.md "Evaluation": the test size must resolve it).
 PAPER_DIFFERENCE = 0.08
 TRACE_ARMS = ("trace_routing", "trace_per_request", "trace_soft")
@@ -45,6 +46,13 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+#: Plots shown at the page's width in the HTML report (their labels are unreadable at half of it).
+WIDE_PLOTS = ("expert_usage", "subgoal_success")
+#: One colour per arm across the plots.
+ARM_COLOURS = {"base": "#888", "trace_routing": "#2a9d4b", "trace_per_request": "#3b7dd8", "trace_soft": "#8e44ad",
+               "grpo_target": "#c0392b", "best_single": "#e67e22", "gepa": "#16a085"}
 
 
 def plot_arms(arms: dict[str, dict[str, Any]]) -> bytes | None:
@@ -58,6 +66,43 @@ def plot_arms(arms: dict[str, dict[str, Any]]) -> bytes | None:
     ax.set_ylim(0, 1)
     ax.set_title("Pass rate per arm")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    return _png(fig)
+
+
+def subgoals_by_arm(store: ArtifactStore, arms: dict[str, dict[str, Any]]) -> tuple[dict[str, dict], str | None]:
+    """{arm: {capability: {"met", "total", "rate"}}} over each arm's compound test episodes, or
+    ({}, why) when no arm has them (the reason the report prints)."""
+    out, why = {}, "no arm records its test trajectories"
+    for name, a in arms.items():
+        if not a.get("uri"):
+            continue
+        rates = subgoal_success(store, a["uri"])
+        if rates is None:
+            why = "the target's verifier attributes no sub-goals (only the built-in store's does)"
+            continue
+        out[name] = rates
+    return out, (None if out else why)
+
+
+def plot_subgoals(subgoals: dict[str, dict[str, dict[str, Any]]]) -> bytes | None:
+    """Grouped bars: per capability, each arm's sub-goal success (share of the sub-requests needing
+    it that did not fail on it), with the count of sub-requests under each capability."""
+    if not subgoals:
+        return None
+    caps = sorted({c for r in subgoals.values() for c in r})
+    names = list(subgoals)
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(caps))]
+        ys = [(subgoals[name].get(c) or {}).get("rate") or 0.0 for c in caps]
+        ax.bar(xs, ys, width * 0.95, label=name, color=ARM_COLOURS.get(name, "#555"))
+    totals = {c: max((subgoals[n].get(c) or {}).get("total", 0) for n in names) for c in caps}
+    ax.set_xticks(range(len(caps)), [f"{c.replace('_', ' ')}\n({totals[c]} sub-requests)" for c in caps], fontsize=8)
+    ax.set_ylabel("sub-goal success", fontsize=9)
+    ax.set_ylim(0, 1)
+    ax.set_title("Per-capability sub-goal success on the compound test tasks", fontsize=10)
+    ax.legend(fontsize=8, ncol=min(4, len(names)), loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
     return _png(fig)
 
 
@@ -156,22 +201,37 @@ def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str
 
 
 def plot_expert_usage(usage: dict[str, Any]) -> bytes | None:
-    """usage: {"experts": [...], "rows": {task_type: [[count per expert] per position bucket]}}"""
+    """usage: {"experts": [...], "rows": {task_type: [[count per expert] per position bucket]}}.
+
+    One panel per task type, full width, stacked bars: per position bucket of the generated reply,
+    the share of (layer, token) routing decisions each slot got; the legend names every slot once,
+    in words (the labels are meant to be read at the report page's width)."""
     rows = usage.get("rows") if usage else None
     if not rows:
         return None
     import numpy as np
 
     experts = usage["experts"]
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.2), squeeze=False)
-    for ax, (task, grid) in zip(axes[0], sorted(rows.items()), strict=True):
-        arr = np.asarray(grid, dtype=float)
+    palette = ["#bbb", "#3b7dd8", "#e67e22", "#2a9d4b", "#c0392b", "#8e44ad", "#16a085", "#f1c40f"]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 0.6 + 2.0 * len(rows)), squeeze=False, sharex=True)
+    for ax, (task, grid) in zip(axes[:, 0], sorted(rows.items()), strict=True):
+        arr = np.asarray(grid, dtype=float)                     # [bucket, expert]
         arr = arr / np.maximum(arr.sum(axis=1, keepdims=True), 1)
-        ax.imshow(arr.T, aspect="auto", cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(task, fontsize=8)
-        ax.set_yticks(range(len(experts)), experts, fontsize=6)
-        ax.set_xlabel("token position bucket", fontsize=7)
-    fig.suptitle("Expert usage (share of tokens) by position and task type", fontsize=9)
+        xs = np.arange(1, arr.shape[0] + 1)
+        bottom = np.zeros(arr.shape[0])
+        for e, name in enumerate(experts):
+            ax.bar(xs, arr[:, e], bottom=bottom, color=palette[e % len(palette)], label=name.replace("_", " "))
+            bottom += arr[:, e]
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share", fontsize=9)
+        ax.set_title(f"{task} tasks", fontsize=9, loc="left")
+        ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("position in the generated reply (equal buckets, first to last)", fontsize=9)
+    axes[-1, 0].set_xticks(xs)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=9, ncol=min(3, len(experts)), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+               frameon=False, title="Which slot the gates route tokens to (share of layer x token decisions)",
+               title_fontsize=10)
     return _png(fig)
 
 
@@ -197,20 +257,24 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
         curves[cap] = _curve(store, res)
     usage = ev.get("expert_usage", {})
     example = ev.get("routed_example", {})
+    subgoals, no_subgoals = subgoals_by_arm(store, arms)
     plots = {
         "pass_rate_per_arm": plot_arms(arms),
+        "subgoal_success": plot_subgoals(subgoals),
         "candidates": plot_candidates(an.get("candidates", []), cfg.analysis.min_coverage, cfg.analysis.min_gap),
         "training_curves": plot_curves(curves, "iteration", "reward_mean", "Training reward per adapter"),
         "sample_efficiency": plot_sample_efficiency(arms, ev.get("grpo_curve"), ev.get("trace_training_rollouts")),
         "expert_usage": plot_expert_usage(usage),
     }
     missing = {k: "this run has no data for it" for k, v in plots.items() if v is None}
+    if no_subgoals:
+        missing["subgoal_success"] = no_subgoals
     base = f"runs/{cfg.run_id}/report"
     outputs = {}
     for name, png in plots.items():
         if png is not None:
             outputs[name] = store.put_bytes(f"{base}/{name}.png", png).uri
-    md = render_markdown(cfg, m, arms, an, plots, missing)
+    md = render_markdown(cfg, m, arms, an, plots, missing, subgoals, no_subgoals)
     page = render_html(cfg, md, plots, routed_example_html(example))
     outputs["markdown"] = store.put_bytes(f"{base}/report.md", md.encode()).uri
     outputs["html"] = store.put_bytes(f"{base}/report.html", page.encode()).uri
@@ -353,7 +417,22 @@ def breakdown_lines(arms: dict[str, dict[str, Any]], missing: dict[str, str]) ->
     return lines
 
 
-def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing) -> str:
+def subgoal_lines(subgoals: dict[str, dict[str, dict[str, Any]]], missing: dict[str, str], why: str) -> list[str]:
+    """Per arm and capability: of the compound test tasks' sub-requests that needed the capability,
+    how many did not fail on it (does an adapter raise its own skill where the target needs it?)."""
+    lines = ["", "## Per-capability sub-goal success (compound test tasks: sub-requests needing it, met / all)", ""]
+    if not subgoals:
+        return lines[:-1] + _not_available(missing, "per_capability_subgoals", why)
+    caps = sorted({c for r in subgoals.values() for c in r})
+    lines += ["| arm | " + " | ".join(caps) + " |", "|---|" + "---:|" * len(caps)]
+    for name, r in subgoals.items():
+        cells = [f"{r[c]['met']} / {r[c]['total']} ({r[c]['rate']:.2f})" if r.get(c) and r[c]["total"] else "–"
+                 for c in caps]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgoals=None, no_subgoals=None) -> str:
     ev = m.stages["evaluation"].result
     lines = [f"# TRACE run `{cfg.run_id}`", "", f"Target: `{cfg.target.env}`; base agent: `{cfg.base_agent.name}`; "
              f"analyst: `{an.get('mode', cfg.analysis.mode)}`; environments: `{cfg.environments.mode}`.", "",
@@ -369,6 +448,7 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing) -> st
     lines += curve_lines(ev, missing)
     lines += budget_lines(ev, missing)
     lines += breakdown_lines(arms, missing)
+    lines += subgoal_lines(subgoals or {}, missing, no_subgoals or "no arm records its test trajectories")
     lines += ["", "## Capability analysis", "", "| candidate | retained | coverage | Δ | passing runs | reason |",
               "|---|---|---:|---:|---:|---|"]
     for c in an.get("candidates", []):
@@ -403,6 +483,7 @@ def render_html(cfg: RunConfig, md: str, plots: dict[str, bytes | None], routed:
              "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px}"
              "td{text-align:right}td:first-child{text-align:left}th{background:#f3f3f3}"
              "figure{display:inline-block;margin:8px;vertical-align:top}img{max-width:480px}"
+             f"{','.join(f'figure#{k} img' for k in WIDE_PLOTS)}{{max-width:100%}}"
              "pre.routed{white-space:pre-wrap;font-size:13px;line-height:1.6}")
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>TRACE run {html.escape(cfg.run_id)}</title><style>{style}</style></head><body>"

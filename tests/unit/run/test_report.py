@@ -24,6 +24,16 @@ def _arm(rate: float, n: int = 40, spent: int = 0) -> dict:
                           "record_selection": {"n": n // 2, "pass_rate": rate / 2, "ci": [0, 1]}}}
 
 
+def _store_episodes(store, name: str, skills: dict[str, float], seeds=range(500_000, 500_012)) -> str:
+    """An arm's test trajectories: the store's scripted expert with `skills`, stored as an arm stores them."""
+    from trace_common.domains.store import DEFAULT_SKILLS, ExpertConfig, StoreEnv, StoreExpert
+    from trace_common.env import dumps_jsonl
+
+    expert = StoreExpert(ExpertConfig(skills={**dict.fromkeys(DEFAULT_SKILLS, 1.0), **skills}))
+    trajs = [expert.play(StoreEnv(), s) for s in seeds]
+    return store.put_bytes(f"runs/rep/evaluation/{name}.jsonl", dumps_jsonl(trajs)).uri
+
+
 def _manifest(store, *, with_routing: bool) -> tuple[RunConfig, Manifest]:
     cfg = RunConfig(run_id="rep")
     m = Manifest(run_id="rep")
@@ -37,7 +47,9 @@ def _manifest(store, *, with_routing: bool) -> tuple[RunConfig, Manifest]:
          "gap_mean": 0.1, "passing_runs": 2, "rejection_reason": "coverage below rho"}]}
     m.stages["adapters"].result = {"curves": {"precondition_verification": curve.uri}}
     ev = {"arms": {"base": _arm(0.3), "trace_routing": _arm(0.45, spent=640)}}
-    if with_routing:
+    if with_routing:   # (this manifest's arms also name their test trajectories)
+        ev["arms"]["base"]["uri"] = _store_episodes(store, "base", {"tool_call_precision": 0.0})
+        ev["arms"]["trace_routing"]["uri"] = _store_episodes(store, "trace_routing", {})
         ev["expert_usage"] = {"experts": ["base", "precondition_verification"],
                               "rows": {"precondition_check": [[3, 1], [1, 3]], "record_selection": [[4, 0], [2, 2]]}}
         ev["routed_example"] = {"experts": ["base", "precondition_verification"], "tokens": [
@@ -47,12 +59,14 @@ def _manifest(store, *, with_routing: bool) -> tuple[RunConfig, Manifest]:
     return cfg, m
 
 
-#: What a manifest from before the paired statistics, budget curve and probes lacks.
-OLD_EVALUATION = {"paired_comparison", "grpo_budget_curve", "budget", "per_probe"}
+#: What a manifest from before the paired statistics, budget curve and probes lacks (its arms name
+#: no trajectories, so no sub-goal success either).
+OLD_EVALUATION = {"paired_comparison", "grpo_budget_curve", "budget", "per_probe", "subgoal_success",
+                  "per_capability_subgoals"}
 
 
 @pytest.mark.parametrize("with_routing, missing", [
-    (True, OLD_EVALUATION),
+    (True, OLD_EVALUATION - {"subgoal_success", "per_capability_subgoals"}),
     (False, {"expert_usage"} | OLD_EVALUATION),
 ])
 def test_report_sections_and_missing_data(tmp_path, with_routing, missing):
@@ -128,6 +142,7 @@ def test_html_report_renders_in_chromium(tmp_path, with_routing):
     assert not errors                           # self-contained: nothing fetched, no script errors
     expected = {"pass_rate_per_arm", "candidates", "training_curves", "sample_efficiency"}
     if with_routing:
+        expected.add("subgoal_success")
         expected.add("expert_usage")
     assert {alt for alt, _, _ in sizes} == expected
     assert all(done and width > 100 for _, done, width in sizes)   # every plot decoded
@@ -166,3 +181,57 @@ def test_the_sample_efficiency_axis_fits_what_it_shows(rows, top):
     from tracectl.run.report import sample_efficiency_top
 
     assert sample_efficiency_top(rows) == pytest.approx(top)
+
+
+@pytest.mark.parametrize(("arms", "why"), [
+    ({"base": {}}, "no arm records its test trajectories"),
+    ({"base": {"uri": "tau2"}}, "the target's verifier attributes no sub-goals (only the built-in store's does)"),
+])
+def test_subgoal_success_says_why_it_is_missing(tmp_path, arms, why):
+    from trace_common.env import dumps_jsonl, loads_jsonl
+    from tracectl.run.report import subgoals_by_arm
+
+    store = open_store(tmp_path.as_uri())
+    for a in arms.values():
+        if a.get("uri") == "tau2":   # another target's episodes
+            trs = loads_jsonl(store.get_bytes(store.key_of(_store_episodes(store, "store", {}))))
+            other = [tr.model_copy(update={"env": tr.env.model_copy(update={"name": "tau2-retail"})}) for tr in trs]
+            a["uri"] = store.put_bytes("x/traj.jsonl", dumps_jsonl(other)).uri
+    assert subgoals_by_arm(store, arms) == ({}, why)
+
+
+@pytest.mark.parametrize(("skills", "short"), [
+    ({}, set()),
+    ({"tool_call_precision": 0.0}, {"tool_call_precision"}),
+    ({"precondition_verification": 0.0}, {"precondition_verification"}),
+])
+def test_subgoal_success_per_arm_locates_the_missing_skill(tmp_path, skills, short):
+    """The table and plot read each arm's own test episodes: a missing skill is the one below 1."""
+    from tracectl.run.report import plot_subgoals, subgoal_lines, subgoals_by_arm
+
+    store = open_store(tmp_path.as_uri())
+    arms = {"base": {"uri": _store_episodes(store, "base", skills)}}
+    subgoals, why = subgoals_by_arm(store, arms)
+    assert why is None
+    rates = subgoals["base"]
+    assert {c for c, r in rates.items() if r["rate"] < 1.0} == short
+    assert all(r["total"] > 0 and 0 <= r["met"] <= r["total"] for r in rates.values())
+    md = "\n".join(subgoal_lines(subgoals, {}, ""))
+    for c, r in rates.items():
+        assert f"{r['met']} / {r['total']} ({r['rate']:.2f})" in md and c in md
+    assert plot_subgoals(subgoals)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("task_types", [1, 3])
+def test_expert_usage_plot_is_page_wide_and_legible(task_types):
+    """One full-width panel per task type (labels at 8 pt and up), whatever the number of slots."""
+    import io
+
+    from PIL import Image
+
+    from tracectl.run.report import plot_expert_usage
+
+    experts = ["base", "multi_step_task_completion", "precondition_verification", "tool_call_precision"]
+    rows = {f"type{i}": [[i + 1, 2, 3, 4] for _ in range(8)] for i in range(task_types)}
+    w, h = Image.open(io.BytesIO(plot_expert_usage({"experts": experts, "rows": rows}))).size
+    assert w >= 700 and h >= 200 * task_types   # shown at up to 1,020 px: the page width
