@@ -2,7 +2,9 @@
 
 Before any work, `run` checks the whole config: the file itself (a YAML mapping, UTF-8), every
 section's fields (a typo gets the closest valid name), and, through the trainer, the GRPO configs
-`training.grpo` and `gates.config` (Pipeline.check). `run --check` stops there. A run's
+`training.grpo` and `gates.config` (Pipeline.check). `run --check` stops there; for a config that
+deploys services or an S3 store it checks offline what it can and then what of the deployment is
+reachable from here, listing the rest as skipped (tracectl/run/preflight.py). A run's
 manifest that fails its sha256 check or does not parse stops `run` and `report` with the way
 out (delete it, or use another --run-id); a damaged artifact that the manifest names is reported
 with the stage that wrote it (re-run it with --from). Exit statuses: tracectl/exits.py.
@@ -37,9 +39,10 @@ console = Console(stderr=True)
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the whole TRACE loop from a config (resumes completed stages)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=exits.epilog(
-                           0, 1, 2, 3, c0="done (--check: the config is valid; nothing was run)",
+                           0, 1, 2, 3, c0="done (--check: the config is valid offline and every reachable network check passed; "
+                              "unreachable ones are listed as skipped; nothing was run)",
                            c1="a stage failed or a service refused (the manifest records the stage; a re-run "
-                              "resumes)",
+                              "resumes); --check: a reached store, service or endpoint failed its check",
                            c2="bad config, nothing started: unreadable, not a YAML mapping, or a wrong field "
                               "(named, with the closest valid name), GRPO configs included",
                            c3="the run's manifest.json is damaged (delete it, or use another --run-id), or an "
@@ -50,8 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until", choices=STAGES, help="stop after this stage")
     p.add_argument("--run-id", help="override the config's run_id")
     p.add_argument("--token", default=None, help="bearer token for deployed services ($TRACE_AUTH_TOKEN)")
-    p.add_argument("--check", action="store_true", help="validate the config (GRPO configs through the trainer) "
-                   "and exit without running anything")
+    p.add_argument("--check", action="store_true", help="validate the config and exit without running anything: "
+                   "offline (every section; GRPO configs and the target through services embedded here, the code "
+                   "a deployed one runs), then what of the deployment is reachable (store, services' health, LLM "
+                   "endpoints, the deployed services' own checks); an unreachable address is listed as skipped")
     p.set_defaults(func=cmd_run)
 
     r = sub.add_parser("report", help="re-render a run's report from its manifest",
@@ -111,6 +116,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except TraceError as err:
         print(f"tracectl run: {err}", file=sys.stderr)
         return 2
+    if args.check:
+        return check_only(args, cfg, endpoints)
     root, store = _store(cfg)
     manifest = Manifest.load(store, cfg.run_id) or Manifest(run_id=cfg.run_id)
     manifest.config = cfg.model_dump()
@@ -132,13 +139,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Connection(conn_args) as conn:
         pipe = Pipeline(cfg, JobRunner(conn), store, manifest)
         try:  # before any work: nothing is created and no manifest is written when this fails
-            checked = pipe.check()
+            pipe.check()
         except InvalidArgument as err:
             print(f"tracectl run: {args.config}: invalid run config: {err}", file=sys.stderr)
             return exits.BAD_INPUT
-        if args.check:
-            print(f"{args.config}: valid run config (checked: every section, {', '.join(checked)}); nothing was run")
-            return exits.OK
         console.print(f"[bold]TRACE run {cfg.run_id}[/] — artifacts in {escape(root)}/runs/{cfg.run_id}/")
         try:
             pipe.run(args.from_stage, args.until)
@@ -156,6 +160,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if rep.status == "completed":
         console.print(f"report: {rep.outputs.get('markdown')}\n        {rep.outputs.get('html')}")
     return 0
+
+
+def check_only(args: argparse.Namespace, cfg: RunConfig, endpoints) -> int:
+    """`run --check`: offline checks, then whatever of the deployment is reachable (tracectl/run/preflight.py)."""
+    import os
+
+    from tracectl.run.preflight import exit_code, preflight
+
+    data = cfg.target.params.get("data") or cfg.target.uri.removeprefix("file://")
+    try:
+        found = preflight(cfg, endpoints, token=args.token or os.environ.get("TRACE_AUTH_TOKEN"),
+                          open_run_store=_store, data_dirs=[data] if data else [])
+    except InvalidArgument as err:
+        print(f"tracectl run: {args.config}: invalid run config: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
+    print("\n".join(found.lines(args.config)))
+    return exit_code(found)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
