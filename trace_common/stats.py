@@ -130,3 +130,100 @@ def mcnemar_min_detectable(n: int, discordant_fraction: float, alpha: float = 0.
         if mcnemar_exact((d - k) // 2, (d + k) // 2) < alpha:
             return k / n
     return None
+
+
+# -- several trials per task (tau2's pass^k convention) ----------------------------------------
+def pass_hat_k(successes: Sequence[int], trials: int, k: int) -> float:
+    """tau2-bench's pass^k: the chance that k trials of a task, drawn without replacement from
+    its `trials`, all succeed, averaged over tasks (k = 1 is the plain pass rate).
+
+    Semantics:
+        pass^k = mean_i  C(c_i, k) / C(n, k)        c_i = successes of task i out of n = trials, 1 <= k <= n
+    """
+    if not 1 <= k <= trials:
+        raise ValueError(f"k={k} must be in [1, trials={trials}]")
+    if any(not 0 <= c <= trials for c in successes):
+        raise ValueError(f"every task's successes must be within [0, trials={trials}]")
+    if not successes:
+        return 0.0
+    return sum(math.comb(c, k) for c in successes) / (len(successes) * math.comb(trials, k))
+
+
+def paired_trials_comparison(x: Sequence[int], y: Sequence[int], trials: int, *, samples: int = 10_000,
+                             seed: int = 0, level: float = 0.95) -> dict[str, float | int | list[float]]:
+    """x vs y on the same n tasks, each played `trials` times by both: the difference of mean
+    success, a paired bootstrap interval over tasks and a sign-flip permutation p-value. The task,
+    not the trial, is the unit: trials of one task are not independent evidence (the same task is
+    hard for both), so resampling and flipping are per task.
+
+    Semantics:
+        d_i = (x_i - y_i) / trials                           per task i of n (x_i, y_i successes)
+        diff = mean(d)
+        ci:  repeat `samples`: draw n tasks with replacement; diff* = mean of their d
+             -> quantiles (1-level)/2 and (1+level)/2 of diff*          (numpy's linear quantile)
+        p:   H0: within each task the two arms are exchangeable, so d_i's sign is +/- at random
+             repeat `samples`: s_i ~ uniform{-1, +1}; T* = |mean(s_i d_i)|
+             p = (1 + #{T* >= |diff| - 1e-12}) / (1 + samples)       (Monte Carlo, never 0)
+        only_x / only_y: tasks where x / y succeeded more often (McNemar's discordant pairs at trials = 1)
+    Seeded: the same inputs and seed give the same numbers. trials = 1 gives McNemar's counts, but its
+    p comes from the sign-flip test, not the exact binomial (use `paired_comparison` there).
+    """
+    if len(x) != len(y):
+        raise ValueError(f"paired outcomes need the same tasks: {len(x)} vs {len(y)} tasks")
+    if trials < 1 or any(not 0 <= v <= trials for v in (*x, *y)):
+        raise ValueError(f"successes per task must be within [0, trials={trials}]")
+    n = len(x)
+    if n == 0:
+        return {"n": 0, "trials": trials, "pass_rate_x": 0.0, "pass_rate_y": 0.0, "diff": 0.0, "only_x": 0,
+                "only_y": 0, "p_value": 1.0, "ci": [0.0, 0.0], "test": "sign-flip permutation over tasks"}
+    d = (np.asarray(x, dtype=float) - np.asarray(y, dtype=float)) / trials            # [n]
+    rng = np.random.Generator(np.random.PCG64(seed))
+    boot = d[rng.integers(0, n, size=(samples, n))].mean(axis=1)                        # [S]
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(samples, n))                        # [S, n]
+    flipped = np.abs((signs * d).mean(axis=1))                                          # [S]
+    observed = abs(float(d.mean()))
+    p = (1 + int((flipped >= observed - 1e-12).sum())) / (1 + samples)
+    return {"n": n, "trials": trials, "pass_rate_x": float(np.mean(x)) / trials,
+            "pass_rate_y": float(np.mean(y)) / trials, "diff": float(d.mean()),
+            "only_x": int((d > 0).sum()), "only_y": int((d < 0).sum()), "p_value": min(1.0, p),
+            "ci": [float(lo), float(hi)], "test": "sign-flip permutation over tasks"}
+
+
+def paired_min_detectable(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The mean per-task difference a paired test on n tasks detects with probability `power`
+    (two-sided, level alpha), when the per-task differences have standard deviation `sd`.
+
+    Semantics (normal approximation to the paired test):
+        mdd = (z_{1-alpha/2} + z_{power}) * sd / sqrt(n)
+    With trials, sd^2 = sd_task^2 + (v_x + v_y) / trials: more trials shrink only the trial noise,
+    more tasks shrink both.
+    """
+    from statistics import NormalDist
+
+    if n <= 0:
+        raise ValueError(f"n={n} must be >= 1")
+    if sd < 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"need sd >= 0, 0 < alpha < 1 and 0 < power < 1 (got {sd}, {alpha}, {power})")
+    z = NormalDist()
+    return (z.inv_cdf(1 - alpha / 2) + z.inv_cdf(power)) * sd / math.sqrt(n)
+
+
+def task_mean_interval(successes: Sequence[int], trials: int, *, samples: int = 10_000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean success over tasks played `trials` times each,
+    resampling tasks (a Wilson interval over all n x trials episodes would treat the trials of one
+    task as independent and come out too narrow).
+
+    Semantics:
+        r_i = c_i / trials; repeat `samples`: draw n tasks with replacement, mean of their r
+        -> quantiles (1-level)/2 and (1+level)/2 (numpy's linear quantile); (0, 1) when n == 0
+    """
+    n = len(successes)
+    if n == 0:
+        return 0.0, 1.0
+    r = np.asarray(successes, dtype=float) / trials
+    rng = np.random.Generator(np.random.PCG64(seed))
+    boot = r[rng.integers(0, n, size=(samples, n))].mean(axis=1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)

@@ -114,3 +114,69 @@ def test_min_detectable_difference_hand_computed(n, q, mdd):
 def test_min_detectable_difference_shrinks_with_the_test_size():
     at = {n: mcnemar_min_detectable(n, 0.2) for n in (100, 300, 600)}
     assert at[100] > at[300] > at[600] and at[600] < 0.08   # 600 tasks resolve the paper's ~8 points
+
+
+@pytest.mark.parametrize(("counts", "trials", "k", "expected"), [
+    ([4, 4], 4, 4, 1.0),                       # every trial of every task passed
+    ([2, 0], 4, 1, 0.25),                      # pass^1 is the plain pass rate: 2 of 8
+    ([2, 0], 4, 2, (1 / 6) / 2),               # C(2,2)/C(4,2) = 1/6 for the first task, 0 for the second
+    ([3], 4, 3, 0.25),                         # C(3,3)/C(4,3)
+    ([], 3, 1, 0.0),
+])
+def test_pass_hat_k_is_taus_estimator(counts, trials, k, expected):
+    from trace_common.stats import pass_hat_k
+
+    assert pass_hat_k(counts, trials, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("counts", "trials", "k"), [([1], 2, 3), ([1], 2, 0), ([3], 2, 1)])
+def test_pass_hat_k_refuses_impossible_inputs(counts, trials, k):
+    from trace_common.stats import pass_hat_k
+
+    with pytest.raises(ValueError):
+        pass_hat_k(counts, trials, k)
+
+
+@pytest.mark.parametrize(("x", "y", "diff", "only", "p_low", "p_high"), [
+    ([2] * 30, [2] * 30, 0.0, (0, 0), 1.0, 1.0),                     # identical arms: no evidence
+    ([4] * 20 + [0] * 20, [0] * 20 + [4] * 20, 0.0, (20, 20), 0.9, 1.0),   # opposite on different tasks
+    ([3] * 30, [1] * 30, 0.5, (30, 0), 0.0, 0.001),                  # better on every task
+    ([1, 0] * 10, [0, 0] * 10, 0.125, (10, 0), 0.0, 0.01),           # better on half the tasks, tied elsewhere
+    ([1] + [0] * 39, [0] * 40, 0.00625, (1, 0), 0.5, 1.0),           # one task: not significant
+])
+def test_paired_trials_comparison(x, y, diff, only, p_low, p_high):
+    from trace_common.stats import paired_trials_comparison
+
+    out = paired_trials_comparison(x, y, 4, samples=2000, seed=0)
+    assert out["diff"] == pytest.approx(diff) and (out["only_x"], out["only_y"]) == only
+    assert p_low <= out["p_value"] <= p_high
+    assert out["ci"][0] <= out["diff"] + 1e-12 and out["diff"] - 1e-12 <= out["ci"][1]
+    assert out == paired_trials_comparison(x, y, 4, samples=2000, seed=0)   # seeded
+
+
+def test_paired_trials_comparison_refuses_unpaired_or_impossible_counts():
+    from trace_common.stats import paired_trials_comparison
+
+    with pytest.raises(ValueError, match="same tasks"):
+        paired_trials_comparison([1, 2], [1], 2)
+    with pytest.raises(ValueError, match="within"):
+        paired_trials_comparison([3], [1], 2)
+
+
+@pytest.mark.parametrize(("n", "sd", "mdd"), [
+    (40, 0.5, 0.2215),     # (1.95996 + 0.84162) * 0.5 / sqrt(40)
+    (160, 0.5, 0.1108),    # four times the tasks: half the difference
+    (40, 0.0, 0.0),
+])
+def test_paired_min_detectable(n, sd, mdd):
+    from trace_common.stats import paired_min_detectable
+
+    assert paired_min_detectable(n, sd) == pytest.approx(mdd, abs=5e-4)
+
+
+def test_task_mean_interval_resamples_tasks():
+    from trace_common.stats import task_mean_interval
+
+    lo, hi = task_mean_interval([4] * 20 + [0] * 20, 4, samples=4000)
+    assert lo < 0.5 < hi and hi - lo > 0.25          # 40 tasks, half all-pass: wide; not 160 independent trials
+    assert task_mean_interval([2] * 10, 4) == (0.5, 0.5)

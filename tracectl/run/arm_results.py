@@ -3,7 +3,7 @@
 Shared by the evaluation stage (`evaluation.py`), the GEPA arm (`gepa_arm.py`) and the report:
 
 * `arm_summary` / `breakdown`: one rollout job's trajectories -> per-task outcomes (for the
-  paired statistics), tokens played, and pass rates per required capability (compound tasks
+  paired statistics; successes out of `evaluation.trials` per task where an arm plays several), tokens played, and pass rates per required capability (compound tasks
   count once for every capability they need) or per probe (a probe's one capability).
 * `trace_budget`: every episode TRACE played before the evaluation, per component, with the
   tokens beside them wherever a job reports them (docs/design.md "Evaluation": a method's budget counts
@@ -141,22 +141,50 @@ def task_ids_digest(task_ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()[:16]
 
 
-def arm_summary(store, uri: str) -> dict[str, Any]:
+def arm_summary(store, uri: str, trials: int = 1) -> dict[str, Any]:
     """What the evaluation keeps of one arm's trajectories: `breakdown`, the per-task outcomes
-    (a '0'/'1' string over the tasks sorted by seed, with the digest of that task order, so two
-    arms pair only on the same tasks), and the tokens played. One sample per task is assumed (the
-    evaluation plays one); a task played twice is an error."""
-    trajs = sorted(read_trajectories(store, uri), key=lambda tr: (tr.seed, tr.task_id))
-    ids = [tr.task_id for tr in trajs]
-    if len(set(ids)) != len(ids):
-        raise StageFailed(f"{uri}: a task was played more than once; the evaluation pairs one outcome per task")
+    (a string over the tasks sorted by seed, one digit per task: '0'/'1' at one trial, its
+    number of successes out of `trials` otherwise, with the digest of that task order, so two
+    arms pair only on the same tasks), and the tokens played. Every task must have been played
+    exactly `trials` times (the evaluation plays that many); anything else is an error.
+    With trials > 1 (tau2's pass^k convention) the pass rate is the mean over tasks, its interval
+    a bootstrap over tasks (trials of one task are not independent), and `pass_hat_k` holds
+    pass^1 .. pass^trials (trace_common.stats.pass_hat_k)."""
+    if not 1 <= trials <= 9:
+        raise ValueError(f"trials={trials} must be in [1, 9] (one digit per task in the outcomes string)")
+    trajs = sorted(read_trajectories(store, uri), key=lambda tr: (tr.seed, tr.task_id, tr.sample_index))
+    by_task: dict[str, list[bool]] = {}
+    for tr in trajs:
+        by_task.setdefault(tr.task_id, []).append(tr.success)
+    wrong = {t: len(xs) for t, xs in by_task.items() if len(xs) != trials}
+    if wrong:
+        t, k = next(iter(wrong.items()))
+        raise StageFailed(f"{uri}: task {t} was played {k} time(s), {len(wrong)} task(s) in all not {trials}: the "
+                          f"evaluation pairs {trials} trial(s) per task")
+    ids = list(by_task)
+    counts = [sum(xs) for xs in by_task.values()]
     prompt, completion = trajectory_tokens(trajs)
-    return {"breakdown": rates(_groups(trajs)), "outcomes": "".join("1" if tr.success else "0" for tr in trajs),
-            "task_ids_sha256": task_ids_digest(ids), "prompt_tokens": prompt, "completion_tokens": completion}
+    out = {"breakdown": rates(_groups(trajs)), "outcomes": "".join(str(c) for c in counts),
+           "task_ids_sha256": task_ids_digest(ids), "prompt_tokens": prompt, "completion_tokens": completion}
+    if trials > 1:
+        from trace_common.stats import pass_hat_k, task_mean_interval
+
+        out.update(trials=trials, tasks=len(ids), pass_rate=sum(counts) / (trials * len(ids)) if ids else 0.0,
+                   ci=list(task_mean_interval(counts, trials)),
+                   pass_hat_k={str(k): pass_hat_k(counts, trials, k) for k in range(1, trials + 1)})
+    return out
 
 
 def outcomes(arm: Mapping[str, Any]) -> list[bool]:
+    """Per-task pass/fail of a one-trial arm."""
+    if arm.get("trials", 1) != 1:
+        raise ValueError(f"an arm of {arm['trials']} trials per task has success counts: use trial_successes")
     return [c == "1" for c in arm["outcomes"]]
+
+
+def trial_successes(arm: Mapping[str, Any]) -> list[int]:
+    """Per-task successes out of the arm's `trials` (1 for an arm recorded before trials existed)."""
+    return [int(c) for c in arm["outcomes"]]
 
 
 # -- TRACE's budget ---------------------------------------------------------------------------------

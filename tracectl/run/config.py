@@ -187,6 +187,10 @@ class EvaluationSection(Section):
     probe_params: dict[str, str] = Field(default_factory=lambda: {"task_types": "probes"},
                                          description="Target params that select the probe env.")
     temperature: float = Field(0.0, ge=0.0, description="Decoding temperature of every arm (0: greedy).")
+    trials: int = Field(1, ge=1, le=9, description="Trials per test task for every arm (tau2's pass^k convention, k = "
+                        "trials): with trials > 1 the task is the unit (pass rate = mean over tasks, bootstrap "
+                        "interval over tasks, pass^1..pass^k) and the paired test is a sign-flip permutation "
+                        "over tasks, not McNemar. Probes and dev runs play one trial.")
     arms: list[Arm] = Field(default_factory=lambda: ["base", "best_single", "grpo_target", "trace_routing",
                                                      "trace_per_request", "trace_soft"])
     grpo_budgets: list[float] = Field(
@@ -260,6 +264,15 @@ class RunConfig(Section):
             hints = "".join(did_you_mean(u, SERVICE_NAMES) for u in sorted(unknown))
             raise ValueError(f"unknown {sorted(unknown)}; known: {', '.join(SERVICE_NAMES)}{hints}")
         return v
+
+    @model_validator(mode="after")
+    def _trials(self) -> RunConfig:
+        ev = self.evaluation
+        if ev.trials > 1 and ev.temperature == 0.0 and self.target.env == "store" and self.target.user_simulator is None:
+            raise ValueError(f"evaluation.trials={ev.trials} with evaluation.temperature 0 on the store: its user is "
+                             "scripted and decoding greedy, so every trial would replay the same episode; set "
+                             "evaluation.temperature > 0 (sampled trials) or trials: 1")
+        return self
 
     def section(self, stage: str) -> dict[str, Any]:
         """The configuration stage `stage` depends on directly (for manifest hashes)."""

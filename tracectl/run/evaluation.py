@@ -27,7 +27,11 @@ its x is the trainer's own rollouts_total at that iteration.
 
 Paired statistics: TRACE routing against every other arm and every curve point, on the same
 tasks (per-task outcomes): exact McNemar p and a paired bootstrap 95 % interval of the
-difference (trace_common.stats), and the minimum detectable difference at this test size.
+difference (trace_common.stats), and the minimum detectable difference at this test size. With
+`evaluation.trials` k > 1 (tau2's pass^k convention) every arm plays each test task k times and
+the task is the unit: per-task success counts, a paired bootstrap over tasks, a sign-flip
+permutation p over tasks, and the difference detectable at 80 % power from the observed spread of
+per-task differences (`paired_min_detectable`).
 
 Units (`Pipeline.unit`): every arm, its probe run, each dev rollout, the curve's training job and
 each curve point is recorded in the manifest when it finishes, so a run killed in the middle of
@@ -40,14 +44,27 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from trace_common.grpc.client import messages
-from trace_common.stats import mcnemar_min_detectable, paired_comparison
-from tracectl.run.arm_results import arm_summary, outcomes, read_trajectories, trace_budget, trajectory_tokens
+from trace_common.stats import (
+    mcnemar_min_detectable,
+    paired_comparison,
+    paired_min_detectable,
+    paired_trials_comparison,
+)
+from tracectl.run.arm_results import (
+    arm_summary,
+    outcomes,
+    read_trajectories,
+    trace_budget,
+    trajectory_tokens,
+    trial_successes,
+)
 from tracectl.run.config import grpo_target_config
 from tracectl.run.jobs import StageFailed
 
@@ -60,6 +77,8 @@ REFERENCE = "trace_routing"
 #: Discordant-pair fractions the report states the minimum detectable difference for.
 DISCORDANCE = (0.1, 0.2, 0.3)
 ALPHA = 0.05
+#: The power at which the minimum detectable difference of a several-trial evaluation is stated.
+POWER = 0.8
 
 
 def per_iteration(grpo: dict[str, Any]) -> int:
@@ -120,8 +139,9 @@ class Evaluation:
 
         def work() -> dict[str, Any]:
             started = time.time()
-            res = p.rollout(policy, ev.split, ev.limit, 1, ev.temperature, f"eval {name}", system_prompt=system_prompt)
-            res.update(arm_summary(p.store, res["uri"]), **spent, **(extra or {}))
+            res = p.rollout(policy, ev.split, ev.limit, ev.trials, ev.temperature, f"eval {name}",
+                            system_prompt=system_prompt)
+            res.update(arm_summary(p.store, res["uri"], ev.trials), **spent, **(extra or {}))
             res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
             return res
         arm = dict(p.unit("evaluation", f"arm {name}", work))
@@ -274,7 +294,7 @@ class Evaluation:
 
         p = self.p
         res = dict(p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=self.B)))
-        res.update(arm_summary(p.store, res["uri"]))    # a read of what the unit recorded: the same on resume
+        res.update(arm_summary(p.store, res["uri"], self.ev.trials))    # a read of what the unit recorded: the same on resume
         res.update(training_tokens=None, training_tokens_missing=["gepa rollouts (not counted)"])
         if self.probe_limit:
             res["probes"] = self.probe("gepa", p.base_policy(), system_prompt=res["prompt"])
@@ -317,21 +337,35 @@ class Evaluation:
         return {"jobs": [j for d in done for j in d["jobs"]], "result": result}
 
     def paired(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """TRACE routing vs every other arm (and curve point) on the same tasks, and the test's power."""
+        """TRACE routing vs every other arm (and curve point) on the same tasks, and the test's power:
+        exact McNemar at one trial per task, a sign-flip permutation over tasks at several."""
         if REFERENCE not in arms:
             return {}
         ref = arms[REFERENCE]
-        x = outcomes(ref)
+        trials = ref.get("trials", 1)
         paired = {}
         for name, arm in arms.items():
             if name == REFERENCE:
                 continue
-            if arm["task_ids_sha256"] != ref["task_ids_sha256"]:
-                raise StageFailed(f"arms {REFERENCE} and {name} played different tasks ({ref['episodes']} vs "
-                                  f"{arm['episodes']} episodes): a paired comparison needs the same tasks")
-            paired[name] = paired_comparison(x, outcomes(arm), samples=self.ev.bootstrap_samples,
-                                             seed=self.p.cfg.seed)
-        n = len(x)
+            if arm["task_ids_sha256"] != ref["task_ids_sha256"] or arm.get("trials", 1) != trials:
+                raise StageFailed(f"arms {REFERENCE} and {name} played different tasks or trials ({ref['episodes']} "
+                                  f"vs {arm['episodes']} episodes): a paired comparison needs the same tasks")
+            if trials == 1:
+                paired[name] = paired_comparison(outcomes(ref), outcomes(arm), samples=self.ev.bootstrap_samples,
+                                                 seed=self.p.cfg.seed)
+            else:
+                paired[name] = paired_trials_comparison(trial_successes(ref), trial_successes(arm), trials,
+                                                        samples=self.ev.bootstrap_samples, seed=self.p.cfg.seed)
+        n = len(ref["outcomes"])
+        if trials > 1:
+            x = trial_successes(ref)
+            sds = {k: statistics.pstdev([(a - b) / trials for a, b in zip(x, trial_successes(arms[k]), strict=True)])
+                   for k in paired} if n else {}
+            return {"paired": {"reference": REFERENCE, "vs": paired},
+                    "power": {"n": n, "alpha": ALPHA, "trials": trials, "power": POWER,
+                              "observed_sd": sds,
+                              "min_detectable_observed": {k: paired_min_detectable(n, sd, ALPHA, POWER)
+                                                          for k, sd in sds.items()}}}
         power = {"n": n, "alpha": ALPHA,
                  "min_detectable": {f"{q:g}": mcnemar_min_detectable(n, q, ALPHA) for q in DISCORDANCE} if n else {},
                  "observed_discordance": {k: (v["only_x"] + v["only_y"]) / n for k, v in paired.items()} if n else {}}

@@ -416,9 +416,10 @@ def optimize_prompt(play: PlayFn, seed_prompt: str, train: list[str], val: list[
 
 
 # -- the arm, wired to the pipeline ------------------------------------------------------------
-def rollout_job(p, tasks, *, system_prompt: str, temperature: float, label: str, seed: int = 0) -> dict[str, Any]:
+def rollout_job(p, tasks, *, system_prompt: str, temperature: float, label: str, seed: int = 0,
+                samples: int = 1) -> dict[str, Any]:
     """Pipeline.rollout with a system-prompt override and any TaskSelection (same spec otherwise)."""
-    spec = R.RolloutSpec(environment=p.target_ref(), policy=p.base_policy(), tasks=tasks, samples_per_task=1,
+    spec = R.RolloutSpec(environment=p.target_ref(), policy=p.base_policy(), tasks=tasks, samples_per_task=samples,
                          sampling=t.SamplingParams(temperature=temperature, seed=seed, max_tokens=p.completion_cap()),
                          concurrency=p.cfg.rollout.concurrency, seed=seed + p.cfg.seed, system_prompt=system_prompt)
     if p.cfg.target.user_simulator:
@@ -488,7 +489,7 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
         reflection.close()
     train_seconds = time.time() - started
     res = rollout_job(p, R.TaskSelection(split=ev.split, limit=ev.limit), system_prompt=out.best_prompt,
-                      temperature=ev.temperature, label="eval gepa")
+                      temperature=ev.temperature, label="eval gepa", samples=ev.trials)
     sha = hashlib.sha256(out.best_prompt.encode()).hexdigest()
     base = f"runs/{p.cfg.run_id}/eval/gepa"
     prompt_uri = p.store.put_bytes(f"{base}/prompt.txt", out.best_prompt.encode()).uri

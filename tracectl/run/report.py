@@ -281,6 +281,11 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
     return {"outputs": outputs, "result": {"missing_sections": missing}}
 
 
+def _arm_tasks(a: dict[str, Any]) -> str:
+    """Tasks an arm played ('40 x 4' when it played 4 trials of each)."""
+    return f"{a['tasks']} x {a['trials']}" if a.get("trials", 1) > 1 else str(a["episodes"])
+
+
 def _n(v: Any) -> str:
     """A count with thousands separators, '–' when unknown."""
     return "–" if v is None else f"{int(v):,}"
@@ -315,12 +320,21 @@ def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
         return lines[:-1] + _not_available(missing, "paired_comparison", "needs the trace_routing arm and per-task "
                                            "outcomes (an evaluation of this version)")
     ref = ev["paired"].get("reference", "trace_routing")
-    lines += [f"| arm | tasks | {ref} | arm | difference | 95% CI (paired bootstrap) | only {ref} | only arm | "
-              "exact McNemar p |", "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    trials = max((c.get("trials", 1) for c in paired.values()), default=1)
+    if trials > 1:
+        lines += [f"{trials} trials per task: the task is the unit (its success share); p from a sign-flip "
+                  "permutation over tasks; 'better' counts the tasks where one arm succeeded more often.", "",
+                  f"| arm | tasks | {ref} | arm | difference | 95% CI (paired bootstrap over tasks) | {ref} better | "
+                  "arm better | permutation p |", "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    else:
+        lines += [f"| arm | tasks | {ref} | arm | difference | 95% CI (paired bootstrap) | only {ref} | only arm | "
+                  "exact McNemar p |", "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for name, c in paired.items():
         lines.append(f"| {name} | {c['n']} | {c['pass_rate_x']:.3f} | {c['pass_rate_y']:.3f} | {c['diff']:+.3f} | "
                      f"{_ci(c['ci'], signed=True)} | {c['only_x']} | {c['only_y']} | {c['p_value']:.3g} |")
     power = ev.get("power") or {}
+    if power.get("trials", 1) > 1:
+        return lines + trials_power_lines(power)
     n, mdd = power.get("n", 0), power.get("min_detectable", {})
     if n and mdd:
         parts = [f"{'none' if v is None else f'{v:.3f}'} when {float(q):.0%} of the tasks are discordant"
@@ -336,6 +350,33 @@ def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
             lines.append(f"Observed discordance {which}: {q:.0%}, where the smallest significant difference is "
                          f"{'none' if at is None else f'{at:.3f}'}: the paper's ≈ {PAPER_DIFFERENCE:.2f} difference is "
                          f"{verdict} at this test size.")
+    return lines
+
+
+def trials_power_lines(power: dict[str, Any]) -> list[str]:
+    """The difference a several-trial evaluation resolves, from the observed spread of per-task differences."""
+    mdd = power.get("min_detectable_observed") or {}
+    if not mdd:
+        return []
+    parts = [f"{v:.3f} against {k} (per-task sd {power['observed_sd'][k]:.3f})" for k, v in mdd.items()]
+    worst = mdd.get("grpo_target", sorted(mdd.values())[len(mdd) // 2])
+    verdict = "resolvable" if worst <= PAPER_DIFFERENCE else "NOT resolvable"
+    return ["", f"Power: with {power['n']} paired tasks x {power['trials']} trials, the difference a paired test "
+            f"detects at {power.get('power', 0.8):.0%} power (two-sided, α = {power.get('alpha', 0.05):g}; normal "
+            "approximation over tasks) is " + ", ".join(parts) + f": the paper's ≈ {PAPER_DIFFERENCE:.2f} difference "
+            f"is {verdict} at this test size."]
+
+
+def pass_hat_k_lines(arms: dict[str, dict[str, Any]]) -> list[str]:
+    """tau2's pass^k per arm, when the arms played several trials per task."""
+    rows = {n: a["pass_hat_k"] for n, a in arms.items() if a.get("pass_hat_k")}
+    if not rows:
+        return []
+    ks = sorted({int(k) for r in rows.values() for k in r})
+    lines = ["", "pass^k (tau2-bench: the chance that k trials of a task all succeed, mean over tasks):", "",
+             "| arm | " + " | ".join(f"pass^{k}" for k in ks) + " |", "|---|" + "---:|" * len(ks)]
+    for name, r in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{r[str(k)]:.3f}" if str(k) in r else "–" for k in ks) + " |")
     return lines
 
 
@@ -441,9 +482,10 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgo
              "| arm | pass rate | 95% CI | tasks | training episodes | training tokens | wall s |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for name, a in arms.items():
-        lines.append(f"| {name} | {a['pass_rate']:.3f} | {a['ci'][0]:.3f}–{a['ci'][1]:.3f} | {a['episodes']} | "
+        lines.append(f"| {name} | {a['pass_rate']:.3f} | {a['ci'][0]:.3f}–{a['ci'][1]:.3f} | {_arm_tasks(a)} | "
                      f"{_n(a.get('training_rollouts', 0))} | {_tokens(a)} | "
                      f"{a.get('wall_seconds_total', a.get('wall_seconds', 0)):.0f} |")
+    lines += pass_hat_k_lines(arms)
     lines += paired_lines(ev, missing)
     lines += curve_lines(ev, missing)
     lines += budget_lines(ev, missing)

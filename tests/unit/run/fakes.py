@@ -173,10 +173,11 @@ class FakeEvalPipeline(Pipeline):
             trajs = []
             for s in seeds:
                 key = _key(policy).replace(self.store.root_uri, "")   # the same draws in any store
-                draw = int(hashlib.sha256(f"{key}:{s}".encode()).hexdigest()[:8], 16) / 2**32
                 info = ({"task_type": PROBES[s % 4], "capability": CAPS[s % 4], "capabilities": [CAPS[s % 4]]}
                         if probes else None)
-                trajs.append(trajectory(s, draw < q, info=info))
+                for j in range(samples):   # trial j > 0 draws anew; the first keeps the one-trial draws
+                    draw = int(hashlib.sha256(f"{key}:{s}{f':{j}' if j else ''}".encode()).hexdigest()[:8], 16) / 2**32
+                    trajs.append(trajectory(s, draw < q, info=info).model_copy(update={"sample_index": j}))
             trajs.reverse()   # the service's file order is not the task order
             uri = self.store.put_bytes(f"runs/{self.cfg.run_id}/eval/{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.jsonl",
                                        dumps_jsonl(trajs)).uri

@@ -30,6 +30,8 @@ def test_shipped_examples_validate(path):
     ({"run_id": "x", "services": {"trainr": "h:1"}}, "unknown ['trainr']"),
     ({"run_id": "x", "evaluation": {"arms": ["base", "gepa"]}}, "evaluation.gepa"),
     ({"run_id": "x", "rollout": {"limit": 0}}, "rollout.limit"),
+    ({"run_id": "x", "evaluation": {"trials": 4}}, "every trial would replay the same episode"),   # store, greedy
+    ({"run_id": "x", "evaluation": {"trials": 10}}, "evaluation.trials"),
     ({"run_id": "x", "rollout": {"limt": 3}}, "rollout.limt: unknown field; did you mean 'limit'?"),
     ({"run_id": "x", "services": {"trainr": "h:1"}}, "did you mean 'trainer'?"),
     ({"run_id": "x", "store": {"root": "ftp://host/x"}}, "store.root: "),

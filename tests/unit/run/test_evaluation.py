@@ -150,3 +150,35 @@ def test_arms_on_different_tasks_are_not_paired(tmp_path, monkeypatch):
     monkeypatch.setattr(p, "rollout", fewer)
     with pytest.raises(StageFailed, match="played different tasks"):
         evaluate(p)
+
+
+def test_several_trials_per_task_pair_tasks_not_episodes(tmp_path):
+    """evaluation.trials = 3 (tau2's pass^k): every arm plays each test task 3 times, the outcomes are
+    per-task success counts, the pairing is a sign-flip permutation over tasks, pass^1..pass^3 are
+    kept, and the report says so."""
+    from trace_common.stats import pass_hat_k, paired_trials_comparison
+    from tracectl.run.arm_results import trial_successes
+
+    p = pipeline(tmp_path, trials=3, temperature=0.7).setup()
+    out = evaluate(p)["result"]
+    arms = out["arms"]
+    for name, a in arms.items():
+        assert (a["trials"], a["tasks"], a["episodes"]) == (3, 40, 120), name
+        assert set(a["outcomes"]) <= set("0123") and len(a["outcomes"]) == 40, name
+        counts = trial_successes(a)
+        assert a["pass_rate"] == pytest.approx(sum(counts) / 120)
+        assert a["pass_hat_k"] == {str(k): pass_hat_k(counts, 3, k) for k in (1, 2, 3)}
+        assert a["pass_hat_k"]["3"] <= a["pass_hat_k"]["1"] == pytest.approx(a["pass_rate"])
+        assert a["probes"]["episodes"] == 8                                    # probes: one trial
+    vs = out["paired"]["vs"]
+    expect = paired_trials_comparison(trial_successes(arms["trace_routing"]), trial_successes(arms["base"]), 3,
+                                      samples=400, seed=0)
+    assert vs["base"] == expect and vs["base"]["test"] == "sign-flip permutation over tasks"
+    assert out["power"]["trials"] == 3 and set(out["power"]["min_detectable_observed"]) == set(vs)
+    with pytest.raises(ValueError, match="use trial_successes"):
+        outcomes(arms["base"])
+    p.manifest.stages["evaluation"].result = out
+    write_report(p.cfg, p.manifest, p.store)
+    md = p.store.get_bytes("runs/ev/report/report.md").decode()
+    assert "| base | " in md and "| 40 x 3 |" in md and "pass^3" in md and "permutation p" in md
+    assert "40 paired tasks x 3 trials" in md
