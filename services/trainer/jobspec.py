@@ -11,6 +11,7 @@ Events are JSON objects `{"event": kind, ...}`:
     adapter     {"version", "uri", "outputs": [{"uri", "sha256", "size", "kind"}]}
     stopped     {"iteration", "reason"}             (early stop)
     result      {"iterations", "policy_version", "stop_reason", "adapter_uri", "outputs"}
+                (outputs include the experiment trackers' files: kinds tensorboard, wandb)
     error       {"code", "message"}                 (the job failed; code = gRPC status name)
 A local worker writes them to stdout, one per line after the `EVENT_PREFIX` marker; every
 worker also keeps the full list in the artifact store (`events_key`), which is how the
@@ -63,6 +64,8 @@ class WorkerSpec(BaseModel):
     env_modules: list[str] = Field(default_factory=list, description="Modules to import before resolving the env.")
     environment_target: str = Field("", description="EnvironmentService host:port for environments that are not "
                                                     "built in (played over gRPC, see envs.py).")
+    wandb_mode: str = Field("offline", description="The operator's W&B mode (TRACE_TRAINER_WANDB_MODE) for a job "
+                            "whose config.report_to names 'wandb' (grpo/trackers.py).")
 
 
 def worker_model_roots(spec: WorkerSpec) -> ModelRoots:

@@ -189,7 +189,8 @@ class Training:
                                events_key=events_key_for(prefix, ctx.job_id) if kube else "",
                                torch_threads=self.settings.torch_threads,
                                env_modules=list(self.settings.env_modules),
-                               environment_target=self.settings.environment_address)
+                               environment_target=self.settings.environment_address,
+                               wandb_mode=self.settings.wandb_mode)
             ctx.progress(completed=0, total=config.max_steps, stage="starting")
             executor = self.kube_executor() if kube else self.local
             result = await executor.run(wspec, lambda ev: self._on_event(ctx, spec.capability, ev))

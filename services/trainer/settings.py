@@ -7,7 +7,7 @@ environments may name (the tau2 `data` parameter) are only a setting: `data_root
 """
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -46,6 +46,11 @@ class TrainerSettings(ServiceSettings):
         "Directory (a volume the vLLM server reads too) inside which jobs save the adapter versions the server "
         "hot-loads; config.vllm.adapter_dir must lie inside it. Empty: vLLM rollouts are refused."))
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=default_roots, description=ROOTS_DESCRIPTION)
+    wandb_mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="W&B mode of jobs whose config.report_to names 'wandb' (WANDB_MODE's values; "
+        "grpo/trackers.py). offline (default): the run is written to files beside the job's checkpoints and "
+        "nothing leaves the worker (`wandb sync` uploads it later); online also needs WANDB_API_KEY in the "
+        "workers' environment (local workers inherit the trainer's; Job pods: a Secret in the Job template).")
     env_modules: list[str] = Field(default_factory=list, description="Python modules imported by the service "
                                    "and every worker before environments are resolved, so that environments they "
                                    "register (trace_common.env.register) can be trained on (JSON list).")

@@ -11,6 +11,11 @@ summed across ranks (services.trainer.grpo.distributed); only rank 0 writes chec
 adapter and events. SIGTERM asks for a stop after the current iteration: the worker then
 writes a checkpoint and exits, so a cancelled or preempted job can resume. The process
 exits 0 after a `result` event and 1 after an `error` event.
+
+Rank 0 also feeds every event to the job's experiment trackers (`config.report_to`,
+grpo/trackers.py): TensorBoard event files beside the checkpoints and, when asked, a W&B run in
+the operator's `wandb_mode`; the `result` event then lists them among its outputs (kinds
+`tensorboard`, `wandb`).
 """
 
 from __future__ import annotations
@@ -94,15 +99,18 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
     import torch
     from pydantic import SecretStr
 
-    from services.trainer.grpo.config import parse_config
+    from services.trainer.grpo.config import GRPOConfig, parse_config
     from services.trainer.grpo.distributed import Dist
     from services.trainer.grpo.models import load_base
     from services.trainer.grpo.session import make_trainer
+    from services.trainer.grpo.trackers import Trackers
     from services.trainer.grpo.trainer import seed_everything
     from trace_common.artifacts import S3Settings, open_store
 
     dist = Dist()
     sink = sink_factory(enabled=False)
+    emit = sink.emit
+    trackers: Trackers | None = None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -117,16 +125,24 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
                             region=spec.s3_region, secure=spec.s3_secure)
         store = open_store(spec.artifact_root, s3)
         sink = sink_factory(store=store, key=spec.events_key, enabled=dist.is_main)
+        emit = sink.emit
         for module in spec.env_modules:
             importlib.import_module(module)
-        if spec.kind == "TRAINING_KIND_GATES":
+        gates = spec.kind == "TRAINING_KIND_GATES"
+        if gates:
+            from .gates.grpo import GateGRPOConfig
+        config = parse_config(spec.config, GateGRPOConfig if gates else GRPOConfig)
+        if dist.is_main:
+            trackers = Trackers(config.report_to, store, spec.prefix, name=spec.capability, group=spec.run_id,
+                                config=config.model_dump(mode="json"), wandb_mode=spec.wandb_mode)
+            emit = trackers.wrap(sink.emit)
+        if gates:
             from .gates.job import run_gates
 
             if dist.world > 1:
                 raise FailedPrecondition("gate training runs in one process; start it without torchrun")
-            return run_gates(spec, store, s3=s3, emit=sink.emit, should_stop=stop.is_set,
+            return run_gates(spec, store, s3=s3, emit=emit, should_stop=stop.is_set,
                              cache=Path(spec.cache_dir or tempfile.gettempdir()) / "trace-models", device=dist.device)
-        config = parse_config(spec.config)
         seed_everything(config.seed)
         env_factory = resolve_env(spec.environment, spec.environment_target)
 
@@ -135,32 +151,34 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
         base, tokenizer, label = load_base(spec.policy["model"], adapter_ref=spec.policy.get("adapter_uri", ""),
                                            cache_dir=cache, s3=s3, device=device, allowed=worker_model_roots(spec))
         trainer = make_trainer(config, base, tokenizer, env_factory, store=store, prefix=spec.prefix,
-                               capability=spec.capability, on_event=sink.emit, should_stop=stop.is_set, dist=dist,
+                               capability=spec.capability, on_event=emit, should_stop=stop.is_set, dist=dist,
                                model_label=label, lineage=adapter_lineage(spec.prefix),
                                policy_model=spec.policy["model"], policy_adapter=spec.policy.get("adapter_uri", ""),
                                environment=(spec.environment.get("name", ""), spec.environment.get("version", "")))
         result = trainer.train(resume=spec.resume_from or True, write_adapter=False)
         if stop.is_set() and result.stop_reason == "stop requested":
-            sink.emit("error", {"code": "CANCELLED", "message": f"stopped on request after iteration "
-                                f"{result.iterations}; the last checkpoint is kept for resuming"})
+            emit("error", {"code": "CANCELLED", "message": f"stopped on request after iteration "
+                           f"{result.iterations}; the last checkpoint is kept for resuming"})
             return 1
         if result.stopped_early and result.policy_version == 0:
             raise FailedPrecondition(result.stop_reason + "; no adapter was written (the policy never changed)")
         if dist.is_main:
             trainer.write_final_adapter(result)
-        sink.emit("result", {"iterations": result.iterations, "policy_version": result.policy_version,
-                             "stop_reason": result.stop_reason, "adapter_uri": result.adapter_uri,
-                             "outputs": result.outputs})
+        emit("result", {"iterations": result.iterations, "policy_version": result.policy_version,
+                        "stop_reason": result.stop_reason, "adapter_uri": result.adapter_uri,
+                        "outputs": result.outputs})
         return 0
     except TraceError as exc:
         log.error("training failed: %s", exc.reason)
-        sink.emit("error", {"code": exc.code, "message": exc.reason})
+        emit("error", {"code": exc.code, "message": exc.reason})
         return 1
     except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
         log.exception("training crashed")
-        sink.emit("error", {"code": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"})
+        emit("error", {"code": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"})
         return 1
     finally:
+        if trackers is not None:
+            trackers.close()   # idempotent: a result or error event closed them already
         dist.close()
 
 

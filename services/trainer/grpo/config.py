@@ -20,6 +20,11 @@ Names of our own, because TRL has no equivalent or its meaning differs:
 - `checkpoint_at`: iterations checkpointed besides every `save_steps`-th (TRL saves on a
   fixed interval only), so a run evaluated at chosen points keeps exactly those checkpoints.
 
+`report_to` is TRL's (transformers' `TrainingArguments.report_to`): the experiment trackers the
+per-iteration metrics go to, among "tensorboard", "wandb" and "none" (trackers.py). Two differences:
+the default is ["tensorboard"] (event files beside the checkpoints; transformers' is "none"), and
+"all" (every tracker that happens to be installed) is refused in favour of naming them.
+
 `gradient_accumulation_steps` here splits one iteration's episodes into that many
 micro-batches, each backpropagated separately, with one optimizer step per pass over the
 batch: it bounds activation memory and never changes the result beyond float rounding
@@ -201,6 +206,12 @@ class GRPOConfig(BaseModel):
         "runs give bitwise-identical adapters on CPU.")
     rollout_backend: Literal["in_process", "vllm"] = "in_process"
     vllm: VLLMRolloutConfig | None = None
+    # -- where the metrics go (trackers.py) ----------------------------------------------------------
+    report_to: list[str] = Field(
+        default_factory=lambda: ["tensorboard"], description="Experiment trackers of the per-iteration metrics "
+        "(TRL's report_to): 'tensorboard' (event files under <job prefix>/tensorboard/, beside the checkpoints), "
+        "'wandb' (a Weights & Biases run, offline unless the trainer's operator sets TRACE_TRAINER_WANDB_MODE; "
+        "needs the trace-agents[wandb] extra in the worker), or 'none'. A single name is taken as a list of one.")
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +230,27 @@ class GRPOConfig(BaseModel):
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             raise ValueError(f"unknown GRPO config key {key!r}{hint} (see services.trainer.grpo.config.GRPOConfig)")
         return data
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _report_to(cls, v: Any) -> list[str]:
+        from .trackers import REPORT_TO
+
+        names = [v] if isinstance(v, str) else v
+        if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"report_to={v!r}: give a list of tracker names among {list(REPORT_TO)}, "
+                             "e.g. ['tensorboard']")
+        if "all" in names:
+            raise ValueError("report_to='all' (every installed tracker) is not accepted: name them, e.g. "
+                             "['tensorboard', 'wandb']")
+        bad = [n for n in names if n not in REPORT_TO]
+        if bad:
+            raise ValueError(f"report_to has unknown tracker(s) {bad}: use any of {list(REPORT_TO)}, e.g. "
+                             "['tensorboard'] (the default) or ['none']")
+        if "none" in names and len(set(names)) > 1:
+            raise ValueError(f"report_to={list(names)} names 'none' with trackers: give either ['none'] or the "
+                             "trackers")
+        return list(dict.fromkeys(names)) or ["none"]
 
     @field_validator("initial_batches_uri")
     @classmethod
@@ -279,7 +311,8 @@ class GRPOConfig(BaseModel):
     #: longer" resumes; so does a re-run with more micro-batches after the worker ran out of memory).
     RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset(
         {"max_steps", "save_steps", "checkpoint_at", "gradient_accumulation_steps", "gradient_checkpointing",
-         "vllm"})  # vllm: where rollouts are served (server, adapter directory), not what is trained
+         "vllm",          # where rollouts are served (server, adapter directory), not what is trained
+         "report_to"})    # where the metrics are logged
 
     #: RESUME_NEUTRAL before `vllm` joined it (checkpoints written then still continue, when the
     #: config is unguided: `resumable_digests`).
@@ -288,8 +321,10 @@ class GRPOConfig(BaseModel):
     #: RESUME_NEUTRAL before the memory-layout fields joined it: checkpoints written then carry a
     #: digest over those fields, and an unguided config still continues them under the same values
     #: (`resumable_digests`).
-    #: (`checkpoint_at` came later still; no digest ever covered it, so it is left out here too.)
-    _LEGACY_RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset({"max_steps", "save_steps", "checkpoint_at"})
+    #: (`checkpoint_at` and `report_to` came later still; no digest ever covered them, so they are left
+    #: out here too.)
+    _LEGACY_RESUME_NEUTRAL: ClassVar[frozenset[str]] = frozenset(
+        {"max_steps", "save_steps", "checkpoint_at", "report_to"})
 
     #: What every checkpoint written before `guidance_position` was removed (REMOVED) recorded for it
     #: in its digest. Only an unguided config continues such a checkpoint: its rollouts never showed

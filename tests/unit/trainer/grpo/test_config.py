@@ -62,6 +62,7 @@ def test_valid_config(values, check):
     ({"max_steps": 99, "checkpoint_at": [5, 40]}, True),                         # ... and where else to save
     ({"gradient_accumulation_steps": 8, "gradient_checkpointing": True}, True),  # memory layout
     ({"vllm": {"base_url": "http://v:8000/v1", "adapter_dir": "/a"}}, True),     # where rollouts are served
+    ({"report_to": ["wandb"]}, True),                                             # where the metrics are logged
     ({"learning_rate": 1e-3}, False),                                             # what is trained
 ])
 def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
@@ -70,8 +71,9 @@ def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
 
 def _old_digest(cfg: GRPOConfig, neutral, position: str) -> str:
     """The digest an older TRACE recorded for `cfg`'s values: its dump still held guidance_position, and
-    had no initial_batches_uri yet."""
-    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in neutral and k != "initial_batches_uri"}
+    had no initial_batches_uri or report_to yet."""
+    data = {k: v for k, v in cfg.model_dump(mode="json").items()
+            if k not in neutral and k not in ("initial_batches_uri", "report_to")}
     data["guidance_position"] = position
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
