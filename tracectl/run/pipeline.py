@@ -224,12 +224,14 @@ class Pipeline:
         return {"jobs": [resp.job.job_id], "outputs": {r["capability"]: r["code"]["uri"] for r in accepted},
                 "result": {"environments": envs, "accepted": [r["capability"] for r in accepted]}}
 
+    def executor(self) -> int:
+        """The Executor the run's training jobs are created with (training.executor)."""
+        return T.EXECUTOR_KUBERNETES if self.cfg.training.executor == "kubernetes" else T.EXECUTOR_LOCAL
+
     def train(self, kind: int, capability: str, envs: list[t.EnvironmentRef], config: dict[str, Any],
               label: str, adapter_uris: dict[str, str] | None = None):
         spec = T.TrainingSpec(kind=kind, capability=capability, environments=envs, policy=self.base_policy(),
-                              config=_struct(config), adapter_uris=adapter_uris or {},
-                              executor=T.EXECUTOR_KUBERNETES if self.cfg.training.executor == "kubernetes"
-                              else T.EXECUTOR_LOCAL)
+                              config=_struct(config), adapter_uris=adapter_uris or {}, executor=self.executor())
         # attach: a re-run whose old job still trains (deployed trainer) follows it instead of being refused
         return self.runner.run("trainer", spec, self.cfg.run_id, label, labels={"capability": capability}, attach=True)
 
@@ -261,16 +263,18 @@ class Pipeline:
 
         with ThreadPoolExecutor(self.cfg.training.parallel) as pool:
             done = list(pool.map(one, accepted))
-        adapters, metrics, curves, jobs = {}, {}, {}, []
+        adapters, metrics, curves, tensorboard, jobs = {}, {}, {}, {}, []
         for cap, resp in done:
             outs = {o.kind: o.uri for o in resp.job.outputs}
             adapters[cap] = outs["adapter"]
             if "training_metrics" in outs:
                 curves[cap] = outs["training_metrics"]
+            if "tensorboard" in outs:   # the job's newest event file; its directory is the logdir
+                tensorboard[cap] = outs["tensorboard"]
             metrics[cap] = dict(resp.job.metrics)
             jobs.append(resp.job.job_id)
         return {"outputs": adapters, "jobs": jobs, "result": {
-            "metrics": metrics, "curves": curves,
+            "metrics": metrics, "curves": curves, "tensorboard": tensorboard,
             "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()},
             "max_steps_raised": raised}}
 
@@ -357,11 +361,22 @@ class Pipeline:
         data directory is looked up here when the rollout service runs embedded (same machine,
         same files). Raises InvalidArgument naming the field; returns the names of what was checked.
         A deployed trainer that predates the RPC (UNIMPLEMENTED) checks its configs when their
-        jobs are created, as before: said once on the console."""
+        jobs are created, as before: said once on the console.
+
+        The trainer asked is told the run's executor when it is the one that will run the jobs (the
+        deployed trainer the connection addresses, or the embedded one of a run that deploys none):
+        it then checks vLLM rollouts against its own settings as it will check the jobs (endpoint
+        profile, adapter root, the Job template's mounts). A stand-in -- the embedded trainer asked
+        about a config that deploys one (--check's offline pass) -- has not the deployment's
+        settings, so it parses the fields only; --check asks the deployed trainer itself when it is
+        reachable."""
         checked = self._check_tau2_data() + self._check_target()
         stub = self.runner.conn.stub("trainer")
+        trains = self.runner.conn.deployed("trainer") or "trainer" not in self.cfg.services
+        executor = self.executor() if trains else T.EXECUTOR_UNSPECIFIED
         for label, field, kind, config in self.trainer_configs():
-            request = T.ValidateTrainingConfigRequest(kind=kind, config=config_struct(field, config), field_path=field)
+            request = T.ValidateTrainingConfigRequest(kind=kind, config=config_struct(field, config), field_path=field,
+                                                      executor=executor)
             try:
                 stub.ValidateTrainingConfig(request)
             except grpc.RpcError as err:

@@ -473,6 +473,19 @@ def subgoal_lines(subgoals: dict[str, dict[str, dict[str, Any]]], missing: dict[
     return lines
 
 
+def tensorboard_lines(m: Manifest) -> list[str]:
+    """Where each training job's TensorBoard event files are (`tensorboard --logdir` the directory)."""
+    logs = {f"adapter {cap}": uri for cap, uri in (m.stages["adapters"].result.get("tensorboard") or {}).items()}
+    if m.stages["gates"].outputs.get("tensorboard"):
+        logs["gates"] = m.stages["gates"].outputs["tensorboard"]
+    if not logs:
+        return []
+    lines = ["", "## Training curves in TensorBoard", "",
+             "Every iteration's metrics under TRL's names (`train/reward`, `train/kl`, ...): "
+             "`tensorboard --logdir DIR` with DIR one of these (or the run directory, for all of them).", ""]
+    return lines + [f"- {what}: `{uri.rsplit('/', 1)[0]}/`" for what, uri in logs.items()]
+
+
 def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgoals=None, no_subgoals=None) -> str:
     ev = m.stages["evaluation"].result
     lines = [f"# TRACE run `{cfg.run_id}`", "", f"Target: `{cfg.target.env}`; base agent: `{cfg.base_agent.name}`; "
@@ -497,6 +510,7 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgo
         lines.append(f"| {c['capability']['name']} | {'yes' if c.get('retained') else 'no'} | "
                      f"{c.get('coverage_mean', 0):.2f} | {c.get('gap_mean', 0):.2f} | {c.get('passing_runs', 0)} | "
                      f"{c.get('rejection_reason', '')} |")
+    lines += tensorboard_lines(m)
     lines += ["", "## Stages", "", "| stage | status | seconds | jobs |", "|---|---|---:|---|"]
     for name, rec in m.stages.items():
         secs = (rec.finished_at - rec.started_at) if rec.finished_at and rec.started_at else 0

@@ -235,3 +235,22 @@ def test_expert_usage_plot_is_page_wide_and_legible(task_types):
     rows = {f"type{i}": [[i + 1, 2, 3, 4] for _ in range(8)] for i in range(task_types)}
     w, h = Image.open(io.BytesIO(plot_expert_usage({"experts": experts, "rows": rows}))).size
     assert w >= 700 and h >= 200 * task_types   # shown at up to 1,020 px: the page width
+
+
+@pytest.mark.parametrize(("adapters", "gates", "expected"), [
+    ({"precondition_verification": "file:///s/runs/rep/adapters/precondition_verification/tensorboard/ev.1"},
+     "file:///s/runs/rep/moe/rep-moe/tensorboard/ev.2",
+     ["- adapter precondition_verification: `file:///s/runs/rep/adapters/precondition_verification/tensorboard/`",
+      "- gates: `file:///s/runs/rep/moe/rep-moe/tensorboard/`"]),
+    ({}, None, []),                                           # a run whose jobs wrote no event files
+])
+def test_report_links_each_jobs_tensorboard_logdir(tmp_path, adapters, gates, expected):
+    store = open_store(tmp_path.as_uri())
+    cfg, m = _manifest(store, with_routing=False)
+    m.stages["adapters"].result["tensorboard"] = adapters
+    if gates:
+        m.stages["gates"].outputs["tensorboard"] = gates
+    write_report(cfg, m, store)
+    md = store.get_bytes("runs/rep/report/report.md").decode()
+    assert [line for line in md.splitlines() if line.startswith("- adapter ") or line.startswith("- gates:")] == expected
+    assert ("## Training curves in TensorBoard" in md) is bool(expected)
