@@ -79,6 +79,7 @@ from services.trainer.gates.warm_start import (
     GateTrainer,
     GateTrainingConfig,
     list_gate_checkpoints,
+    pad_id,
     provenance_examples,
 )
 from services.trainer.grpo import checkpoint as ckpt
@@ -558,20 +559,13 @@ def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_env
         elif kind == "checkpoint":
             emit("checkpoint", {"iteration": 0, "warm_start_step": payload["step"], "uri": payload["uri"]})
 
-    trainer = GateTrainer(composed, examples, wcfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,
+    trainer = GateTrainer(composed, examples, wcfg, pad_id=pad_id(tokenizer), store=store, prefix=prefix,
                           on_event=on_event, should_stop=should_stop)
     key = _matching_warm_start(store, prefix, wcfg.digest()) if store is not None else None
     result = trainer.train(resume=key or False)
     if result.stopped_early:
         return None, data.budget
     return {**result.summary(), **data.summary}, data.budget
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_token_id", None)
-    return int(pad or 0)
 
 
 def _warm_start_values(summary: dict[str, Any], budget: PlayedBudget, names: Sequence[str],

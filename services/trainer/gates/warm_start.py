@@ -69,7 +69,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
@@ -133,27 +133,21 @@ class GateTrainingConfig(BaseModel):
                              description="Digest of the labelled trajectories the gates are fitted to (outcome replays "
                                          "or provenance; the gates job sets it); part of the checkpoint's config "
                                          "digest, so a checkpoint fitted to other data is never resumed.")
-    grpo_steps: int = Field(0, ge=0, description="Not used here: keep 0 (GRPO on the gates is the gates job's "
-                                                       "`max_steps`, services.trainer.gates.grpo).")
-
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
         if isinstance(data, dict) and "tokens" in data:
             raise ValueError("tokens: provenance labels only the decisions that generate assistant tokens (no "
                              "system, user or tool token carries a label); remove the field")
+        if isinstance(data, dict) and "grpo_steps" in data:
+            raise ValueError("grpo_steps: removed; this config is the warm start only, and GRPO on the gates "
+                             "runs in the gates job: set its max_steps (GateGRPOConfig.max_steps) and remove the field")
         return data
 
-    @field_validator("grpo_steps")
-    @classmethod
-    def _grpo(cls, v: int) -> int:
-        if v:
-            raise ValueError("grpo_steps > 0: this config is the warm start only; GRPO on the gates runs in the "
-                             "gates job (GateGRPOConfig.max_steps)")
-        return v
-
     def digest(self) -> str:
-        keep = self.model_dump(exclude={"save_steps", "max_steps"})
+        # grpo_steps: 0 -- a removed field every earlier digest covered at that value, so those
+        # warm-start checkpoints still resume
+        keep = {**self.model_dump(exclude={"save_steps", "max_steps"}), "grpo_steps": 0}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -589,7 +583,8 @@ class GateTrainer:
         return result
 
 
-def _pad_id(tokenizer: Any) -> int:
+def pad_id(tokenizer: Any) -> int:
+    """The id padding a batch of sequences: the tokenizer's pad token, else its end of sequence, else 0."""
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         pad = getattr(tokenizer, "eos_token_id", None)
@@ -637,7 +632,7 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
     base = load_causal_lm(base_dir, device=device).eval()
     model = ComposedMoEModel.from_adapter_dirs(base, dirs, names=names)
     examples = provenance_examples(tokenizer, provenance, [BASE_SLOT_NAME, *names], cfg)
-    trainer = GateTrainer(model, examples, cfg, pad_id=_pad_id(tokenizer), store=store, prefix=prefix,
+    trainer = GateTrainer(model, examples, cfg, pad_id=pad_id(tokenizer), store=store, prefix=prefix,
                           on_event=on_event, should_stop=should_stop)
     result = trainer.train(resume=resume)
     if not result.stopped_early:

@@ -202,6 +202,7 @@ def test_resume_refuses_another_config(world, tmp_path, change, error):
 
 @pytest.mark.parametrize("config, needle", [
     ({"grpo_steps": 3}, "GateGRPOConfig.max_steps"),
+    ({"grpo_steps": 0}, "grpo_steps: removed"),          # a removed field is refused at any value
     ({"tokens": "all"}, "assistant tokens"),
     ({"learning_rate": 0}, "greater than 0"),
     ({"heldout_fraction": 1.0}, "less than 1"),
@@ -233,3 +234,11 @@ def test_train_gates_writes_a_loadable_composition(world, tmp_path):
     model.load_gate_state_dict(loaded.composed.gate_state_dict())
     assert set(events) >= {"iteration", "checkpoint", "result", "composition"}
     assert list_gate_checkpoints(store, "runs/r1/moe")[-1][0] == 40
+
+
+@pytest.mark.parametrize(("fields", "digest"), [
+    ({}, "92a80cd3b12ac768"),                                # what a checkpoint written before grpo_steps was
+    ({"learning_rate": 0.01, "init": "keep"}, "7090514be0e52ae1"),   # removed recorded: it still resumes
+])
+def test_checkpoint_digests_survive_the_removal_of_grpo_steps(fields, digest):
+    assert GateTrainingConfig(**fields).digest() == digest
