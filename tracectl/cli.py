@@ -3,9 +3,12 @@
   tracectl up [--once]         start all five services in this process (embedded default)
   tracectl status              health of each service (embedded, or --target svc=host:port)
   tracectl run|rollout|analyze|envs|train|serve|report   pipeline stages
+  tracectl agents|route-trace  build/verify base agents; one generation's routing trace
   tracectl tau2 replay-gold    tau2-bench gold replay (where available)
 
-Every subcommand lives in `tracectl/commands/<name>.py` with a `register(subparsers)` function.
+Every subcommand is registered by a module of `tracectl/commands/` through its `register(subparsers)`
+function; most modules hold one subcommand of their name, `run.py` holds run and report (one run's
+manifest), `stack.py` up and status (the embedded stack), `route_trace.py` route-trace.
 Exit statuses are one table for every command (tracectl/exits.py): 0 done, 1 the work failed,
 2 bad input (nothing started), 3 stored data damaged, 4 `envs generate` rejected a candidate,
 130 interrupted. A domain error or a gRPC status that reaches `main` is printed as one line

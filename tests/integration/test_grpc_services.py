@@ -185,15 +185,19 @@ async def _noop(ctx):
     return None
 
 
-@pytest.mark.parametrize(("service", "method", "request_name"), [
-    ("rollout", "ListRolloutEnvironments", "ListRolloutEnvironmentsRequest"),
-    ("environment", "ListEnvironments", "ListEnvironmentsRequest"),
-    ("inference", "ListCompositions", "ListCompositionsRequest"),
-    ("environment", "ListGenerationJobs", "ListGenerationJobsRequest"),
+@pytest.mark.parametrize(("service", "method", "request_name", "listed"), [
+    ("rollout", "ListRolloutEnvironments", "ListRolloutEnvironmentsRequest",
+     lambda r: "store" in {e.name for e in r.environments}),
+    ("environment", "ListEnvironments", "ListEnvironmentsRequest", lambda r: all(e.name for e in r.environments)),
+    ("inference", "ListCompositions", "ListCompositionsRequest", lambda r: all(c.spec.name for c in r.compositions)),
+    ("environment", "ListGenerationJobs", "ListGenerationJobsRequest", lambda r: all(j.job_id for j in r.jobs)),
 ])
-def test_list_calls_answer(embedded_stack, service, method, request_name):
+def test_list_calls_answer(embedded_stack, service, method, request_name, listed):
+    """Each list call answers with its own response message, every listed item named (the built-in
+    store among the rollout service's environments)."""
     resp = getattr(embedded_stack.stub(service), method)(getattr(messages(service), request_name)(), timeout=5)
-    assert resp.ListFields() == [] or resp is not None
+    assert type(resp).__name__ == request_name.replace("Request", "Response")
+    assert listed(resp)
     assert resp.IsInitialized()
 
 
