@@ -10,7 +10,7 @@ Modules (domain code has no gRPC; `servicer.py` only translates):
 - `sandbox/`: the locked-down worker process (`python -m services.environment.sandbox.worker`),
   its kernel layers and its parent-side client (`SandboxWorker`, `SandboxEnvironment`).
 - `validation.py`, `baseline_policies.py`, `calibration.py`: the checks and the validation report.
-- `records.py`: environments in the artifact store (code, manifest, validation report, sha256).
+- `registry.py`: environments in the artifact store (code, manifest, validation report, sha256).
 - `serving.py`: instances served by seed from sandbox workers; `trace_common.env.remote`: the same over gRPC (used by the trainer).
 - `service.py` (domain object), `servicer.py`, `app.py`, `settings.py`, `specs.py`, `metrics.py`.
 """

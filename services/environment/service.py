@@ -3,7 +3,7 @@
 A generation job takes one or more capabilities and a target; per capability, in
 parallel, it obtains a candidate (library bundle or LLM-written module, see
 candidates.py), validates it in sandbox workers (validation.py) and registers it --
-accepted or rejected, with its validation report -- in the artifact store (records.py).
+accepted or rejected, with its validation report -- in the artifact store (registry.py).
 The job succeeds when every capability got a verdict; `environments_of(job_id)` lists the
 records as they are registered. Bad requests (unknown target, a library target whose
 tools do not fit, a capability the library lacks, a calibration backend not wired in)
@@ -46,7 +46,7 @@ from . import metrics as m
 from .baseline_policies import ScriptedSkillFactory
 from .candidates import MODE_LIBRARY, MODE_LLM, GenerationResult, generate_library, generate_llm, load_prompt
 from .metrics import M
-from .records import EnvironmentRecord, EnvironmentRegistry
+from .registry import EnvironmentRecord, EnvironmentRegistry
 from .sandbox.parent import sandbox_for
 from .serving import EpisodeTable, StepOutcome
 from .settings import EnvironmentSettings

@@ -14,7 +14,7 @@ from trace_common.proto.trace.v1 import environment_service_pb2_grpc as pb_grpc
 from trace_common.proto.trace.v1 import types_pb2 as t
 from trace_common.specs import EnvironmentRefModel
 
-from .records import EnvironmentRecord
+from .registry import EnvironmentRecord
 from .service import Environments
 from .specs import GenerationSpecModel
 

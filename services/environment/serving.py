@@ -33,7 +33,7 @@ from trace_common.env import action_from_dict
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 
 from . import metrics as m
-from .records import EnvironmentRecord, EnvironmentRegistry
+from .registry import EnvironmentRecord, EnvironmentRegistry
 from .sandbox.environment import LoadedModule, SandboxEnvironment, load_module
 from .sandbox.parent import SandboxConfig, SandboxViolation, SandboxWorker, sandbox_for
 

@@ -22,7 +22,7 @@ fails the job instead of rejecting the candidate.
 
 The report keeps the calibration's played episodes out of its JSON (`calibration_run()`: the
 `CalibrationResult`, trajectories included), so the service can store an accepted candidate's
-episodes as its calibration-batches artifact (records.py) and name it in the report.
+episodes as its calibration-batches artifact (registry.py) and name it in the report.
 
 The final status is ACCEPTED when every check passed, else REJECTED with one reason line
 per failed check. A sandbox violation or an exception in the module fails the check

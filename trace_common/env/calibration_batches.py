@@ -5,7 +5,7 @@ Calibration (services/environment/calibration.py) plays `groups` seeds x `group_
 with the base policy. An adapter whose LoRA starts at zero *is* that policy, so those episodes
 are on-policy samples of its first iteration: thrown away, they would be counted in TRACE's
 budget without training anything. The environment service therefore writes, beside the
-registered environment (`runs/<run>/environments/<cap>/v<N>/`, records.py):
+registered environment (`runs/<run>/environments/<cap>/v<N>/`, in the environment registry):
 
     calibration.jsonl          the played episodes as Trajectory JSON Lines, groups in seed order
                                and each group's samples in order, with the token ids and logprobs

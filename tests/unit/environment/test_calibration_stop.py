@@ -1,6 +1,6 @@
 """The sequential stop rule of calibration (calibration_stop.py), calibration in waves (calibration.py),
 the job's own calibration sampling (calibration_policy.sampling_params) and the calibration-batches
-artifact an accepted level leaves in the registry (records.py, trace_common/env/calibration_batches.py).
+artifact an accepted level leaves in the registry (registry.py, trace_common/env/calibration_batches.py).
 
 Calibration here plays a real one-turn environment with a factory whose replies carry a fixed reward
 per (seed, sample), so every group's rewards -- and so the rule's decisions -- are known in advance."""
@@ -16,7 +16,7 @@ import pytest
 from services.environment.calibration import calibrate
 from services.environment.calibration_policy import CalibrationSampling, sampling_params
 from services.environment.calibration_stop import decide
-from services.environment.records import EnvironmentRegistry
+from services.environment.registry import EnvironmentRegistry
 from services.environment.service import calibration_batches
 from services.environment.validation import Check, ValidationReport
 from tests.unit.env.toy_env import SeededEnv

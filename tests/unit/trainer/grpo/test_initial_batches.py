@@ -21,7 +21,7 @@ from safetensors.torch import load
 
 from services.environment.calibration import calibrate
 from services.environment.calibration_policy import CalibrationSampling, ModelCalibration
-from services.environment.records import EnvironmentRegistry
+from services.environment.registry import EnvironmentRegistry
 from services.environment.service import calibration_batches
 from services.environment.settings import EnvironmentSettings
 from services.environment.validation import Check, ValidationReport

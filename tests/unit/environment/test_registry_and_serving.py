@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from services.environment.records import EnvironmentRegistry
+from services.environment.registry import EnvironmentRegistry
 from services.environment.sandbox.parent import SandboxConfig, SandboxViolation
 from services.environment.serving import EpisodeTable
 from trace_common.artifacts import open_store
