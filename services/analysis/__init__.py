@@ -12,6 +12,6 @@ Modules, in the order a job uses them:
   stats             Cov, ER-, ER+, Delta, K-of-N retention, Cohen's kappa (docs/design.md)
   result            per-candidate outcomes, evidence, kappa; report.json
   report, plots     report.md and the PNG plots
-  pipeline          the job body tying them together
+  job               the job body tying them together
   service, servicer domain object (jobs) and the gRPC translation
 """

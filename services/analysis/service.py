@@ -1,6 +1,6 @@
 """The analysis service's domain object: job table and job creation (no gRPC here).
 
-A job runs `pipeline.run_analysis`; its record's `result` is the `AnalysisResult` (the servicer
+A job runs `job.run_analysis`; its record's `result` is the `AnalysisResult` (the servicer
 turns it into GetAnalysisJob's `results` and `mode`), and its outputs are the report files.
 `spec.llm` (when given, in either mode) is checked against the operator's endpoint profiles
 (`endpoints`, from TRACE_ANALYSIS_ENDPOINTS) at creation: a credential, URL or model the operator
@@ -18,7 +18,7 @@ from trace_common.jobs import JobContext, JobManager, JobRecord, estimate_footpr
 
 from .artifacts_io import confine_rollouts
 from .metrics import M
-from .pipeline import analyst_config, run_analysis
+from .job import analyst_config, run_analysis
 from .result import AnalysisResult
 from .settings import AnalysisSettings
 from .specs import AnalysisSpecModel

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from services.analysis.analyst import AnalystConfig
-from services.analysis.pipeline import analyst_config
+from services.analysis.job import analyst_config
 from services.analysis.service import Analyses
 from services.analysis.settings import AnalysisSettings
 from services.analysis.specs import AnalysisSpecModel
