@@ -64,6 +64,10 @@ class Connection:
     def __exit__(self, *exc) -> None:
         self._exit.close()
 
+    def deployed(self, service: str) -> bool:
+        """Whether `service` is reached at a given address (else it runs embedded in this process)."""
+        return service in self._targets
+
     def stub(self, service: str):
         """A stub for `service`; safe to call from several threads at once."""
         with self._lock:

@@ -14,8 +14,10 @@ Where the Job comes from (`build_job`):
         the operator's -- command, image, resources, GPU pool, volumes, security context as it
         says; the trainer sets metadata.name/namespace, adds its labels and annotations (pod
         template too) and sets the job's own environment (below; a template entry of the same
-        name is replaced), and nothing else
-    unset: the built-in Job from the job_* settings (the same shape)
+        name is replaced), and nothing else -- but a gate job (TRAINING_KIND_GATES), whose training
+        runs in one process (worker.py), gets one torchrun process and at most one GPU
+        (`single_process`), whatever the template gives the adapters' data-parallel jobs
+    unset: the built-in Job from the job_* settings (the same shape; a gate job: at most one GPU)
     job environment: TRACE_TRAINER_JOB_SPEC, TRACE_TRAINER_CHECKPOINT_URI, HF_HUB_OFFLINE, the
         cache locations, the S3 secret key and the environment service's token by Secret
         reference (job_s3_secret_name, job_auth_from), job_extra_env
@@ -60,6 +62,11 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_JOB = "trace.dev/training-job"
 LABEL_CAP = "trace.dev/capability"
+GPU = "nvidia.com/gpu"
+#: The job kind whose training runs in one process (gates/job.py; worker.py refuses torchrun ranks).
+GATES = "TRAINING_KIND_GATES"
+#: torchrun's process-count flag, either spelling, with its value after '=' or as the next argument.
+NPROC = re.compile(r"^--nproc[-_]per[-_]node(=|$)")
 
 
 def job_name(job_id: str) -> str:
@@ -139,7 +146,25 @@ def build_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str,
     ours = job_env(spec, settings)
     names = {e["name"] for e in ours}
     container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + ours
+    if spec.kind == GATES:
+        single_process(container)
     return job
+
+
+def single_process(container: dict[str, Any]) -> None:
+    """A gate job's container, in place: torchrun's process count (`--nproc-per-node=N`,
+    `--nproc_per_node N`, ...) becomes 1 and its nvidia.com/gpu requests and limits at most 1."""
+    for key in ("command", "args"):
+        argv = container.get(key)
+        for i, arg in enumerate(argv or []):
+            flag = NPROC.match(str(arg))
+            if flag and flag.group(1):
+                argv[i] = f"{flag.group(0).removesuffix('=')}=1"
+            elif flag and i + 1 < len(argv):
+                argv[i + 1] = "1"
+    for section in ((container.get("resources") or {}).get(k) for k in ("limits", "requests")):
+        if section and GPU in section and int(section[GPU]) > 1:
+            section[GPU] = type(section[GPU])(1)
 
 
 def _built_in_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str) -> client.V1Job:
@@ -147,7 +172,7 @@ def _built_in_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str
     if not settings.job_image:
         raise E.FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE "
                                    "(e.g. registry/trace-trainer:1.0.0)")
-    gpus = settings.job_gpus
+    gpus = min(settings.job_gpus, 1) if spec.kind == GATES else settings.job_gpus
     name = job_name(spec.job_id)
     labels = _labels(spec)
     env = job_env(spec, settings)

@@ -13,7 +13,8 @@ the worker gets it resolved), the policy's model and adapter references (this st
 TRACE_TRAINER_MODEL_ROOTS, else PERMISSION_DENIED: trace_common/model_refs.py), the executor's settings, the vLLM
 server and adapter directory of vLLM rollouts against the operator's settings (`outbound.py`) and
 the resume URI. `validate_config` parses a config alone, for clients that check theirs before any
-work starts (configs.py). Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
+work starts (configs.py), and checks its vLLM rollouts as a job's when told the executor its jobs will
+run under. Capabilities train in parallel as separate jobs (`max_concurrent_jobs`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
@@ -54,6 +55,8 @@ from .outbound import check_vllm
 from .settings import TrainerSettings, environment_token
 from .specs import TrainingSpecModel
 
+#: The executors a job may name (TrainingSpec.executor).
+EXECUTORS: tuple[str, ...] = get_args(TrainingSpecModel.model_fields["executor"].annotation)
 CAPABILITY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 RECENT_ITERATIONS = 20
 MAX_KEPT_ITERATIONS = 100_000
@@ -134,17 +137,31 @@ class Training:
         return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor,
                           job_mounts=mounts)
 
-    def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "") -> GRPOConfig:
-        """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py), with
-        its vLLM server and adapter directory checked against the operator's settings as a job's are."""
+    def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "",
+                        executor: str | None = None) -> GRPOConfig:
+        """A job kind's config parsed without creating a job (ValidateTrainingConfig; configs.py). With
+        `executor` (EXECUTOR_LOCAL / EXECUTOR_KUBERNETES) the vLLM server and adapter directory of its vLLM
+        rollouts are checked against the operator's settings as a job's under that executor are; None: the
+        fields only (the caller asks a trainer whose settings are not those of the one that will run the jobs)."""
+        if executor not in (None, *EXECUTORS):
+            raise InvalidArgument(field="executor", expected=" or ".join(EXECUTORS), got=executor,
+                                  fix="name the executor the config's jobs will run under, or leave it unset to "
+                                      "check the fields only")
         config = validate_training_config(kind, values, field_path)
+        if executor is None or config.rollout_backend != "vllm":
+            return config
         field = f"{field_path}.vllm" if field_path else "config.vllm"
-        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, field=field)
+        # the Job template's mounts decide a Kubernetes job's adapter root (and without an image or a
+        # readable template no Job starts at all)
+        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, field=field, executor=executor,
+                          job_mounts=self._check_executor(executor))
 
-    def _check_executor(self, spec: TrainingSpecModel) -> tuple[str, ...]:
-        """Refuse a Kubernetes job the executor could not start; return where its Job mounts durable
-        volumes (job_template.shared_mounts; () for the local executor or the built-in Job)."""
-        if spec.executor != "EXECUTOR_KUBERNETES":
+    def _check_executor(self, spec: TrainingSpecModel | str) -> tuple[str, ...]:
+        """Refuse a Kubernetes job (a spec, or just its executor's name) the executor could not start;
+        return where its Job mounts durable volumes (job_template.shared_mounts; () for the local
+        executor or the built-in Job)."""
+        executor = spec if isinstance(spec, str) else spec.executor
+        if executor != "EXECUTOR_KUBERNETES":
             return ()
         template = load_job_template(self.settings.job_template)   # FailedPrecondition when unreadable
         if not self.settings.job_image and not (template and job_container(template).get("image")):

@@ -54,7 +54,10 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     async def ValidateTrainingConfig(self, request, context):
         values = MessageToDict(request.config.values) if request.config.HasField("values") else {}
         kind = pb.TrainingKind.Name(request.kind) if request.kind in pb.TrainingKind.values() else str(request.kind)
-        config = self.d.validate_config(kind, values, request.field_path)
+        executor = (pb.Executor.Name(request.executor) if request.executor in pb.Executor.values()
+                    else str(request.executor))
+        config = self.d.validate_config(kind, values, request.field_path,
+                                        executor=None if executor == "EXECUTOR_UNSPECIFIED" else executor)
         normalized = Struct()
         normalized.update(config.model_dump(mode="json"))
         return pb.ValidateTrainingConfigResponse(config=types_pb2.Config(values=normalized))

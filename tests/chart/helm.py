@@ -31,7 +31,7 @@ NAMESPACE = "trace-ns"
 KUBE_VERSION = "1.32.0"
 SERVICES = ("rollout", "analysis", "environment", "trainer", "inference")
 
-#: Value sets rendered by the tests: name -> values files under tests/chart/values/.
+#: Value sets rendered by the tests: name -> values files under tests/chart/values/ (or absolute paths).
 VALUE_SETS: dict[str, list[str]] = {
     "defaults": [],
     "external-minio": ["external-minio.yaml"],
@@ -40,6 +40,9 @@ VALUE_SETS: dict[str, list[str]] = {
     "monitoring": ["monitoring.yaml"],
     "minimal": ["minimal.yaml"],
     "tls": ["tls.yaml"],
+    # the chart's example values for examples/tau2-retail-vllm.yaml, and the same without the adapter claim
+    "tau2-retail-vllm": [str(CHART / "values-tau2-retail-vllm.yaml")],
+    "tau2-retail-vllm-no-adapter-volume": [str(CHART / "values-tau2-retail-vllm.yaml"), "no-adapter-volume.yaml"],
 }
 
 #: Kinds from CRDs that kubernetes-validate has no schema for; checked structurally instead.

@@ -119,6 +119,9 @@ GPU_EXPECTED = {
     "minimal": {},
     # tensorParallelSize 2 -> vLLM asks 2; rollout count 1; inference pool 2/pod; trainer pool 8/pod.
     "gpu-pools": {"vllm": 2, "rollout": 1, "inference": 2, "training": 8},
+    # charts/trace/values-tau2-retail-vllm.yaml: vLLM over 2 GPUs, 2-GPU training Jobs (torchrun, 2 ranks)
+    "tau2-retail-vllm": {"vllm": 2, "inference": 1, "training": 2},
+    "tau2-retail-vllm-no-adapter-volume": {"vllm": 2, "inference": 1, "training": 2},
 }
 # The pool (values gpuPools.<pool>) each GPU component must be scheduled on.
 GPU_POOL = {"vllm": "rollout", "rollout": "rollout", "inference": "inference", "training": "trainer"}

@@ -77,6 +77,9 @@ EXPECTED = {
                  ("Deployment", "vllm"), ("Role", "trainer"), ("ServiceMonitor", "vllm"),
                  ("ConfigMap", "dashboard")}),
     "tls": ({("Deployment", "rollout")}, set()),
+    "tau2-retail-vllm": ({("Deployment", "vllm"), ("StatefulSet", "minio"), ("ConfigMap", "workload-templates")},
+                         set()),
+    "tau2-retail-vllm-no-adapter-volume": ({("Deployment", "vllm"), ("ConfigMap", "workload-templates")}, set()),
 }
 
 

@@ -94,22 +94,31 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+#: CLUSTER's adapter training without its vLLM rollouts (the suite's stack has no vLLM server).
+IN_PROCESS = {k: v for k, v in CLUSTER["training"]["grpo"].items() if k not in ("rollout_backend", "vllm")}
+
+
+def _deployment(embedded_stack, url: str, grpo: dict, executor: str = "kubernetes") -> dict:
+    """CLUSTER pointed at the suite's stack as the deployment, `url` the user simulator it calls."""
+    return {**CLUSTER, "services": dict(embedded_stack.targets),
+            "store": {"root": "s3://trace-artifacts", "s3_endpoint": f"127.0.0.1:{_closed_port()}"},
+            "target": {"env": "store", "user_simulator": {"base_url": url, "model": "m"}},
+            "base_agent": {"name": "micro"}, "analysis": {"mode": "diagnostics"}, "environments": {"mode": "library"},
+            "training": {**CLUSTER["training"], "grpo": grpo, "executor": executor},
+            "evaluation": {"split": "test", "limit": 4, "arms": ["base", "trace_routing"]},
+            "max_completion_length": {"tokens": 64, "reason": "a cap for this test only"}}
+
+
 def test_what_of_a_deployment_is_reachable_is_checked(tmp_path, monkeypatch, capsys, embedded_stack):
     """The five services reachable (the suite's stack): healthy, and their own checks pass; an HTTP
     endpoint answers; a store port with nothing behind it is skipped, not failed."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Models)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    cfg = {**CLUSTER, "services": dict(embedded_stack.targets),
-           "store": {"root": "s3://trace-artifacts", "s3_endpoint": f"127.0.0.1:{_closed_port()}"},
-           "target": {"env": "store"}, "base_agent": {"name": "micro"},
-           "analysis": {"mode": "diagnostics"}, "environments": {"mode": "library"},
-           "evaluation": {"split": "test", "limit": 4, "arms": ["base", "trace_routing"]},
-           "max_completion_length": {"tokens": 64, "reason": "a cap for this test only"}}
-    cfg["target"]["user_simulator"] = {"base_url": url, "model": "m"}   # an endpoint the run calls
     monkeypatch.chdir(tmp_path)
     try:
-        code = main(["run", "--config", str(_write(tmp_path, cfg)), "--check"])
+        code = main(["run", "--config", str(_write(tmp_path, _deployment(embedded_stack, url, IN_PROCESS))),
+                     "--check"])
     finally:
         server.shutdown()
     out, err = capsys.readouterr()
@@ -118,6 +127,20 @@ def test_what_of_a_deployment_is_reachable_is_checked(tmp_path, monkeypatch, cap
     assert rows == {"store": "skipped", **{f"service {s}": "ok" for s in SERVICES},
                     "LLM endpoint target.user_simulator": "ok", "deployed services' own checks": "ok"}, out
     assert "HTTP 200 from /models" in out and "Connection refused" in out
+
+
+def test_a_deployed_trainer_checks_vllm_rollouts_against_its_own_settings(tmp_path, monkeypatch, capsys,
+                                                                           embedded_stack):
+    """A reached trainer without CLUSTER's endpoint profile refuses its vLLM rollouts, as it would
+    refuse the jobs (the offline pass, whose embedded stand-in parses the fields only, lets them
+    through: the first test). The local executor here: the suite's trainer has no Job image."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _deployment(embedded_stack, f"http://127.0.0.1:{_closed_port()}/v1", CLUSTER["training"]["grpo"], "local")
+    code = main(["run", "--config", str(_write(tmp_path, cfg)), "--check"])
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "PERMISSION_DENIED: training.grpo.vllm.profile: 'vllm' is not an endpoint profile" in err
+    assert "Traceback" not in out + err
 
 
 def test_a_listener_that_is_not_the_service_fails_the_check(tmp_path, monkeypatch, capsys):

@@ -58,7 +58,7 @@ def make_trainer(config: GRPOConfig, base_model: torch.nn.Module, tokenizer: Any
 
             assert config.vllm is not None
             engine = VLLMRollouts(config.vllm, model, capability=capability or "adapter", tokenizer=tokenizer,
-                                  base_model_name=model_label, lineage=lineage)
+                                  base_model_name=model_label, lineage=lineage, dist=dist)
         else:
             engine = PolicyRollouts(policy)
     return GRPOTrainer(config, model, env_factory, engine, render=prompt_renderer(policy), pad_id=policy.pad_id,

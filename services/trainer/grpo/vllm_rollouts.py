@@ -19,6 +19,11 @@ resident together during a switch) and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; 
 `--logprobs-mode processed_logprobs` so reported logprobs are those of the sampling
 distribution (used as behaviour logprobs for guided tokens).
 
+A data-parallel job (torchrun, `distributed.py`) publishes each version once: rank 0 saves, loads,
+verifies and unloads as above; every other rank waits at a barrier until rank 0 has, then samples
+from that name too (after checking that the server lists it), and never loads, unloads or deletes a
+version itself (N ranks loading one name would replace each other's loads mid-rollout).
+
 Generation uses `/v1/completions` with the prompt as token ids rendered by our own chat
 format (the same ids the trainer scores) and `return_tokens_as_token_ids`, so completion
 token ids and logprobs come back exactly, with no re-tokenisation of text.
@@ -26,13 +31,14 @@ token ids and logprobs come back exactly, with no re-tokenisation of text.
 Replies get the room left in the server's context (max_model_len from /v1/models), and a prompt
 that leaves none raises ContextExhausted (the episode ends, as with the in-process backend).
 
-Semantics (publish(N)):
+Semantics (publish(N); on rank 0 of a data-parallel job, the other ranks as below):
     save adapter -> dir/<cap>-<lineage>-vN
     repeat up to 1 + load_retries: load(<cap>-<lineage>-vN); if listed in /v1/models: break; sleep(backoff * 2^k)
         (a first "already loaded" for a name not loaded by us: unload it, load again)
     current := <cap>-<lineage>-vN; unload(previous) now if refcount(previous) == 0, else when it drops to 0
     (or at the drain timeout),
     then delete dir/<previous> (only the current version's files stay on the shared volume)
+    data-parallel: barrier; rank > 0: current := <cap>-<lineage>-vN if listed in /v1/models, else Unavailable
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from trace_common.policy.errors import PolicyUnavailable
 from trace_common.policy.http_backend import context_refusal
 
 from .config import VLLMRolloutConfig
+from .distributed import Dist
 from .lora import save_pretrained_to
 from .rollouts import PolicyRollouts
 
@@ -187,6 +194,19 @@ class VLLMAdapterManager:
                             self.inflight.get(name, 0), self.config.drain_timeout_s)
         await self.unload(name)
 
+    async def adopt(self, name: str) -> None:
+        """Serve `name`, which another process of this job loaded and verified (module docstring): no
+        load, and the previous version is that process's to unload."""
+        try:
+            listed = await self.listed()
+        except httpx.HTTPError as exc:
+            raise AdapterLoadError(f"cannot list the models of the vLLM server at {self.config.base_url}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        if name not in listed:
+            raise AdapterLoadError(f"adapter {name!r}, loaded by rank 0 of this job, is not listed by the vLLM "
+                                   f"server at {self.config.base_url}; every rank must reach the same server")
+        self.current = name
+
     def acquire(self) -> str:
         if self.current is None:
             raise Unavailable("no adapter version is loaded yet (publish one first)")
@@ -289,9 +309,11 @@ class VLLMRollouts(PolicyRollouts):
     """`RolloutEngine` over a vLLM server: publish = save + load + verify + switch (+ drain/unload)."""
 
     def __init__(self, config: VLLMRolloutConfig, model: Any, *, capability: str, tokenizer: Any,
-                 base_model_name: str = "", observe: Any = None, lineage: str = ""):
+                 base_model_name: str = "", observe: Any = None, lineage: str = "", dist: Dist | None = None):
         self.config = config
         self.model = model
+        #: the job's processes (None: one); rank 0 alone publishes the versions (module docstring)
+        self.dist = dist
         self.capability = capability
         # the served name's stem: capability + checkpoint lineage (module docstring), in characters safe
         # in a path and a vLLM model name
@@ -311,9 +333,17 @@ class VLLMRollouts(PolicyRollouts):
 
     async def publish(self, version: int) -> None:
         name = self.adapter_name(version)
-        path = Path(self.config.adapter_dir) / name
-        await asyncio.to_thread(save_pretrained_to, self.model, path)
-        await self.manager.switch(name, str(path))
+        dist = self.dist if self.dist is not None and self.dist.enabled else None
+        if dist is None or dist.is_main:
+            path = Path(self.config.adapter_dir) / name
+            await asyncio.to_thread(save_pretrained_to, self.model, path)
+            await self.manager.switch(name, str(path))
+        if dist is not None:
+            # blocks the loop on purpose: publish runs between rollout batches, so nothing of this
+            # process is waiting on it; a rank 0 that failed to load exits, and torchrun stops the others
+            dist.barrier()
+            if not dist.is_main:
+                await self.manager.adopt(name)
         self.version = version
 
     async def close(self) -> None:

@@ -6,6 +6,7 @@ store (written by the worker's own `EventSink`) and the Job status the Job contr
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import kubernetes_validate
 import pytest
@@ -71,6 +72,49 @@ def test_manifest_is_valid_kubernetes_1_32(settings):
     else:
         assert ENVIRONMENT_TOKEN_ENV not in env
     assert "secret" not in env[SPEC_ENV]["value"].lower()
+
+
+def template_job(command: list[str], gpus) -> dict:
+    """An operator's Job template whose container runs `command` with `gpus` nvidia.com/gpu (None: no request)."""
+    res = {"limits": {"memory": "1Gi"}, "requests": {"memory": "1Gi"}}
+    if gpus is not None:
+        res["limits"]["nvidia.com/gpu"] = res["requests"]["nvidia.com/gpu"] = gpus
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "t-"}, "spec": {"template": {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "trace-trainer:1",
+                                                            "command": command, "resources": res}]}}}}
+
+
+TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node=8", "-m", "services.trainer.worker"]
+
+
+@pytest.mark.parametrize("kind, template, command, gpus", [
+    # the operator's template: adapters keep its processes and GPUs, a gate job gets one of each
+    ("TRAINING_KIND_ADAPTER", template_job(TORCHRUN, 8), TORCHRUN, 8),
+    ("TRAINING_KIND_GATES", template_job(TORCHRUN, 8), [*TORCHRUN[:2], "--nproc-per-node=1", *TORCHRUN[3:]], 1),
+    ("TRAINING_KIND_GATES", template_job(["torchrun", "--nproc_per_node", "4", "-m", "m"], "4"),
+     ["torchrun", "--nproc_per_node", "1", "-m", "m"], "1"),                 # the other spelling, a string count
+    ("TRAINING_KIND_GATES", template_job(["torchrun", "--nproc_per_node=gpu", "-m", "m"], None),
+     ["torchrun", "--nproc_per_node=1", "-m", "m"], None),                   # a CPU template asks for no GPU
+    ("TRAINING_KIND_GATES", template_job(["python", "-m", "m"], 1), ["python", "-m", "m"], 1),   # already one
+    # the built-in Job (job_gpus=4)
+    ("TRAINING_KIND_ADAPTER", None, ["torchrun", "--standalone", "--nproc_per_node=4", "-m",
+                                     "services.trainer.worker"], "4"),
+    ("TRAINING_KIND_GATES", None, ["torchrun", "--standalone", "--nproc_per_node=1", "-m",
+                                   "services.trainer.worker"], "1"),
+])
+def test_a_gate_job_runs_one_process_on_one_gpu(kind, template, command, gpus):
+    """Gate training runs in one process (the worker refuses torchrun ranks): its Job gets one
+    process and at most one GPU, while adapter jobs spread over every GPU the Job asks for."""
+    spec = wspec().model_copy(update={"kind": kind})
+    before = copy.deepcopy(template)
+    data = build_job(spec, TrainerSettings(**GPU_POOL), namespace="trace", template=template)
+    data = data if isinstance(data, dict) else manifest_dict(data)
+    kubernetes_validate.validate(data, "1.32.0", strict=True)
+    (c,) = data["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == command
+    for section in ("limits", "requests"):
+        assert c["resources"][section].get("nvidia.com/gpu") == gpus
+    assert template == before                     # the operator's template itself is left as it was
 
 
 @pytest.mark.parametrize("bad, text", [

@@ -86,17 +86,25 @@ def test_an_allowed_server_and_directory_are_resolved_for_the_worker(domain, vll
     assert config.vllm.adapter_dir == os.path.join(root, sub)
 
 
-def test_the_config_check_applies_the_same_rules(domain, listener):
-    """ValidateTrainingConfig (a run's pre-flight) refuses what CreateTrainingJob would, naming the
-    caller's field, and returns what the job would train with."""
+@pytest.mark.parametrize("executor", ["EXECUTOR_LOCAL", None])
+def test_the_config_check_applies_the_same_rules(domain, listener, executor):
+    """ValidateTrainingConfig (a run's pre-flight) told the executor refuses what CreateTrainingJob
+    would under it, naming the caller's field, and returns what the job would train with; not told,
+    it parses the fields only (the caller asks a trainer that will not run the jobs)."""
     training, root = domain
     values = {"rollout_backend": "vllm", "vllm": {"base_url": listener.base_url, "adapter_dir": "a"}}
-    with pytest.raises(PermissionDenied, match="training.grpo.vllm.base_url"):
-        training.validate_config("TRAINING_KIND_ADAPTER", values, "training.grpo")
+    if executor is None:
+        assert training.validate_config("TRAINING_KIND_ADAPTER", values, "training.grpo").vllm.adapter_dir == "a"
+    else:
+        with pytest.raises(PermissionDenied, match="training.grpo.vllm.base_url"):
+            training.validate_config("TRAINING_KIND_ADAPTER", values, "training.grpo", executor=executor)
     assert listener.connections == 0
     ok = training.validate_config("TRAINING_KIND_ADAPTER", {"rollout_backend": "vllm", "vllm": {
-        "profile": "vllm", "adapter_dir": "a"}}, "training.grpo")
-    assert ok.vllm.base_url == PROFILE_URL and ok.vllm.adapter_dir == str(root / "a")
+        "profile": "vllm", "adapter_dir": "a"}}, "training.grpo", executor=executor)
+    if executor:
+        assert ok.vllm.base_url == PROFILE_URL and ok.vllm.adapter_dir == str(root / "a")
+    else:
+        assert ok.vllm.base_url == "" and ok.vllm.adapter_dir == "a"
 
 
 def job_template(volume: dict | None, mount: dict | None) -> dict:
@@ -139,12 +147,15 @@ def test_kubernetes_jobs_roll_out_on_vllm_only_with_the_root_on_a_shared_volume(
         settings["job_template"] = str(tmp_path / "job.json")
     training = Training(TrainerSettings(**settings))
     job = spec({"profile": "vllm", "adapter_dir": "cap"}).model_copy(update={"executor": "EXECUTOR_KUBERNETES"})
-    if allowed:
-        assert training.validate(job).vllm.adapter_dir == "/adapters/cap"
-    else:
-        with pytest.raises(FailedPrecondition, match="Kubernetes executor") as err:
-            training.validate(job)
-        assert why in str(err.value) and "vllm.adapterVolume.existingClaim" in str(err.value)
+    # the job, and its config alone as ValidateTrainingConfig checks it for this executor: the same verdict
+    for check in (lambda: training.validate(job),
+                  lambda: training.validate_config(job.kind, job.config, "training.grpo", executor=job.executor)):
+        if allowed:
+            assert check().vllm.adapter_dir == "/adapters/cap"
+        else:
+            with pytest.raises(FailedPrecondition, match="Kubernetes executor") as err:
+                check()
+            assert why in str(err.value) and "vllm.adapterVolume.existingClaim" in str(err.value)
 
 
 @pytest.mark.parametrize(("content", "needle"), [

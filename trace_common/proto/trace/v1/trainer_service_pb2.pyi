@@ -210,15 +210,17 @@ class ListCheckpointsResponse(_message.Message):
         ...
 
 class ValidateTrainingConfigRequest(_message.Message):
-    __slots__ = ('kind', 'config', 'field_path')
+    __slots__ = ('kind', 'config', 'field_path', 'executor')
     KIND_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     FIELD_PATH_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     kind: TrainingKind
     config: _types_pb2.Config
     field_path: str
+    executor: Executor
 
-    def __init__(self, kind: _Optional[_Union[TrainingKind, str]]=..., config: _Optional[_Union[_types_pb2.Config, _Mapping]]=..., field_path: _Optional[str]=...) -> None:
+    def __init__(self, kind: _Optional[_Union[TrainingKind, str]]=..., config: _Optional[_Union[_types_pb2.Config, _Mapping]]=..., field_path: _Optional[str]=..., executor: _Optional[_Union[Executor, str]]=...) -> None:
         ...
 
 class ValidateTrainingConfigResponse(_message.Message):

@@ -80,6 +80,8 @@ class TrainerServiceServicer:
         GRPO config for GATES) without creating a job or loading anything: INVALID_ARGUMENT naming
         the field (with the closest valid name for a mistyped one), else the config with every
         default filled in. Clients call it before they start work that a bad config would waste.
+        With `executor` named, an ADAPTER config's vLLM rollouts are also checked against this
+        trainer's settings as CreateTrainingJob checks a job under that executor.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,163 @@
+"""The GPU-cluster example trains as the reference does: `charts/trace/values-tau2-retail-vllm.yaml`
+renders (schema-validated by helm) a vLLM server with runtime LoRA updating that reads the claim
+the training Jobs write adapter versions to, sized for `examples/tau2-retail-vllm.yaml`; and the
+trainer, with the settings the chart renders for it, accepts that config's GRPO configs -- the
+adapters' vLLM rollouts under the Kubernetes executor -- through its ValidateTrainingConfig,
+as tracectl's Pipeline.check sends them, and refuses vLLM rollouts without the claim. Real pieces:
+the helm render, the trainer's servicer and settings loaded from the rendered env, its Job builder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from google.protobuf.json_format import MessageToDict
+
+from services.trainer.kubernetes_job import build_job
+from services.trainer.service import Training
+from services.trainer.servicer import TrainerServicer
+from tests.chart.helm import CHART, FULLNAME, KUBE_VERSION, NAMESPACE, helm, render
+from tests.chart.test_training_jobs import trainer_settings, worker_spec
+from trace_common.errors import FailedPrecondition, TraceError
+from tracectl.run.config import load_config
+from tracectl.run.pipeline import Pipeline, T, config_struct
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_CONFIG = load_config(REPO / "examples" / "tau2-retail-vllm.yaml")
+VALUES = CHART / "values-tau2-retail-vllm.yaml"
+SET = "tau2-retail-vllm"
+
+
+def _vllm(value_set: str = SET) -> dict:
+    """The vLLM pod spec of a render."""
+    return render(value_set).get("Deployment", f"{FULLNAME}-vllm")["spec"]["template"]["spec"]
+
+
+def _flag(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_the_vllm_server_serves_the_configs_model_with_runtime_lora_updating():
+    (c,) = _vllm()["containers"]
+    args, env = c["args"], {e["name"]: e.get("value") for e in c["env"]}
+    grpo = RUN_CONFIG.training.grpo
+    assert [_flag(args, "--model")] == llm_models()          # the one model every LLM section names
+    assert "--enable-lora" in args and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert int(_flag(args, "--max-lora-rank")) >= grpo["lora_r"]               # vLLM refuses a higher rank
+    assert int(_flag(args, "--max-loras")) >= RUN_CONFIG.training.parallel      # one served version per job
+    assert _flag(args, "--logprobs-mode") == "processed_logprobs"               # guided tokens' behaviour logprobs
+    assert "--enable-auto-tool-choice" in args and _flag(args, "--tool-call-parser") == "hermes"
+
+
+def llm_models() -> list[str]:
+    """The model every LLM section of the run config names (one server serves them all)."""
+    c = RUN_CONFIG
+    return sorted({c.base_agent.name, c.target.user_simulator.model, c.analysis.llm.model,
+                   c.environments.llm.model, c.evaluation.gepa.model})
+
+
+def test_the_server_and_the_training_jobs_share_the_adapter_claim():
+    r = render(SET)
+    spec = _vllm()
+    (server,) = spec["containers"]
+    job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
+    pod = job["spec"]["template"]["spec"]
+    (train,) = pod["containers"]
+
+    def claim(volumes: list[dict]) -> dict:
+        return next(v for v in volumes if v["name"] == "adapters")["persistentVolumeClaim"]
+
+    def mount(container: dict) -> dict:
+        return next(m for m in container["volumeMounts"] if m["name"] == "adapters")
+
+    assert claim(spec["volumes"]) == {"claimName": "trace-adapters", "readOnly": True}    # the server only reads
+    assert claim(pod["volumes"]) == {"claimName": "trace-adapters"}                       # the Jobs write
+    assert mount(server) == {"name": "adapters", "mountPath": "/adapters", "readOnly": True}
+    assert mount(train) == {"name": "adapters", "mountPath": "/adapters"}
+    (trainer,) = r.get("Deployment", f"{FULLNAME}-trainer")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["TRACE_TRAINER_VLLM_ADAPTER_ROOT"] == "/adapters"
+    assert json.loads(env["TRACE_TRAINER_ENDPOINTS"]) == {"vllm": {"base_url": f"http://{FULLNAME}-vllm:8000/v1"}}
+
+
+@pytest.mark.parametrize(("kind", "processes"), [("TRAINING_KIND_ADAPTER", 2), ("TRAINING_KIND_GATES", 1)])
+def test_adapter_jobs_spread_over_their_gpus_and_gate_jobs_take_one(kind, processes, tmp_path, monkeypatch):
+    """torchrun starts one process per GPU the Job asks for; gate training runs in one process."""
+    settings = trainer_settings(SET, tmp_path, monkeypatch)
+    job = build_job(worker_spec().model_copy(update={"kind": kind}), settings, namespace=NAMESPACE)
+    kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert f"--nproc-per-node={processes}" in c["command"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == processes
+
+
+def _validate(settings, field: str, kind: int, config: dict, executor: int) -> dict:
+    """The trainer's ValidateTrainingConfig (servicer and domain), asked as Pipeline.check asks it."""
+    request = T.ValidateTrainingConfigRequest(kind=kind, config=config_struct(field, config), field_path=field,
+                                              executor=executor)
+    servicer = TrainerServicer(Training(settings))
+    return MessageToDict(asyncio.run(servicer.ValidateTrainingConfig(request, None)).config.values)
+
+
+CONFIGS = {label: (field, kind, config) for label, field, kind, config in
+           Pipeline(RUN_CONFIG, runner=None, store=None, manifest=None).trainer_configs()}  # type: ignore[arg-type]
+GRPO, TARGET, GATES = CONFIGS
+
+
+@pytest.mark.parametrize(("value_set", "label", "executor", "vllm", "refused"), [
+    # the adapters and the grpo_target arm: vLLM rollouts through the in-chart server, versions on the claim
+    (SET, GRPO, T.EXECUTOR_KUBERNETES, {"base_url": f"http://{FULLNAME}-vllm:8000/v1", "profile": "vllm",
+                                        "adapter_dir": "/adapters/tau2-retail-qwen3"}, None),
+    (SET, TARGET, T.EXECUTOR_KUBERNETES, {"base_url": f"http://{FULLNAME}-vllm:8000/v1", "profile": "vllm",
+                                          "adapter_dir": "/adapters/tau2-retail-qwen3"}, None),
+    # gates roll out in-process (the gate config has no vLLM backend)
+    (SET, GATES, T.EXECUTOR_KUBERNETES, None, None),
+    # the fields only (a stand-in trainer): nothing resolved against the settings
+    (SET, GRPO, T.EXECUTOR_UNSPECIFIED, {"profile": "vllm", "adapter_dir": "tau2-retail-qwen3"}, None),
+    # the trainer pod itself does not mount the claim: its local workers could not write the versions
+    (SET, GRPO, T.EXECUTOR_LOCAL, None, "not a writable directory in the trainer's pod"),
+    # no claim shared by the server and the Jobs: refused, naming the value that provides it
+    ("tau2-retail-vllm-no-adapter-volume", GRPO, T.EXECUTOR_KUBERNETES, None, "vllm.adapterVolume.existingClaim"),
+])
+def test_the_trainer_accepts_the_configs_training_with_the_charts_settings(value_set, label, executor, vllm, refused,
+                                                                          tmp_path, monkeypatch):
+    settings = trainer_settings(value_set, tmp_path, monkeypatch)
+    field, kind, config = CONFIGS[label]
+    if refused:
+        with pytest.raises(FailedPrecondition) as err:
+            _validate(settings, field, kind, config, executor)
+        assert refused in str(err.value) and "TRACE_TRAINER_VLLM_ADAPTER_ROOT" in str(err.value)
+        return
+    parsed = _validate(settings, field, kind, config, executor)
+    assert parsed["rollout_backend"] == ("vllm" if vllm else "in_process")
+    if vllm:
+        assert {k: parsed["vllm"].get(k, "") for k in vllm} == vllm
+        assert parsed["lora_r"] == config["lora_r"]
+
+
+def test_an_unknown_executor_is_refused(tmp_path, monkeypatch):
+    settings = trainer_settings(SET, tmp_path, monkeypatch)
+    field, kind, config = CONFIGS[GRPO]
+    with pytest.raises(TraceError, match="executor: expected EXECUTOR_LOCAL or EXECUTOR_KUBERNETES, got '7'"):
+        _validate(settings, field, kind, config, 7)
+
+
+def test_the_configs_addresses_are_the_services_the_chart_renders_for_release_trace():
+    """The run config names the Services of release "trace" (its comment): each host:port is one."""
+    proc = helm("template", "trace", str(CHART), "--namespace", "trace", "--kube-version", KUBE_VERSION,
+                "-f", str(VALUES))
+    assert proc.returncode == 0, proc.stderr
+    ports = {(d["metadata"]["name"], p["port"]) for d in yaml.safe_load_all(proc.stdout)
+             if d and d["kind"] == "Service" for p in d["spec"]["ports"]}
+    c = RUN_CONFIG
+    urls = [c.base_agent.endpoint, c.target.user_simulator.base_url, c.analysis.llm.base_url,
+            c.environments.llm.base_url, c.evaluation.gepa.base_url]
+    addresses = [*c.services.values(), c.store.s3_endpoint,
+                 *(u.removeprefix("http://").split("/")[0] for u in urls)]
+    for address in addresses:
+        host, port = address.rsplit(":", 1)
+        assert (host, int(port)) in ports, address
