@@ -306,5 +306,10 @@ def grpo_target_config(grpo: dict[str, Any]) -> dict[str, Any]:
     target supplies no hints (asking would fail the job), and never stopped early: the arm plays its
     whole budget, as TRACE did. On a target where the base passes nothing every group is
     uninformative, and the adapters' early stop would fail the job; here the policy simply stays where
-    it started, which is the result to report. evaluation.py adds max_steps and checkpoint_at."""
-    return {**grpo, "guidance_fraction": 0.0, "early_stop_uninformative_iterations": 0}
+    it started, which is the result to report. Nor does it re-collect uninformative groups
+    (`max_resample_rounds` 0): its budget points are checkpoints chosen by iteration
+    (`evaluation.curve_iterations`: it(m) = ceil(m B / (groups_per_batch num_generations))), which
+    play m B episodes only when every iteration plays its nominal batch; with re-collection the "1x"
+    checkpoint of the demo's seed 0 (commit 17a1648) had played 2,720 episodes against TRACE's 1,084.
+    evaluation.py adds max_steps and checkpoint_at."""
+    return {**grpo, "guidance_fraction": 0.0, "early_stop_uninformative_iterations": 0, "max_resample_rounds": 0}

@@ -136,3 +136,17 @@ def test_a_file_that_is_no_yaml_mapping_is_one_line(tmp_path, monkeypatch, capsy
     out, err_text = capsys.readouterr()
     assert err_text.count("\n") == 1 and fragment in err_text and "Traceback" not in out + err_text
     assert not (tmp_path / ".trace").exists()
+
+
+@pytest.mark.parametrize("grpo", [
+    {"max_resample_rounds": 2, "guidance_fraction": 0.25, "early_stop_uninformative_iterations": 3},
+    {},
+])
+def test_grpo_on_the_target_plays_exactly_its_budget_points(grpo):
+    """Unguided, never stopped early, and never re-collecting: each checkpoint chosen by iteration
+    (curve_iterations) then plays its nominal m x B episodes, not up to (1 + rounds) times them."""
+    from tracectl.run.config import grpo_target_config
+
+    out = grpo_target_config(grpo)
+    assert (out["guidance_fraction"], out["early_stop_uninformative_iterations"], out["max_resample_rounds"]) == (
+        0.0, 0, 0)
