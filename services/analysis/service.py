@@ -17,8 +17,8 @@ from trace_common.endpoints import Endpoints
 from trace_common.jobs import JobContext, JobManager, JobRecord, estimate_footprint
 
 from .artifacts_io import confine_rollouts
-from .metrics import M
 from .job import analyst_config, run_analysis
+from .metrics import M
 from .result import AnalysisResult
 from .settings import AnalysisSettings
 from .specs import AnalysisSpecModel

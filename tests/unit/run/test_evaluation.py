@@ -156,7 +156,7 @@ def test_several_trials_per_task_pair_tasks_not_episodes(tmp_path):
     """evaluation.trials = 3 (tau2's pass^k): every arm plays each test task 3 times, the outcomes are
     per-task success counts, the pairing is a sign-flip permutation over tasks, pass^1..pass^3 are
     kept, and the report says so."""
-    from trace_common.stats import pass_hat_k, paired_trials_comparison
+    from trace_common.stats import paired_trials_comparison, pass_hat_k
     from tracectl.run.arm_results import trial_successes
 
     p = pipeline(tmp_path, trials=3, temperature=0.7).setup()
