@@ -226,10 +226,13 @@ def plot_expert_usage(usage: dict[str, Any]) -> bytes | None:
         ax.set_ylabel("share", fontsize=9)
         ax.set_title(f"{task} tasks", fontsize=9, loc="left")
         ax.tick_params(labelsize=8)
-    axes[-1, 0].set_xlabel("position in the generated reply (equal buckets, first to last)", fontsize=9)
+    axes[-1, 0].set_xlabel("position in the generated reply (equal buckets, first to last; empty: the replies "
+                           "had ended)", fontsize=9)
     axes[-1, 0].set_xticks(xs)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=9, ncol=min(3, len(experts)), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+    top = 1 - (0.35 + 0.25 * -(-len(experts) // 3)) / fig.get_figheight()   # room for the title and legend rows
+    fig.tight_layout(rect=(0, 0, 1, top))
+    fig.legend(handles, labels, fontsize=9, ncol=min(3, len(experts)), loc="upper center", bbox_to_anchor=(0.5, 1.0),
                frameon=False, title="Which slot the gates route tokens to (share of layer x token decisions)",
                title_fontsize=10)
     return _png(fig)
