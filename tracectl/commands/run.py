@@ -4,7 +4,9 @@ Before any work, `run` checks the whole config: the file itself (a YAML mapping,
 section's fields (a typo gets the closest valid name), and, through the trainer, the GRPO configs
 `training.grpo` and `gates.config` (Pipeline.check). `run --check` stops there; for a config that
 deploys services or an S3 store it checks offline what it can and then what of the deployment is
-reachable from here, listing the rest as skipped (tracectl/run/preflight.py). A run's
+reachable from here, listing the rest as skipped (tracectl/run/preflight.py). `run --plan` makes
+the offline checks and then prints the episodes, tokens and GPU-hours the run would take
+(tracectl/run/plan.py). A run's
 manifest that fails its sha256 check or does not parse stops `run` and `report` with the way
 out (delete it, or use another --run-id); a damaged artifact that the manifest names is reported
 with the stage that wrote it (re-run it with --from). Exit statuses: tracectl/exits.py.
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the whole TRACE loop from a config (resumes completed stages)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=exits.epilog(
                            0, 1, 2, 3, c0="done (--check: the config is valid offline and every reachable network check passed; "
-                              "unreachable ones are listed as skipped; nothing was run)",
+                              "unreachable ones are listed as skipped; --plan: the plan is printed; nothing was run)",
                            c1="a stage failed or a service refused (the manifest records the stage; a re-run "
                               "resumes); --check: a reached store, service or endpoint failed its check",
                            c2="bad config, nothing started: unreadable, not a YAML mapping, or a wrong field "
@@ -57,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "offline (every section; GRPO configs and the target through services embedded here, the code "
                    "a deployed one runs), then what of the deployment is reachable (store, services' health, LLM "
                    "endpoints, the deployed services' own checks); an unreachable address is listed as skipped")
+    p.add_argument("--plan", action="store_true", help="make --check's offline checks, then print the episodes, "
+                   "tokens and GPU-hours each stage and arm will take (tracectl/run/plan.py); runs nothing")
     p.set_defaults(func=cmd_run)
 
     r = sub.add_parser("report", help="re-render a run's report from its manifest",
@@ -118,6 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.check:
         return check_only(args, cfg, endpoints)
+    if args.plan:
+        return plan_only(args, cfg, endpoints)
     root, store = _store(cfg)
     manifest = Manifest.load(store, cfg.run_id) or Manifest(run_id=cfg.run_id)
     manifest.config = cfg.model_dump()
@@ -177,6 +183,19 @@ def check_only(args: argparse.Namespace, cfg: RunConfig, endpoints) -> int:
         return exits.BAD_INPUT
     print("\n".join(found.lines(args.config)))
     return exit_code(found)
+
+
+def plan_only(args: argparse.Namespace, cfg: RunConfig, endpoints) -> int:
+    """`run --plan`: the offline checks of --check, then the plan (tracectl/run/plan.py)."""
+    from tracectl.run.plan import plan_command
+
+    data = cfg.target.params.get("data") or cfg.target.uri.removeprefix("file://")
+    try:
+        plan_command(cfg, endpoints, data_dirs=[data] if data else [], config=args.config)
+    except InvalidArgument as err:
+        print(f"tracectl run --plan: {args.config}: {err}", file=sys.stderr)   # names the field or variable
+        return exits.BAD_INPUT
+    return exits.OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -25,13 +25,19 @@ from __future__ import annotations
 import argparse
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from trace_common.errors import ArtifactCorrupted, TraceError
 from tracectl import exits
 from tracectl.run.config import RunConfig
+
+if TYPE_CHECKING:
+    from tracectl.run.pipeline import Pipeline
 
 #: Seconds a TCP connect to a network check's address may take before it is skipped as unreachable.
 CONNECT_TIMEOUT_S = 2.0
@@ -165,8 +171,12 @@ def check_llm(name: str, base_url: str) -> Check:
     return c
 
 
-def _pipeline_check(cfg: RunConfig, targets: dict[str, str], token: str | None, endpoints, data_dirs) -> list[str]:
-    """Pipeline.check against `targets` (none: services embedded in this process, a scratch store)."""
+@contextmanager
+def check_pipeline(cfg: RunConfig, targets: dict[str, str], token: str | None, endpoints,
+                   data_dirs) -> Iterator[Pipeline]:
+    """A Pipeline over `targets` (none: services embedded in this process) and a scratch store, for
+    checks that create nothing (`--check` here, `--plan` in plan.py): the run's own store and
+    manifest are never opened."""
     from trace_common.artifacts import open_store
     from tracectl.connect import Connection
     from tracectl.embedded import EMBEDDED_ENDPOINTS, allow_data_from_command
@@ -181,7 +191,13 @@ def _pipeline_check(cfg: RunConfig, targets: dict[str, str], token: str | None, 
             allow_data_from_command(conn_args, d)
         with Connection(conn_args) as conn:
             store = open_store(Path(scratch).as_uri())
-            return Pipeline(cfg, JobRunner(conn), store, Manifest(run_id=cfg.run_id)).check()
+            yield Pipeline(cfg, JobRunner(conn), store, Manifest(run_id=cfg.run_id))
+
+
+def _pipeline_check(cfg: RunConfig, targets: dict[str, str], token: str | None, endpoints, data_dirs) -> list[str]:
+    """Pipeline.check against `targets` (none: services embedded in this process, a scratch store)."""
+    with check_pipeline(cfg, targets, token, endpoints, data_dirs) as pipe:
+        return pipe.check()
 
 
 def preflight(cfg: RunConfig, endpoints, *, token: str | None, open_run_store, data_dirs: list[str]) -> Preflight:
