@@ -14,18 +14,9 @@ from safetensors.torch import load_file
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
-from tests.unit.trainer.grpo.helpers import tiny_tokenizer, warm_model
 from trace_common.jobs import JobState
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pick-model")
-    warm_model("pick").save_pretrained(d)
-    tiny_tokenizer().save_pretrained(d)
-    return d
 
 
 def make_domain(tmp_path) -> Training:

@@ -37,14 +37,6 @@ def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 # ---- a trainer job (the worker, in this process) -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pick-model")
-    warm_model("pick").save_pretrained(d)
-    tiny_tokenizer().save_pretrained(d)
-    return d
-
-
 def run_job(tmp_path: Path, model_dir: Path, monkeypatch, rc: int = 0, **config) -> list[tuple[str, dict]]:
     """One adapter job through the worker's own code path (exit code `rc`); its events."""
     from services.trainer import worker
