@@ -20,8 +20,8 @@ from tests.support.fake_openai import FakeOpenAI, completion
 from trace_common.artifacts import open_store, open_uri
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.evaluation.gepa import GepaSettings, read_trajectories, run_gepa
 from tracectl.run.config import RunConfig
-from tracectl.run.gepa_arm import GepaSettings, read_trajectories, run_gepa
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.pipeline import Pipeline

@@ -96,7 +96,7 @@ def derive(p) -> dict[str, Any]:
     tokenizer = base_tokenizer(cfg)
     expert = t.PolicyRef(backend=t.POLICY_BACKEND_SCRIPTED, model="expert:perfect")
     res = p.rollout(expert, "train", EXPERT_TASKS, 1, 0.0, "expert turns (completion cap)", max_tokens=0)
-    from tracectl.run.arm_results import read_trajectories
+    from tracectl.evaluation.scoring import read_trajectories
 
     lengths = reply_lengths(tokenizer, read_trajectories(p.store, res["uri"]))
     if not lengths:

@@ -171,7 +171,7 @@ class GatesSection(Section):
 
 
 class EvaluationSection(Section):
-    """Every arm on the same held-out tasks, greedy (tracectl/run/evaluation.py). Fixed before any
+    """Every arm on the same held-out tasks, greedy (tracectl/evaluation/stage.py). Fixed before any
     run: nothing here is tuned on the test split."""
 
     split: str = Field("test", description="Held-out split every arm plays.")
@@ -311,5 +311,5 @@ def grpo_target_config(grpo: dict[str, Any]) -> dict[str, Any]:
     (`evaluation.curve_iterations`: it(m) = ceil(m B / (groups_per_batch num_generations))), which
     play m B episodes only when every iteration plays its nominal batch; with re-collection the "1x"
     checkpoint of the demo's seed 0 (commit 17a1648) had played 2,720 episodes against TRACE's 1,084.
-    evaluation.py adds max_steps and checkpoint_at."""
+    tracectl/evaluation/stage.py adds max_steps and checkpoint_at."""
     return {**grpo, "guidance_fraction": 0.0, "early_stop_uninformative_iterations": 0, "max_resample_rounds": 0}

@@ -330,7 +330,7 @@ class Pipeline:
                 "result": {"metrics": dict(resp.job.metrics)}}
 
     def stage_evaluation(self) -> dict[str, Any]:
-        from tracectl.run.evaluation import evaluate
+        from tracectl.evaluation.stage import evaluate
 
         return evaluate(self)
 
@@ -343,7 +343,7 @@ class Pipeline:
     def trainer_configs(self) -> list[tuple[str, str, int, dict[str, Any]]]:
         """(what it is, its field in the run config, TrainingKind, config) of every config this run's
         training jobs get: the adapters' `training.grpo`, the grpo_target arm's variant of it
-        (evaluation.py trains that arm unguided; its max_steps follows TRACE's budget, known only
+        (tracectl/evaluation/stage.py trains that arm unguided; its max_steps follows TRACE's budget, known only
         after the gates stage) and `gates.config`."""
         grpo = self.cfg.training.grpo
         out = [("training.grpo", "training.grpo", T.TRAINING_KIND_ADAPTER, grpo)]

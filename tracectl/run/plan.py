@@ -1,7 +1,7 @@
 """`tracectl run --config F --plan`: what a run will play and what it will cost, before it runs.
 
 GPU hours are spent by episodes, so the plan counts them the way the run report does
-(arm_results.trace_budget; evaluation.py), from the config alone: no job is created, nothing is
+(tracectl/evaluation: budget.trace_budget; stage.py), from the config alone: no job is created, nothing is
 played, no manifest is written. What only a service knows without work is asked the way `--check`
 asks it: the GRPO configs as the trainer parses them (its defaults filled in, never re-typed here:
 ValidateTrainingConfig) and the target's split sizes (the rollout service's listing).
@@ -31,7 +31,7 @@ min(limit or size, size); GRPO fields are those of the configs as the trainer pa
                      initial_iterations), steps = max(max_steps, n0) (the pipeline raises max_steps)
                      nominal = (steps - n0) x B x G
                      worst   = (steps - n0) x B x G x (1 + R) + R x c x G   (every group re-collected)
-    gates            warm start: arm_results.warm_start_episodes(gates, K)
+    gates            warm start: budget.warm_start_episodes(gates, K)
                      GRPO: max_steps x B x G, worst x (1 + R)       (the parsed gates.config's)
     B                sum over rollout, calibration, adapters, gates (nominal; worst)
     evaluation       every arm: tasks(limit, split) x trials test + tasks(probe_limit, split) probes;
@@ -67,10 +67,10 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trace_common.errors import FailedPrecondition, InvalidArgument
-from tracectl.run.arm_results import warm_start_episodes
+from tracectl.evaluation.budget import warm_start_episodes
+from tracectl.evaluation.stage import curve_iterations, per_iteration, point_name
 from tracectl.run.completion_cap import EXPERT_TARGETS, EXPERT_TASKS
 from tracectl.run.config import RunConfig, grpo_target_config
-from tracectl.run.evaluation import curve_iterations, per_iteration, point_name
 
 # -- what tracectl may not import from the environment service, stated here ------------------------
 # tracectl imports no service (tests/unit/test_import_rules.py), so the environment service's own
@@ -85,7 +85,7 @@ CALIBRATION_SETTINGS = {"groups": ("TRACE_ENVIRONMENT_VALIDATION_GROUPS", 16),
                         "default_max_retries": ("TRACE_ENVIRONMENT_DEFAULT_MAX_RETRIES", 3)}
 
 # -- measured figures (defaults) -------------------------------------------------------------------
-#: Per-GPU throughput defaults, in tokens (prompt + completion, as the trainer and arm_results count
+#: Per-GPU throughput defaults, in tokens (prompt + completion, as the trainer and evaluation/budget.py count
 #: them: every assistant turn's full prompt and its completion) per second. Measured, not on a GPU:
 #: examples/quick.yaml run to completion on this repository's 2-core CPU machine (2026-12-03, niced,
 #: beside a `make demo` run: a loaded machine), micro base agent, embedded services; its manifest is
@@ -241,7 +241,7 @@ class Row(BaseModel):
     worst: int = Field(description="Upper bound of the episodes any run of the config plays here.")
     varies: list[str] = Field(default_factory=list, description="What makes a run's count differ from `episodes`; "
                               "empty: deterministic (every finished run plays exactly `episodes`).")
-    in_budget: bool = Field(False, description="Counted in TRACE's budget B (arm_results.trace_budget).")
+    in_budget: bool = Field(False, description="Counted in TRACE's budget B (evaluation/budget.py trace_budget).")
     prompt_tokens: int | None = Field(None, description="Estimated prompt tokens of the nominal episodes.")
     completion_tokens: int | None = Field(None, description="Estimated completion tokens of the nominal episodes.")
     gpu_hours: float | None = Field(None, description="Estimated GPU-hours of the nominal episodes.")
@@ -465,7 +465,7 @@ def make_plan(cfg: RunConfig, facts: Facts, settings: PlanSettings) -> Plan:
                 played_on_test(point.name, with_probes=point.multiple == 1.0)
         elif arm == "gepa":
             arms.append(price.row("gepa: optimisation", "rollout", budget, budget_worst, ["TRACE's budget B"],
-                                  note="at most B episodes (gepa_arm.py)"))
+                                  note="at most B episodes (evaluation/gepa.py)"))
             played_on_test(arm)
         else:
             played_on_test(arm)

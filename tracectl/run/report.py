@@ -3,7 +3,7 @@
 Every number comes from the manifest (which points at the jobs and artifacts that made it).
 Sections whose inputs a run does not have say so explicitly instead of disappearing.
 
-Evaluation sections (tracectl/run/evaluation.py produces their data): pass rate per arm with
+Evaluation sections (tracectl/evaluation/stage.py produces their data): pass rate per arm with
 each method's budget; the paired comparison of TRACE routing with every other arm (exact McNemar,
 paired bootstrap interval) and the smallest difference the test size resolves; GRPO on the target
 at several budgets and the sample-efficiency plot (pass rate vs training episodes: the GRPO
@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from trace_common.artifacts import ArtifactStore  # noqa: E402
 from trace_common.stats import mcnemar_min_detectable  # noqa: E402
-from tracectl.run.arm_results import subgoal_success  # noqa: E402
+from tracectl.evaluation.scoring import subgoal_success  # noqa: E402
 from tracectl.run.config import RunConfig  # noqa: E402
 from tracectl.run.manifest import Manifest  # noqa: E402
 

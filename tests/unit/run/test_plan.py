@@ -2,7 +2,7 @@
 finished examples/quick.yaml run and a finished `make demo` run (tests/fixtures/plan/), the plan made
 from the config each manifest carries plays exactly the manifest's episodes in every row it calls
 deterministic, and no more than its worst case in the others (the report's accounting:
-arm_results.trace_budget and the evaluation's arm records). Then the counting rules on hand-computed
+evaluation/budget.py's trace_budget and the evaluation's arm records). Then the counting rules on hand-computed
 cases, the numbers plan.py states for the environment service (it may not import it) against the
 service's code, the settings' and the config's bad values, and the command itself against a stack.
 """

@@ -84,7 +84,7 @@ def test_report_sections_and_missing_data(tmp_path, with_routing, missing):
 def test_report_of_a_full_evaluation(tmp_path, monkeypatch):
     """Every evaluation section renders from what the evaluation stage records (stand-in services),
     and the report's own stage shows as this report while it is being written, not as running."""
-    from tests.unit.run import test_evaluation as te
+    from tests.unit.evaluation import test_stage as te
 
     monkeypatch.setattr(te.routing, "routing_usage", lambda *a, **kw: {
         "experts": ["base", "x"], "rows": {"precondition_check": [[2, 1]]}, "episodes": 1,

@@ -237,7 +237,7 @@ def test_traces_budget_counts_every_episode_played_once(tmp_path, model_dir):
     the stop rule (its played episodes only), the accepted level (its episodes once, although the
     adapter trains on them), the adapter's own episodes (resampled groups included)."""
     from tests.unit.run.fakes import rollout_stage_records, trajectory
-    from tracectl.run.arm_results import trace_budget
+    from tracectl.evaluation.budget import trace_budget
     from tracectl.run.manifest import Manifest
 
     store = open_store(tmp_path.as_uri())

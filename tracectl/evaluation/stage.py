@@ -16,9 +16,9 @@ greedy unless configured otherwise; the same tasks for every arm):
                      fails the arm, saying so: it is never skipped
 Each arm also plays `probe_limit` tasks of the probe env (the target with `probe_params`:
 single-capability tasks) for the per-probe breakdown; the compound tasks give the breakdown per
-required capability (arm_results.py).
+required capability (scoring.py).
 
-Budget (arm_results.trace_budget): TRACE's budget B counts every episode TRACE played -- base
+Budget (budget.trace_budget): TRACE's budget B counts every episode TRACE played -- base
 rollouts, calibration, adapter training, gate training -- with tokens beside them. The budget
 curve is ONE GRPO run on the target's training tasks (the adapters' GRPO config, unguided: the
 target supplies no hints) trained to the largest point, checkpointed at every point
@@ -57,11 +57,11 @@ from trace_common.stats import (
     paired_min_detectable,
     paired_trials_comparison,
 )
-from tracectl.run.arm_results import (
+from tracectl.evaluation.budget import trace_budget
+from tracectl.evaluation.scoring import (
     arm_summary,
     outcomes,
     read_trajectories,
-    trace_budget,
     trajectory_tokens,
     trial_successes,
 )
@@ -290,7 +290,7 @@ class Evaluation:
         return {"arms": {arm: rec}, "jobs": self.jobs_of(rec)}
 
     def gepa(self) -> dict[str, Any]:
-        from tracectl.run.gepa_arm import run_gepa
+        from tracectl.evaluation.gepa import run_gepa
 
         p = self.p
         res = dict(p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=self.B)))

@@ -11,10 +11,10 @@ import pytest
 from tests.unit.run.fakes import CAPS, Boom, FakeEvalPipeline, stage_records
 from trace_common.artifacts import open_store
 from trace_common.stats import paired_comparison
+from tracectl.evaluation.scoring import outcomes
+from tracectl.evaluation.stage import curve_iterations, evaluate
 from tracectl.run import routing
-from tracectl.run.arm_results import outcomes
 from tracectl.run.config import RunConfig
-from tracectl.run.evaluation import curve_iterations, evaluate
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.report import write_report
@@ -157,7 +157,7 @@ def test_several_trials_per_task_pair_tasks_not_episodes(tmp_path):
     per-task success counts, the pairing is a sign-flip permutation over tasks, pass^1..pass^3 are
     kept, and the report says so."""
     from trace_common.stats import paired_trials_comparison, pass_hat_k
-    from tracectl.run.arm_results import trial_successes
+    from tracectl.evaluation.scoring import trial_successes
 
     p = pipeline(tmp_path, trials=3, temperature=0.7).setup()
     out = evaluate(p)["result"]

@@ -455,7 +455,7 @@ def training_tasks(trajs: Sequence[Trajectory]) -> tuple[list[str], str]:
 def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, Any]:
     """The 'gepa' arm of the evaluation stage; returns the arm record (same keys as the others,
     plus the optimised prompt, its sha256 and GEPA's search record)."""
-    from tracectl.run.arm_results import breakdown
+    from tracectl.evaluation.scoring import breakdown
 
     settings = settings or GepaSettings()
     ev = p.cfg.evaluation

@@ -15,8 +15,8 @@ import pytest
 from tests.unit.run.fakes import CAPS, report, stage_records
 from trace_common.artifacts import open_store
 from trace_common.errors import InvalidArgument
-from tracectl.run.arm_results import calibration_episodes, trace_budget
-from tracectl.run.evaluation import curve_iterations
+from tracectl.evaluation.budget import calibration_episodes, trace_budget
+from tracectl.evaluation.stage import curve_iterations
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 

@@ -17,8 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from trace_common.env import Diagnostic, EnvInfo, Message, PolicyInfo, Termination, ToolCall, Trajectory
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
-from tracectl.run.config import RunConfig
-from tracectl.run.gepa_arm import (
+from tracectl.evaluation.gepa import (
     BudgetExhausted,
     GepaSettings,
     PlayedBatch,
@@ -31,6 +30,7 @@ from tracectl.run.gepa_arm import (
     training_tasks,
     transcript,
 )
+from tracectl.run.config import RunConfig
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.pipeline import Pipeline
