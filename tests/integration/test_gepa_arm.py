@@ -20,7 +20,8 @@ from tests.support.fake_openai import FakeOpenAI, completion
 from trace_common.artifacts import open_store, open_uri
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
-from tracectl.evaluation.gepa import GepaSettings, read_trajectories, run_gepa
+from tracectl.evaluation.gepa import GepaSettings, run_gepa
+from tracectl.evaluation.scoring import read_trajectories
 from tracectl.run.config import RunConfig
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import Manifest
@@ -59,7 +60,7 @@ def test_run_gepa_end_to_end(embedded_stack, budget):
     try:
         run_id = f"gepa-e2e-{budget}"
         p = _pipeline(embedded_stack, run_id, {"base_url": fake.base_url, "model": "reflector"})
-        base = read_trajectories(p, p.manifest.stages["rollout"].outputs["trajectories"])
+        base = read_trajectories(p.store, p.manifest.stages["rollout"].outputs["trajectories"])
         seed_prompt = base[0].messages[0].content
         res = run_gepa(p, budget=budget, settings=GepaSettings(val_size=4, acceptance="improvement_or_equal"))
     finally:
@@ -67,11 +68,11 @@ def test_run_gepa_end_to_end(embedded_stack, budget):
 
     # the arm record has the shape of the other arms
     for key in ("job", "uri", "episodes", "successes", "pass_rate", "ci", "reward_mean", "wall_seconds",
-                "training_rollouts", "breakdown", "wall_seconds_total", "jobs", "prompt", "prompt_sha256"):
+                "training_episodes", "breakdown", "wall_seconds_total", "jobs", "prompt", "prompt_sha256"):
         assert key in res, key
     assert res["episodes"] == 10 and res["ci"][0] <= res["pass_rate"] <= res["ci"][1]
     # compound tasks: one row per capability a task needs, counted over the arm's own trajectories
-    needed = Counter(str(c) for tr in read_trajectories(p, res["uri"]) for c in tr.info["capabilities"])
+    needed = Counter(str(c) for tr in read_trajectories(p.store, res["uri"]) for c in tr.info["capabilities"])
     assert {k: b["n"] for k, b in res["breakdown"].items()} == needed and "all" not in res["breakdown"]
     assert 2 * 10 <= sum(needed.values()) <= 4 * 10
     assert res["prompt_sha256"] == hashlib.sha256(res["prompt"].encode()).hexdigest()
@@ -85,9 +86,9 @@ def test_run_gepa_end_to_end(embedded_stack, budget):
     assert all(g.job.state == t.JOB_STATE_SUCCEEDED for g in got.values())
     assert res["jobs"][-1] == res["job"]
     gepa_jobs = res["jobs"][:-1]
-    assert sum(got[j].summary.episodes for j in gepa_jobs) == res["training_rollouts"] <= budget
+    assert sum(got[j].summary.episodes for j in gepa_jobs) == res["training_episodes"] <= budget
     g = res["gepa"]
-    assert budget - res["training_rollouts"] < 2 * g["minibatch_size"] + g["val_tasks"]
+    assert budget - res["training_episodes"] < 2 * g["minibatch_size"] + g["val_tasks"]
     assert g["val_tasks"] == 4 and g["train_tasks"] == 8 and g["iterations"] >= 1
     assert {j.job_id for j in _run_jobs(embedded_stack, run_id)} >= set(res["jobs"])
 

@@ -178,11 +178,11 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
     assert comps["adapters"]["episodes"] == sum(m["rollouts_total"] for m in after["adapters"]["result"]["metrics"]
                                                 .values())
     assert comps["gates"]["episodes"] == after["gates"]["result"]["metrics"]["rollouts_total"] > 0
-    assert budget["total_episodes"] == sum(c["episodes"] for c in comps.values()) == ev["trace_training_rollouts"]
-    assert arms["base"]["training_rollouts"] == 0 < arms["trace_routing"]["training_rollouts"] == budget["total_episodes"]
+    assert budget["total_episodes"] == sum(c["episodes"] for c in comps.values()) == ev["trace_budget_episodes"]
+    assert arms["base"]["training_episodes"] == 0 < arms["trace_routing"]["training_episodes"] == budget["total_episodes"]
     # the curve: one GRPO run, checkpointed at 0.5x and 1x; the 1x point is the grpo_target arm
     assert [p["multiple"] for p in ev["grpo_curve"]] == [0.5, 1.0] and all("pass_rate" in p for p in ev["grpo_curve"])
-    assert arms["grpo_target"]["training_rollouts"] >= budget["total_episodes"]
+    assert arms["grpo_target"]["training_episodes"] >= budget["total_episodes"]
     assert set(ev["paired"]["vs"]) == (set(arms) - {"trace_routing"}) | {"grpo_target@0.5x"}
     usage = after["evaluation"]["result"]["expert_usage"]
     assert usage["experts"][0] == "base" and sum(map(sum, next(iter(usage["rows"].values())))) > 0
@@ -213,7 +213,7 @@ def test_quick_run_survives_kills_in_every_stage(tmp_path, s3_server, s3_bucket)
 #: What an evaluation's tables consist of, per arm (job ids, artifact URIs and wall-clock times differ
 #: between two evaluations of the same checkpoints; these must not).
 ARM_TABLE = ("episodes", "successes", "pass_rate", "ci", "outcomes", "task_ids_sha256", "breakdown",
-             "training_rollouts", "training_tokens", "adapter", "iteration")
+             "training_episodes", "training_tokens", "adapter", "iteration")
 
 
 def tables(ev: dict) -> dict:
@@ -222,7 +222,7 @@ def tables(ev: dict) -> dict:
                             "probes": {k: a.get("probes", {}).get(k) for k in ("outcomes", "by_probe")}}
                      for name, a in arms.items()},
             "paired": ev["paired"], "power": ev["power"], "budget": ev["budget"],
-            "curve": [{k: p.get(k) for k in ("multiple", "iteration", "training_rollouts", "pass_rate", "ci")}
+            "curve": [{k: p.get(k) for k in ("multiple", "iteration", "training_episodes", "pass_rate", "ci")}
                       for p in ev["grpo_curve"]]}
 
 

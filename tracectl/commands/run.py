@@ -34,6 +34,7 @@ from tracectl.run.endpoints import run_endpoints
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest
 from tracectl.run.pipeline import Pipeline
+from tracectl.run.results import StageOutcome
 
 console = Console(stderr=True)
 
@@ -228,6 +229,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         out = write_report(cfg, manifest, store)
     except ArtifactCorrupted as err:
         raise ArtifactCorrupted(with_rerun(str(err), manifest, args.config or "RUN.yaml")) from None
-    for name, uri in out["outputs"].items():
+    for name, uri in StageOutcome.model_validate(out).outputs.items():
         print(f"{name}: {uri}")
     return 0

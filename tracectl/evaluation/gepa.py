@@ -34,6 +34,14 @@ Budget (in episodes, the unit of TRACE's training rollouts):
                                                    pass should the child be accepted)
     and the adapter refuses any job that would cross the budget (BudgetExhausted).
 
+Where it runs: `gepa.optimize` runs in the tracectl process, not in a service. It is a search loop
+whose cost lies elsewhere: every evaluation is a rollout job on the rollout service (the same path
+as every other arm) and every reflection is a call to an LLM endpoint; the loop itself holds a few
+prompts and scores. Running it here keeps the reflection model's key in the operator's own
+environment (a service is never handed a credential by a request: docs/design.md, trust
+boundaries) and needs no service RPC of its own. The price: the search is one evaluation unit,
+recorded when it ends, so a run killed in the middle of it searches again on resume.
+
 Endpoints: the reflection model is called by tracectl itself (the operator's process, with the
 key named by evaluation.gepa.api_key_env in tracectl's own environment), never by a service, so
 it needs no service endpoint profile. The arm's rollout jobs name the base agent's endpoint and the
@@ -63,14 +71,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trace_common.env import Message, Trajectory, loads_jsonl
+from trace_common.env import Message, Trajectory
 from trace_common.errors import InvalidArgument, ResourceExhausted, TraceError
-from trace_common.grpc.client import messages
 from trace_common.llm import ChatClient, LlmConfig
-from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.evaluation.host import EvaluationHost
+from tracectl.evaluation.scoring import breakdown, read_trajectories
 from tracectl.run.jobs import StageFailed
+from tracectl.run.results import ArmResult, Rollout, dump
 
-R = messages("rollout")
 COMPONENT = "system_prompt"
 
 #: Reflection prompt (GEPA's placeholders: <curr_param> = current prompt, <side_info> = records).
@@ -416,31 +424,12 @@ def optimize_prompt(play: PlayFn, seed_prompt: str, train: list[str], val: list[
 
 
 # -- the arm, wired to the pipeline ------------------------------------------------------------
-def rollout_job(p, tasks, *, system_prompt: str, temperature: float, label: str, seed: int = 0,
-                samples: int = 1) -> dict[str, Any]:
-    """Pipeline.rollout with a system-prompt override and any TaskSelection (same spec otherwise)."""
-    spec = R.RolloutSpec(environment=p.target_ref(), policy=p.base_policy(), tasks=tasks, samples_per_task=samples,
-                         sampling=t.SamplingParams(temperature=temperature, seed=seed, max_tokens=p.completion_cap()),
-                         concurrency=p.cfg.rollout.concurrency, seed=seed + p.cfg.seed, system_prompt=system_prompt)
-    if p.cfg.target.user_simulator:
-        spec.user_simulator.CopyFrom(p.user_simulator())
-    resp = p.runner.run("rollout", spec, p.cfg.run_id, label, labels={"stage": label[:60], "arm": "gepa"})
-    s = resp.summary
-    return {"job": resp.job.job_id, "uri": next(o.uri for o in resp.job.outputs if o.kind == "trajectories"),
-            "episodes": s.episodes, "successes": s.successes, "pass_rate": s.pass_rate,
-            "ci": [s.pass_rate_ci_low, s.pass_rate_ci_high], "reward_mean": s.reward_mean,
-            "wall_seconds": (resp.job.end_time.ToNanoseconds() - resp.job.start_time.ToNanoseconds()) / 1e9}
-
-
-def read_trajectories(p, uri: str) -> list[Trajectory]:
-    """Trajectories at `uri`, through the pipeline's store when the URI is inside it (S3 credentials)."""
-    root = p.store.root_uri.rstrip("/") + "/"
-    if uri.startswith(root):
-        return loads_jsonl(p.store.get_bytes(uri[len(root):]), source=uri)
-    from trace_common.artifacts import open_uri
-
-    store, key = open_uri(uri)
-    return loads_jsonl(store.get_bytes(key), source=uri)
+def rollout_job(p: EvaluationHost, *, system_prompt: str, temperature: float, label: str, seed: int = 0,
+                samples: int = 1, task_ids: list[str] | None = None, split: str = "", limit: int = 0) -> Rollout:
+    """The host's rollout of the base agent with the candidate prompt, on `task_ids` (a minibatch or
+    the validation set) or on `split`/`limit` (the test), labelled as the GEPA arm's."""
+    return p.rollout(p.base_policy(), split, limit, samples, temperature, label, seed, system_prompt=system_prompt,
+                     task_ids=task_ids, labels={"arm": "gepa"})
 
 
 def training_tasks(trajs: Sequence[Trajectory]) -> tuple[list[str], str]:
@@ -452,10 +441,9 @@ def training_tasks(trajs: Sequence[Trajectory]) -> tuple[list[str], str]:
     return list(dict.fromkeys(str(tr.seed) for tr in trajs)), next(iter(prompts), "")
 
 
-def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, Any]:
-    """The 'gepa' arm of the evaluation stage; returns the arm record (same keys as the others,
-    plus the optimised prompt, its sha256 and GEPA's search record)."""
-    from tracectl.evaluation.scoring import breakdown
+def run_gepa(p: EvaluationHost, budget: int, settings: GepaSettings | None = None) -> dict[str, Any]:
+    """The 'gepa' arm of the evaluation stage; returns its record (`ArmResult` as stored: the test
+    run, the optimised prompt, its sha256 and GEPA's search record)."""
 
     settings = settings or GepaSettings()
     ev = p.cfg.evaluation
@@ -469,7 +457,7 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
         raise StageFailed("the GEPA arm needs the rollout stage's trajectories (its training tasks and the "
                           "environment's system prompt); run the rollout stage first")
     started = time.time()
-    seeds, seed_prompt = training_tasks(read_trajectories(p, base_uri))
+    seeds, seed_prompt = training_tasks(read_trajectories(p.store, base_uri))
     train, val = split_tasks(seeds, settings.val_size, budget, settings.minibatch_size, p.cfg.seed)
     reflection = ReflectionModel(ev.gepa.base_url, ev.gepa.model, ev.gepa.api_key_env,
                                  temperature=settings.reflection_temperature, max_tokens=settings.reflection_max_tokens,
@@ -477,9 +465,8 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
                                  max_retries=settings.reflection_max_retries, seed=p.cfg.seed)
 
     def play(task_ids: list[str], prompt: str, label: str) -> PlayedBatch:
-        res = rollout_job(p, R.TaskSelection(task_ids=task_ids), system_prompt=prompt, temperature=ev.temperature,
-                          label=label, seed=0)
-        return PlayedBatch(res["job"], res["uri"], read_trajectories(p, res["uri"]))
+        res = rollout_job(p, task_ids=task_ids, system_prompt=prompt, temperature=ev.temperature, label=label, seed=0)
+        return PlayedBatch(res.job, res.uri, read_trajectories(p.store, res.uri))
 
     try:
         reflection.probe()
@@ -488,7 +475,7 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
     finally:
         reflection.close()
     train_seconds = time.time() - started
-    res = rollout_job(p, R.TaskSelection(split=ev.split, limit=ev.limit), system_prompt=out.best_prompt,
+    res = rollout_job(p, split=ev.split, limit=ev.limit, system_prompt=out.best_prompt,
                       temperature=ev.temperature, label="eval gepa", samples=ev.trials)
     sha = hashlib.sha256(out.best_prompt.encode()).hexdigest()
     base = f"runs/{p.cfg.run_id}/eval/gepa"
@@ -496,9 +483,9 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
     search_uri = p.store.put_bytes(f"{base}/search.json", json.dumps(
         {"candidates": out.candidates, "best_index": out.best_index, "train_tasks": train, "val_tasks": val,
          "log": out.log}, indent=1).encode()).uri
-    res.update(
-        training_rollouts=out.spent, breakdown=breakdown(p.store, res["uri"]), train_seconds=train_seconds,
-        wall_seconds_total=time.time() - started, jobs=[*out.jobs, res["job"]],
+    return dump(ArmResult(
+        **dump(res), training_episodes=out.spent, breakdown=breakdown(p.store, res.uri), train_seconds=train_seconds,
+        wall_seconds_total=time.time() - started, jobs=[*out.jobs, res.job],
         prompt=out.best_prompt, prompt_sha256=sha, prompt_uri=prompt_uri, search_uri=search_uri,
         seed_prompt_sha256=hashlib.sha256(seed_prompt.encode()).hexdigest(),
         gepa={"version": _dist_version("gepa"), "budget": budget, "rollouts_spent": out.spent,
@@ -507,8 +494,7 @@ def run_gepa(p, budget: int, settings: GepaSettings | None = None) -> dict[str, 
               "seed_val_score": out.candidates[0]["val_score"], "iterations": out.iterations,
               "train_tasks": len(train), "val_tasks": len(val), "minibatch_size": settings.minibatch_size,
               "reflection_model": ev.gepa.model, "reflection_calls": reflection.calls,
-              "reflection_errors": len(reflection.errors)})
-    return res
+              "reflection_errors": len(reflection.errors)}))
 
 
 __all__ = ["BudgetExhausted", "GepaOutcome", "GepaSettings", "PlayedBatch", "ReflectionModel", "RolloutBudget",

@@ -17,6 +17,7 @@ from typing import Any
 from trace_common.env import Trajectory, loads_jsonl
 from trace_common.stats import wilson_interval
 from tracectl.run.jobs import StageFailed
+from tracectl.run.results import Rate, Scored, SubgoalRate
 
 
 def read_trajectories(store, uri: str) -> list[Trajectory]:
@@ -51,30 +52,30 @@ def _groups(trajs: Iterable[Trajectory]) -> dict[str, list[bool]]:
     return groups
 
 
-def rates(groups: Mapping[str, list[bool]]) -> dict[str, dict[str, Any]]:
+def rates(groups: Mapping[str, list[bool]]) -> dict[str, Rate]:
     out = {}
     for key, xs in sorted(groups.items()):
         lo, hi = wilson_interval(sum(xs), len(xs))
-        out[key] = {"n": len(xs), "pass_rate": sum(xs) / len(xs), "ci": [lo, hi]}
+        out[key] = Rate(n=len(xs), pass_rate=sum(xs) / len(xs), ci=[lo, hi])
     return out
 
 
-def breakdown(store, uri: str) -> dict[str, dict[str, Any]]:
+def breakdown(store, uri: str) -> dict[str, Rate]:
     """Pass rate per required capability (compound tasks: each capability they need; probes: their
     one capability; otherwise the task type), read from the arm's trajectories."""
     return rates(_groups(read_trajectories(store, uri)))
 
 
-def subgoal_success(store, uri: str) -> dict[str, dict[str, Any]] | None:
+def subgoal_success(store, uri: str) -> dict[str, SubgoalRate] | None:
     """Per-capability sub-goal success of an arm's compound episodes (`trace_common.domains.store.
-    subgoals`): {capability: {"met", "total", "rate"}}, or None when the episodes are not the built-in
+    subgoals`), or None when the episodes are not the built-in
     store's, the one target whose verifier attributes each failed sub-request to a capability."""
     trajs = [tr for tr in read_trajectories(store, uri) if not tr.info.get("capability")]  # probes: one skill
     if not trajs or any(tr.env.name != "store" for tr in trajs):
         return None
     from trace_common.domains.store.subgoals import subgoal_rates
 
-    return {c: {"met": met, "total": total, "rate": met / total if total else None}
+    return {c: SubgoalRate(met=met, total=total, rate=met / total if total else None)
             for c, (met, total) in subgoal_rates(trajs).items()}
 
 
@@ -83,7 +84,8 @@ def task_ids_digest(task_ids: Iterable[str]) -> str:
 
 
 def arm_summary(store, uri: str, trials: int = 1) -> dict[str, Any]:
-    """What the evaluation keeps of one arm's trajectories: `breakdown`, the per-task outcomes
+    """The fields of `Scored` (tracectl/run/results.py) and `breakdown` that the evaluation keeps of
+    one arm's trajectories, to build its record from: `breakdown`, the per-task outcomes
     (a string over the tasks sorted by seed, one digit per task: '0'/'1' at one trial, its
     number of successes out of `trials` otherwise, with the digest of that task order, so two
     arms pair only on the same tasks), and the tokens played. Every task must have been played
@@ -116,13 +118,13 @@ def arm_summary(store, uri: str, trials: int = 1) -> dict[str, Any]:
     return out
 
 
-def outcomes(arm: Mapping[str, Any]) -> list[bool]:
+def outcomes(arm: Scored) -> list[bool]:
     """Per-task pass/fail of a one-trial arm."""
-    if arm.get("trials", 1) != 1:
-        raise ValueError(f"an arm of {arm['trials']} trials per task has success counts: use trial_successes")
-    return [c == "1" for c in arm["outcomes"]]
+    if arm.trials != 1:
+        raise ValueError(f"an arm of {arm.trials} trials per task has success counts: use trial_successes")
+    return [c == "1" for c in arm.outcomes]
 
 
-def trial_successes(arm: Mapping[str, Any]) -> list[int]:
+def trial_successes(arm: Scored) -> list[int]:
     """Per-task successes out of the arm's `trials` (1 for an arm recorded before trials existed)."""
-    return [int(c) for c in arm["outcomes"]]
+    return [int(c) for c in arm.outcomes]

@@ -38,6 +38,10 @@ each curve point is recorded in the manifest when it finishes, so a run killed i
 the evaluation keeps what it finished, and a resumed evaluation builds the same tables (greedy
 decoding; the same recorded outcomes). Arms run `evaluation.parallel` at a time; the tables are
 assembled in `evaluation.arms` order whatever order they finish in.
+
+Records: every arm, point and comparison is a typed record of tracectl/run/results.py, stored as
+its JSON (`dump`) and read back through the model. The stage asks the pipeline only for what
+`EvaluationHost` (host.py) states.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from trace_common.grpc.client import messages
@@ -57,7 +62,8 @@ from trace_common.stats import (
     paired_min_detectable,
     paired_trials_comparison,
 )
-from tracectl.evaluation.budget import trace_budget
+from tracectl.evaluation.budget import GatesCounts, GrpoCounts, trace_budget
+from tracectl.evaluation.host import EvaluationHost
 from tracectl.evaluation.scoring import (
     arm_summary,
     outcomes,
@@ -67,6 +73,19 @@ from tracectl.evaluation.scoring import (
 )
 from tracectl.run.config import grpo_target_config
 from tracectl.run.jobs import StageFailed
+from tracectl.run.results import (
+    ArmResult,
+    CurvePoint,
+    CurveRun,
+    CurveTraining,
+    DevRun,
+    EvaluationResult,
+    Paired,
+    PairedComparison,
+    Power,
+    Probes,
+    dump,
+)
 
 T = messages("trainer")
 
@@ -81,13 +100,14 @@ ALPHA = 0.05
 POWER = 0.8
 
 
-def per_iteration(grpo: dict[str, Any]) -> int:
-    """Episodes one GRPO iteration plays without resampling (GRPOConfig defaults 4 x 8)."""
-    return int(grpo.get("groups_per_batch", 4)) * int(grpo.get("num_generations", 8))
+def per_iteration(grpo: Mapping[str, Any]) -> int:
+    """Episodes one GRPO iteration plays without resampling, from a config as the trainer parses it."""
+    counts = GrpoCounts.model_validate(grpo)
+    return counts.groups_per_batch * counts.num_generations
 
 
-def curve_iterations(multiples: list[float], budget: int, grpo: dict[str, Any]) -> dict[float, int]:
-    """The GRPO iteration of each budget point.
+def curve_iterations(multiples: list[float], budget: int, grpo: Mapping[str, Any]) -> dict[float, int]:
+    """The GRPO iteration of each budget point (`grpo`: the config as the trainer parses it).
 
     Semantics:
         per_iteration = groups_per_batch x num_generations          (nominal: resampled groups add more)
@@ -107,101 +127,117 @@ def _checkpoint_adapter(uri: str) -> str:
     return uri.rsplit("/", 1)[0] + "/adapter_model.safetensors"
 
 
-class Evaluation:
-    """One evaluation stage run over a Pipeline `p` (module docstring)."""
+@dataclass
+class Played:
+    """What one item of `evaluation.arms` produced: its arms (curve points included) and jobs."""
 
-    def __init__(self, p):
+    arms: dict[str, ArmResult]
+    jobs: list[str]
+    curve: list[CurvePoint] | None = None
+    curve_training: CurveTraining | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Evaluation:
+    """One evaluation stage run over a host `p` (module docstring; host.py)."""
+
+    def __init__(self, p: EvaluationHost):
         self.p = p
         self.ev = p.cfg.evaluation
         m = p.manifest
         self.adapters: dict[str, str] = m.stages["adapters"].outputs
         self.gates_out: dict[str, str] = m.stages["gates"].outputs
-        self.budget = trace_budget(p.store, m.stages, p.cfg.training.grpo, p.cfg.gates.config)
-        self.B = self.budget["total_episodes"]
+        grpo = p.parsed_config(T.TRAINING_KIND_ADAPTER, "training.grpo", p.cfg.training.grpo)
+        gates = p.parsed_config(T.TRAINING_KIND_GATES, "gates.config", p.cfg.gates.config)
+        self.budget = trace_budget(p.store, m.stages, GrpoCounts.model_validate(grpo), GatesCounts.model_validate(gates))
+        self.B = self.budget.total_episodes
         self.probe_limit = self.ev.probes_for(p.cfg.target.env)
 
     # -- one arm ------------------------------------------------------------------------------
     @staticmethod
-    def spent(episodes: int, tokens: int | None, tokens_missing: list[str] | None = None, **parts) -> dict[str, Any]:
-        """An arm's method budget: training episodes (the key keeps its old name), tokens (prompt +
-        completion) of the parts that report them, and the parts that do not."""
-        return {"training_rollouts": int(episodes), "training_tokens": None if tokens is None else int(tokens),
+    def spent(episodes: int, tokens: int | None, tokens_missing: list[str] | None = None, **parts: Any) -> dict[str, Any]:
+        """An arm's method budget (ArmResult's fields): every episode it played before the test,
+        tokens (prompt + completion) of the parts that report them, and the parts that do not."""
+        return {"training_episodes": int(episodes), "training_tokens": None if tokens is None else int(tokens),
                 "training_tokens_missing": list(tokens_missing or []), **parts}
 
     def trace_spent(self) -> dict[str, Any]:
         b = self.budget
-        return self.spent(self.B, b["total_prompt_tokens"] + b["total_completion_tokens"], b["tokens_missing"])
+        return self.spent(self.B, b.total_prompt_tokens + b.total_completion_tokens, b.tokens_missing)
 
     def play(self, name: str, policy, spent: dict[str, Any], *, extra: dict[str, Any] | None = None,
-             system_prompt: str = "", probes: bool = True) -> dict[str, Any]:
-        """The arm `name` on the test split (and its probes), each a unit."""
+             system_prompt: str = "", probes: bool = True, train_seconds: float = 0.0) -> ArmResult:
+        """The arm `name` on the test split (and its probes), each a unit; `train_seconds`: the training
+        its wall time adds (the 1x GRPO point's)."""
         ev, p = self.ev, self.p
 
         def work() -> dict[str, Any]:
             started = time.time()
             res = p.rollout(policy, ev.split, ev.limit, ev.trials, ev.temperature, f"eval {name}",
                             system_prompt=system_prompt)
-            res.update(arm_summary(p.store, res["uri"], ev.trials), **spent, **(extra or {}))
-            res["wall_seconds_total"] = res.get("train_seconds", 0.0) + (time.time() - started)
-            return res
-        arm = dict(p.unit("evaluation", f"arm {name}", work))
+            return dump(ArmResult(**{**dump(res), **arm_summary(p.store, res.uri, ev.trials), **spent, **(extra or {}),
+                                     "train_seconds": train_seconds,
+                                     "wall_seconds_total": train_seconds + (time.time() - started)}))
+        arm = ArmResult.model_validate(p.unit("evaluation", f"arm {name}", work))
         if probes and self.probe_limit:
-            arm["probes"] = self.probe(name, policy, system_prompt)
+            arm.probes = self.probe(name, policy, system_prompt)
         return arm
 
-    def probe(self, name: str, policy, system_prompt: str = "") -> dict[str, Any]:
+    def probe(self, name: str, policy, system_prompt: str = "") -> Probes:
         ev, p = self.ev, self.p
 
         def work() -> dict[str, Any]:
             res = p.rollout(policy, ev.split, self.probe_limit, 1, ev.temperature, f"probes {name}",
                             env_params=ev.probe_params, system_prompt=system_prompt)
-            summary = arm_summary(p.store, res["uri"])
-            return {**{k: res[k] for k in ("job", "uri", "episodes", "successes", "pass_rate", "ci")},
-                    "by_probe": summary.pop("breakdown"), **summary}
-        return p.unit("evaluation", f"probe {name}", work)
+            summary = arm_summary(p.store, res.uri)
+            by_probe = summary.pop("breakdown")
+            return dump(Probes(job=res.job, uri=res.uri, episodes=res.episodes, successes=res.successes,
+                               pass_rate=res.pass_rate, ci=res.ci, by_probe=by_probe, **summary))
+        return Probes.model_validate(p.unit("evaluation", f"probe {name}", work))
 
     @staticmethod
-    def jobs_of(arm: dict[str, Any]) -> list[str]:
-        return [*arm.get("jobs", [arm["job"]]), *([arm["probes"]["job"]] if "probes" in arm else [])]
+    def jobs_of(arm: ArmResult) -> list[str]:
+        return [*(arm.jobs or [arm.job]), *([arm.probes.job] if arm.probes else [])]
 
     # -- the arms -----------------------------------------------------------------------------
-    def base(self) -> dict[str, Any]:
+    def base(self) -> Played:
         arm = self.play("base", self.p.base_policy(), self.spent(0, 0))
-        return {"arms": {"base": arm}, "jobs": self.jobs_of(arm)}
+        return Played({"base": arm}, self.jobs_of(arm))
 
-    def best_single(self) -> dict[str, Any]:
+    def best_single(self) -> Played:
         """Each adapter on the dev split, the best one on test. Its budget: what it took to have the
         adapters (rollout, calibration, every adapter's training) plus the dev episodes choosing one."""
         p, ev = self.p, self.ev
 
-        def dev_run(cap: str, uri: str) -> dict[str, Any]:
-            res = p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.dev_limit, 1, ev.temperature, f"dev {cap}")
-            prompt, completion = trajectory_tokens(read_trajectories(p.store, res["uri"]))
-            return {**res, "tokens": None if prompt is None else prompt + (completion or 0)}
+        def dev_run(uri: str, label: str) -> dict[str, Any]:
+            res = p.rollout(p.base_policy(adapter_uri=uri), "dev", ev.dev_limit, 1, ev.temperature, label)
+            prompt, completion = trajectory_tokens(read_trajectories(p.store, res.uri))
+            return dump(DevRun(**dump(res), tokens=None if prompt is None else prompt + (completion or 0)))
 
-        dev = {cap: p.unit("evaluation", f"dev {cap}", lambda cap=cap, uri=uri: dev_run(cap, uri))
+        dev = {cap: DevRun.model_validate(p.unit("evaluation", f"dev {cap}",
+                                                 lambda uri=uri, cap=cap: dev_run(uri, f"dev {cap}")))
                for cap, uri in sorted(self.adapters.items())}
-        rates = {cap: r["pass_rate"] for cap, r in dev.items()}
+        rates = {cap: r.pass_rate for cap, r in dev.items()}
         best = max(sorted(rates), key=lambda c: rates[c])
-        c = self.budget["components"]
+        c = self.budget.components
         parts = ("rollout", "calibration", "adapters")
-        dev_episodes = sum(r["episodes"] for r in dev.values())
-        episodes = sum(c[k]["episodes"] for k in parts) + dev_episodes
-        tokens = sum((c[k]["prompt_tokens"] or 0) + (c[k]["completion_tokens"] or 0) for k in parts) + \
-            sum(r.get("tokens") or 0 for r in dev.values())
-        missing = [k for k in parts if c[k]["prompt_tokens"] is None] + \
-            (["dev"] if any(r.get("tokens") is None for r in dev.values()) else [])
+        dev_episodes = sum(r.episodes for r in dev.values())
+        episodes = sum(c[k].episodes for k in parts) + dev_episodes
+        tokens = sum(c[k].tokens or 0 for k in parts) + sum(r.tokens or 0 for r in dev.values())
+        missing = [k for k in parts if c[k].prompt_tokens is None] + \
+            (["dev"] if any(r.tokens is None for r in dev.values()) else [])
         arm = self.play("best_single", p.base_policy(adapter_uri=self.adapters[best]),
                         self.spent(episodes, tokens, missing, dev_episodes=dev_episodes),
                         extra={"adapter": best, "dev_pass_rates": rates})
-        return {"arms": {"best_single": arm}, "jobs": [*(r["job"] for r in dev.values()), *self.jobs_of(arm)]}
+        return Played({"best_single": arm}, [*(r.job for r in dev.values()), *self.jobs_of(arm)])
 
-    def train_curve(self) -> dict[str, Any]:
+    def train_curve(self) -> tuple[dict[float, int], CurveRun]:
         """The curve's one GRPO run (a unit): checkpoints at every point, the trainer's per-iteration
-        totals, the final adapter."""
+        totals, the final adapter. The points' iterations come from the config as the trainer parses it."""
         p = self.p
         cfg = grpo_target_config(p.cfg.training.grpo)
-        points = curve_iterations(self.ev.grpo_budgets, self.B, cfg)
+        parsed = p.parsed_config(T.TRAINING_KIND_ADAPTER, "training.grpo", cfg)
+        points = curve_iterations(self.ev.grpo_budgets, self.B, parsed)
         cfg.update(max_steps=max(points.values()), checkpoint_at=sorted(set(points.values())),
                    max_completion_length=p.completion_cap())   # the run's one cap, as TRACE's stages
 
@@ -209,70 +245,66 @@ class Evaluation:
             started = time.time()
             resp = p.train(T.TRAINING_KIND_ADAPTER, "target_grpo", [p.target_ref()], cfg, "GRPO on target tasks")
             outs = {o.kind: o.uri for o in resp.job.outputs}
-            listed = p.runner.conn.stub("trainer").ListCheckpoints(T.ListCheckpointsRequest(job_id=resp.job.job_id))
+            listed = p.stub("trainer").ListCheckpoints(T.ListCheckpointsRequest(job_id=resp.job.job_id))
             history: dict[str, dict[str, float]] = {}
             if "training_metrics" in outs:
                 for line in p.store.get_bytes(p.store.key_of(outs["training_metrics"])).decode().splitlines():
                     if line.strip():
-                        row = json.loads(line)
+                        row = json.loads(line)   # the trainer's per-iteration metrics (its names)
                         history[str(int(row["iteration"]))] = {
                             k: row[k] for k in ("rollouts_total", "prompt_tokens_total", "completion_tokens_total")
                             if row.get(k) is not None}
-            return {"job": resp.job.job_id, "uri": outs["adapter"], "train_seconds": time.time() - started,
-                    "max_steps": cfg["max_steps"], "checkpoint_at": cfg["checkpoint_at"],
-                    "per_iteration": per_iteration(cfg), "metrics": dict(resp.job.metrics),
-                    "checkpoints": {str(int(c.iteration)): _checkpoint_adapter(c.artifact.uri)
-                                    for c in listed.checkpoints},
-                    "history": history, "iterations": max((int(k) for k in history), default=cfg["max_steps"])}
-        trained = p.unit("evaluation", "train grpo_target", work)
-        return {"points": points, "trained": trained}
+            return dump(CurveRun(job=resp.job.job_id, uri=outs["adapter"], train_seconds=time.time() - started,
+                                 max_steps=cfg["max_steps"], checkpoint_at=cfg["checkpoint_at"],
+                                 per_iteration=per_iteration(parsed), metrics=dict(resp.job.metrics),
+                                 checkpoints={str(int(c.iteration)): _checkpoint_adapter(c.artifact.uri)
+                                              for c in listed.checkpoints},
+                                 history=history, iterations=max((int(k) for k in history), default=cfg["max_steps"])))
+        return points, CurveRun.model_validate(p.unit("evaluation", "train grpo_target", work))
 
-    def grpo_curve(self) -> dict[str, Any]:
+    def grpo_curve(self) -> Played:
         p = self.p
-        out = self.train_curve()
-        trained, points = out["trained"], out["points"]
-        curve, arms, jobs = [], {}, [trained["job"]]
+        points, trained = self.train_curve()
+        curve, arms, jobs = [], {}, [trained.job]
         for multiple, it in sorted(points.items()):
-            point: dict[str, Any] = {"multiple": multiple, "iteration": it, "name": point_name(multiple)}
-            adapter = trained["checkpoints"].get(str(it))
-            if adapter is None and it == trained["iterations"]:
-                adapter = trained["uri"]
-            if it > trained["iterations"]:
-                point["skipped"] = (f"the GRPO run stopped early at iteration {trained['iterations']} (no "
-                                    "informative group for early_stop_uninformative_iterations), before this point")
+            point = CurvePoint(multiple=multiple, iteration=it, name=point_name(multiple))
+            adapter = trained.checkpoints.get(str(it))
+            if adapter is None and it == trained.iterations:
+                adapter = trained.uri
+            if it > trained.iterations:
+                point.skipped = (f"the GRPO run stopped early at iteration {trained.iterations} (no "
+                                 "informative group for early_stop_uninformative_iterations), before this point")
             elif adapter is None:
-                point["skipped"] = (f"no checkpoint at iteration {it}: the GRPO job resumed from checkpoints "
-                                    "written before this point was asked for")
-            if "skipped" in point:
+                point.skipped = (f"no checkpoint at iteration {it}: the GRPO job resumed from checkpoints "
+                                 "written before this point was asked for")
+            if point.skipped:
                 if multiple == 1.0:
-                    raise StageFailed(f"grpo_target: {point['skipped']}. Delete runs/{p.cfg.run_id}/adapters/"
+                    raise StageFailed(f"grpo_target: {point.skipped}. Delete runs/{p.cfg.run_id}/adapters/"
                                       "target_grpo/ and re-run the evaluation (--from evaluation)")
                 curve.append(point)
                 continue
-            totals = trained["history"].get(str(it), {})
+            totals = trained.history.get(str(it), {})
             episodes = totals.get("rollouts_total")
-            point["estimated"] = episodes is None
-            episodes = int(episodes) if episodes is not None else it * trained["per_iteration"]
+            point.estimated = episodes is None
+            episodes = int(episodes) if episodes is not None else it * trained.per_iteration
             known = "prompt_tokens_total" in totals and "completion_tokens_total" in totals
             spent = self.spent(episodes, totals["prompt_tokens_total"] + totals["completion_tokens_total"]
                                if known else None, [] if known else ["grpo"])
-            arm = self.play(point["name"], p.base_policy(adapter_uri=adapter), spent,
-                            extra={"adapter_uri": adapter, "iteration": it, "budget_multiple": multiple,
-                                   "train_seconds": trained["train_seconds"] if multiple == 1.0 else 0.0},
-                            probes=multiple == 1.0)
+            arm = self.play(point.name, p.base_policy(adapter_uri=adapter), spent,
+                            extra={"adapter_uri": adapter, "iteration": it, "budget_multiple": multiple},
+                            train_seconds=trained.train_seconds if multiple == 1.0 else 0.0, probes=multiple == 1.0)
             jobs += self.jobs_of(arm)
-            point.update({k: arm[k] for k in ("pass_rate", "ci", "episodes", "successes", "training_rollouts",
-                                              "training_tokens")})
+            point = point.model_copy(update={"pass_rate": arm.pass_rate, "ci": arm.ci, "episodes": arm.episodes,
+                                             "successes": arm.successes, "training_episodes": arm.training_episodes,
+                                             "training_tokens": arm.training_tokens})
             curve.append(point)
-            if multiple == 1.0:
-                arms["grpo_target"] = arm
-            else:
-                arms[point["name"]] = arm
-        return {"arms": arms, "curve": curve, "jobs": jobs, "curve_training": {
-            k: trained[k] for k in ("job", "max_steps", "checkpoint_at", "per_iteration", "iterations",
-                                    "train_seconds")}}
+            arms[point.name] = arm
+        training = CurveTraining(job=trained.job, max_steps=trained.max_steps, checkpoint_at=trained.checkpoint_at,
+                                 per_iteration=trained.per_iteration, iterations=trained.iterations,
+                                 train_seconds=trained.train_seconds)
+        return Played(arms, jobs, curve=curve, curve_training=training)
 
-    def composition(self, arm: str) -> dict[str, Any]:
+    def composition(self, arm: str) -> Played:
         comp = self.gates_out.get("composition")
         if not comp:
             raise StageFailed("gate training produced no composition artifact; cannot evaluate TRACE")
@@ -287,21 +319,22 @@ class Evaluation:
                               f"per-trajectory routing, the ablation arm); the services refused or failed it: "
                               f"{detail}. Update the rollout/inference services, or drop 'trace_soft' from "
                               "evaluation.arms") from err
-        return {"arms": {arm: rec}, "jobs": self.jobs_of(rec)}
+        return Played({arm: rec}, self.jobs_of(rec))
 
-    def gepa(self) -> dict[str, Any]:
+    def gepa(self) -> Played:
         from tracectl.evaluation.gepa import run_gepa
 
         p = self.p
-        res = dict(p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=self.B)))
-        res.update(arm_summary(p.store, res["uri"], self.ev.trials))    # a read of what the unit recorded: the same on resume
-        res.update(training_tokens=None, training_tokens_missing=["gepa rollouts (not counted)"])
+        recorded = ArmResult.model_validate(p.unit("evaluation", "arm gepa", lambda: run_gepa(p, budget=self.B)))
+        # a read of what the unit recorded: the same on resume
+        arm = ArmResult.model_validate({**dump(recorded), **arm_summary(p.store, recorded.uri, self.ev.trials),
+                                        "training_tokens": None,
+                                        "training_tokens_missing": ["gepa rollouts (not counted)"]})
         if self.probe_limit:
-            res["probes"] = self.probe("gepa", p.base_policy(), system_prompt=res["prompt"])
-        jobs = [*res.get("jobs", []), *([res["probes"]["job"]] if "probes" in res else [])]
-        return {"arms": {"gepa": res}, "jobs": jobs}
+            arm.probes = self.probe("gepa", p.base_policy(), system_prompt=arm.prompt or "")
+        return Played({"gepa": arm}, self.jobs_of(arm))
 
-    def item(self, arm: str) -> Callable[[], dict[str, Any]]:
+    def item(self, arm: str) -> Callable[[], Played]:
         if arm in ROUTING:
             return lambda: self.composition(arm)
         return {"base": self.base, "best_single": self.best_single, "grpo_target": self.grpo_curve,
@@ -316,61 +349,58 @@ class Evaluation:
         for f in futures:
             if f.exception() is not None:
                 raise f.exception()
-        done = [f.result() for f in futures]
-        arms = {name: rec for d in done for name, rec in d["arms"].items() if not name.startswith("grpo_target@")}
-        points = {name: rec for d in done for name, rec in d["arms"].items() if name.startswith("grpo_target@")}
-        result: dict[str, Any] = {"arms": arms, "budget": self.budget, "trace_training_rollouts": self.B,
-                                  "grpo_curve": next((d["curve"] for d in done if "curve" in d), []),
-                                  "grpo_curve_points": points}
-        training = next((d["curve_training"] for d in done if "curve_training" in d), None)
-        if training:
-            result["grpo_curve_training"] = training
-        result.update(self.paired({**arms, **points}))
+        done: list[Played] = [f.result() for f in futures]
+        arms = {name: rec for d in done for name, rec in d.arms.items() if not name.startswith("grpo_target@")}
+        points = {name: rec for d in done for name, rec in d.arms.items() if name.startswith("grpo_target@")}
+        result = EvaluationResult(arms=arms, budget=self.budget, trace_budget_episodes=self.B,
+                                  grpo_curve=next((d.curve for d in done if d.curve is not None), []),
+                                  grpo_curve_points=points,
+                                  grpo_curve_training=next((d.curve_training for d in done if d.curve_training), None))
+        result.paired, result.power = self.paired({**arms, **points})
         if REFERENCE in arms and self.gates_out.get("composition"):
             from tracectl.run.routing import routing_usage
 
             ref = arms[REFERENCE]
-            usage = routing_usage(self.p.runner.conn.stub("inference"), self.p.store, self.gates_out["composition"],
-                                  ref.get("probes", {}).get("uri") or ref["uri"], name=f"{self.p.cfg.run_id}-moe")
-            result["routed_example"] = usage.pop("routed_example")
-            result["expert_usage"] = usage
-        return {"jobs": [j for d in done for j in d["jobs"]], "result": result}
+            result.expert_usage, result.routed_example = routing_usage(
+                self.p.stub("inference"), self.p.store, self.gates_out["composition"],
+                ref.probes.uri if ref.probes else ref.uri, name=f"{self.p.cfg.run_id}-moe")
+        return {"jobs": [j for d in done for j in d.jobs], "result": dump(result)}
 
-    def paired(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def paired(self, arms: dict[str, ArmResult]) -> tuple[Paired | None, Power | None]:
         """TRACE routing vs every other arm (and curve point) on the same tasks, and the test's power:
         exact McNemar at one trial per task, a sign-flip permutation over tasks at several."""
         if REFERENCE not in arms:
-            return {}
+            return None, None
         ref = arms[REFERENCE]
-        trials = ref.get("trials", 1)
-        paired = {}
+        trials = ref.trials
+        vs: dict[str, PairedComparison] = {}
         for name, arm in arms.items():
             if name == REFERENCE:
                 continue
-            if arm["task_ids_sha256"] != ref["task_ids_sha256"] or arm.get("trials", 1) != trials:
-                raise StageFailed(f"arms {REFERENCE} and {name} played different tasks or trials ({ref['episodes']} "
-                                  f"vs {arm['episodes']} episodes): a paired comparison needs the same tasks")
+            if arm.task_ids_sha256 != ref.task_ids_sha256 or arm.trials != trials:
+                raise StageFailed(f"arms {REFERENCE} and {name} played different tasks or trials ({ref.episodes} "
+                                  f"vs {arm.episodes} episodes): a paired comparison needs the same tasks")
             if trials == 1:
-                paired[name] = paired_comparison(outcomes(ref), outcomes(arm), samples=self.ev.bootstrap_samples,
-                                                 seed=self.p.cfg.seed)
+                stats = paired_comparison(outcomes(ref), outcomes(arm), samples=self.ev.bootstrap_samples,
+                                          seed=self.p.cfg.seed)
             else:
-                paired[name] = paired_trials_comparison(trial_successes(ref), trial_successes(arm), trials,
-                                                        samples=self.ev.bootstrap_samples, seed=self.p.cfg.seed)
-        n = len(ref["outcomes"])
+                stats = paired_trials_comparison(trial_successes(ref), trial_successes(arm), trials,
+                                                 samples=self.ev.bootstrap_samples, seed=self.p.cfg.seed)
+            vs[name] = PairedComparison.model_validate(stats)
+        paired = Paired(reference=REFERENCE, vs=vs)
+        n = len(ref.outcomes)
         if trials > 1:
             x = trial_successes(ref)
             sds = {k: statistics.pstdev([(a - b) / trials for a, b in zip(x, trial_successes(arms[k]), strict=True)])
-                   for k in paired} if n else {}
-            return {"paired": {"reference": REFERENCE, "vs": paired},
-                    "power": {"n": n, "alpha": ALPHA, "trials": trials, "power": POWER,
-                              "observed_sd": sds,
-                              "min_detectable_observed": {k: paired_min_detectable(n, sd, ALPHA, POWER)
-                                                          for k, sd in sds.items()}}}
-        power = {"n": n, "alpha": ALPHA,
-                 "min_detectable": {f"{q:g}": mcnemar_min_detectable(n, q, ALPHA) for q in DISCORDANCE} if n else {},
-                 "observed_discordance": {k: (v["only_x"] + v["only_y"]) / n for k, v in paired.items()} if n else {}}
-        return {"paired": {"reference": REFERENCE, "vs": paired}, "power": power}
+                   for k in vs} if n else {}
+            return paired, Power(n=n, alpha=ALPHA, trials=trials, power=POWER, observed_sd=sds,
+                                 min_detectable_observed={k: paired_min_detectable(n, sd, ALPHA, POWER)
+                                                          for k, sd in sds.items()})
+        return paired, Power(n=n, alpha=ALPHA,
+                             min_detectable={f"{q:g}": mcnemar_min_detectable(n, q, ALPHA) for q in DISCORDANCE}
+                             if n else {},
+                             observed_discordance={k: (v.only_x + v.only_y) / n for k, v in vs.items()} if n else {})
 
 
-def evaluate(p) -> dict[str, Any]:
+def evaluate(p: EvaluationHost) -> dict[str, Any]:
     return Evaluation(p).run()

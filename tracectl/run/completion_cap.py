@@ -33,6 +33,7 @@ from typing import Any
 from trace_common.env import Trajectory
 from trace_common.errors import InvalidArgument
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.run.results import CompletionCap
 
 #: Target training tasks the expert plays to find the longest reply.
 EXPERT_TASKS = 200
@@ -85,11 +86,12 @@ def base_tokenizer(cfg) -> Any:
     return AutoTokenizer.from_pretrained(directory)
 
 
-def derive(p) -> dict[str, Any]:
+def derive(p) -> CompletionCap:
     """The run's cap and how it was reached (module docstring); `p` is the Pipeline."""
     cfg = p.cfg
     if cfg.max_completion_length is not None:
-        return {"tokens": cfg.max_completion_length.tokens, "source": "config", "reason": cfg.max_completion_length.reason}
+        return CompletionCap(tokens=cfg.max_completion_length.tokens, source="config",
+                             reason=cfg.max_completion_length.reason)
     if cfg.target.env not in EXPERT_TARGETS:
         raise InvalidArgument(field="max_completion_length", expected=f"a target with a scripted expert to derive it "
                               f"from ({', '.join(EXPERT_TARGETS)}); {cfg.target.env!r} has none", fix=OVERRIDE)
@@ -98,11 +100,11 @@ def derive(p) -> dict[str, Any]:
     res = p.rollout(expert, "train", EXPERT_TASKS, 1, 0.0, "expert turns (completion cap)", max_tokens=0)
     from tracectl.evaluation.scoring import read_trajectories
 
-    lengths = reply_lengths(tokenizer, read_trajectories(p.store, res["uri"]))
+    lengths = reply_lengths(tokenizer, read_trajectories(p.store, res.uri))
     if not lengths:
         raise InvalidArgument(field="max_completion_length", expected="expert episodes with assistant replies",
-                              reason=f"the expert's {res['episodes']} episodes have none", fix=OVERRIDE)
+                              reason=f"the expert's {res.episodes} episodes have none", fix=OVERRIDE)
     longest = max(lengths)
-    return {"tokens": longest + margin(longest), "source": "derived", "longest_expert_turn": longest,
-            "margin": margin(longest), "expert_episodes": res["episodes"], "expert_replies": len(lengths),
-            "expert_job": res["job"], "expert_trajectories": res["uri"], "tokenizer": cfg.base_agent.name}
+    return CompletionCap(tokens=longest + margin(longest), source="derived", longest_expert_turn=longest,
+                         margin=margin(longest), expert_episodes=res.episodes, expert_replies=len(lengths),
+                         expert_job=res.job, expert_trajectories=res.uri, tokenizer=cfg.base_agent.name)

@@ -48,6 +48,20 @@ from tracectl.run.completion_cap import derive as derive_completion_cap
 from tracectl.run.config import RunConfig, grpo_target_config
 from tracectl.run.jobs import JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest, config_hash
+from tracectl.run.results import (
+    AdaptersResult,
+    AnalysisResult,
+    Candidate,
+    CompletionCap,
+    EnvironmentRecord,
+    EnvironmentsResult,
+    GatesResult,
+    Rollout,
+    RolloutStageResult,
+    StageOutcome,
+    dump,
+    results_of,
+)
 
 console = Console(stderr=True)
 R, A, E, T = (messages(s) for s in ("rollout", "analysis", "environment", "trainer"))
@@ -110,19 +124,20 @@ class Pipeline:
         return t.LlmEndpoint(base_url=u.base_url, model=u.model) if u else None
 
     def completion_cap(self) -> int:
-        """The run's one completion cap, as the rollout stage fixed it (completion_cap.py)."""
+        """The run's one completion cap, as the rollout stage fixed it (completion_cap.py): recorded in its
+        result once the stage completed, in its units while it runs."""
         rec = self.manifest.stages["rollout"]
-        cap = rec.result.get("max_completion_length") or rec.partial.get("completion cap") or {}
-        if not cap.get("tokens"):
+        cap = RolloutStageResult.model_validate(rec.result).max_completion_length
+        if cap is None and "completion cap" in rec.partial:
+            cap = CompletionCap.model_validate(rec.partial["completion cap"])
+        if cap is None or not cap.tokens:
             raise StageFailed("the rollout stage recorded no completion cap (max_completion_length): the run "
                               "predates it; re-run from the rollout stage (tracectl run --from rollout)")
-        return int(cap["tokens"])
+        return cap.tokens
 
     def trained_config(self) -> dict[str, Any]:
         """The adapters' GRPO config as the trainer parses it (its defaults filled in)."""
-        request = T.ValidateTrainingConfigRequest(kind=T.TRAINING_KIND_ADAPTER, field_path="training.grpo",
-                                                  config=config_struct("training.grpo", self.cfg.training.grpo))
-        return MessageToDict(self.runner.conn.stub("trainer").ValidateTrainingConfig(request).config.values)
+        return self.parsed_config(T.TRAINING_KIND_ADAPTER, "training.grpo", self.cfg.training.grpo)
 
     def trained_sampling(self) -> dict[str, Any]:
         """temperature, top_p and top_k of the adapters' GRPO config as the trainer parses it (its
@@ -133,24 +148,36 @@ class Pipeline:
 
     def rollout(self, policy: t.PolicyRef, split: str, limit: int, samples: int, temperature: float,
                 label: str, seed: int = 0, *, env_params: dict[str, str] | None = None,
-                system_prompt: str = "", max_tokens: int | None = None) -> dict[str, Any]:
+                system_prompt: str = "", max_tokens: int | None = None, task_ids: list[str] | None = None,
+                labels: dict[str, str] | None = None) -> Rollout:
         """One rollout job on the target (`env_params` added to its params: the probe env is the target
         with task_types=probes); `system_prompt` replaces the environment's own (the GEPA arm's);
-        `max_tokens`: the run's completion cap unless given (0: the service's default)."""
+        `task_ids` instead of split/limit when given (GEPA's minibatches); `max_tokens`: the run's
+        completion cap unless given (0: the service's default); `labels` added to the job's."""
         cap = self.completion_cap() if max_tokens is None else max_tokens
+        tasks = R.TaskSelection(task_ids=task_ids) if task_ids is not None else R.TaskSelection(split=split, limit=limit)
         spec = R.RolloutSpec(environment=self.target_ref(**(env_params or {})), policy=policy,
-                             tasks=R.TaskSelection(split=split, limit=limit), samples_per_task=samples,
+                             tasks=tasks, samples_per_task=samples,
                              sampling=t.SamplingParams(temperature=temperature, seed=seed, max_tokens=cap),
                              concurrency=self.cfg.rollout.concurrency, seed=seed + self.cfg.seed,
                              system_prompt=system_prompt)
         if self.cfg.target.user_simulator:
             spec.user_simulator.CopyFrom(self.user_simulator())
-        resp = self.runner.run("rollout", spec, self.cfg.run_id, label, labels={"stage": label[:60]})
+        resp = self.runner.run("rollout", spec, self.cfg.run_id, label, labels={"stage": label[:60], **(labels or {})})
         s = resp.summary
-        return {"job": resp.job.job_id, "uri": next(o.uri for o in resp.job.outputs if o.kind == "trajectories"),
-                "episodes": s.episodes, "successes": s.successes, "pass_rate": s.pass_rate,
-                "ci": [s.pass_rate_ci_low, s.pass_rate_ci_high], "reward_mean": s.reward_mean,
-                "wall_seconds": (resp.job.end_time.ToNanoseconds() - resp.job.start_time.ToNanoseconds()) / 1e9}
+        return Rollout(job=resp.job.job_id, uri=next(o.uri for o in resp.job.outputs if o.kind == "trajectories"),
+                       episodes=s.episodes, successes=s.successes, pass_rate=s.pass_rate,
+                       ci=[s.pass_rate_ci_low, s.pass_rate_ci_high], reward_mean=s.reward_mean,
+                       wall_seconds=(resp.job.end_time.ToNanoseconds() - resp.job.start_time.ToNanoseconds()) / 1e9)
+
+    def stub(self, service: str) -> Any:
+        """A gRPC stub of `service` on the run's connection."""
+        return self.runner.conn.stub(service)
+
+    def parsed_config(self, kind: int, field: str, config: dict[str, Any]) -> dict[str, Any]:
+        """`config` (the run config's `field`) as the trainer parses it: every default filled in."""
+        request = T.ValidateTrainingConfigRequest(kind=kind, field_path=field, config=config_struct(field, config))
+        return MessageToDict(self.stub("trainer").ValidateTrainingConfig(request).config.values)
 
     def unit(self, stage: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """`work()` once per stage attempt chain: its result is recorded in the manifest as soon as it
@@ -172,10 +199,12 @@ class Pipeline:
     # -- stages ------------------------------------------------------------------------------
     def stage_rollout(self) -> dict[str, Any]:
         r = self.cfg.rollout
-        cap = self.unit("rollout", "completion cap", lambda: derive_completion_cap(self))
+        cap = CompletionCap.model_validate(self.unit("rollout", "completion cap",
+                                                     lambda: dump(derive_completion_cap(self))))
         res = self.rollout(self.base_policy(), r.split, r.limit, r.samples, r.temperature, "base rollouts")
-        jobs = [*([cap["expert_job"]] if cap.get("expert_job") else []), res["job"]]
-        return {"outputs": {"trajectories": res["uri"]}, "jobs": jobs, "result": {**res, "max_completion_length": cap}}
+        jobs = [*([cap.expert_job] if cap.expert_job else []), res.job]
+        return {"outputs": {"trajectories": res.uri}, "jobs": jobs,
+                "result": dump(RolloutStageResult(**dump(res), max_completion_length=cap))}
 
     def stage_analysis(self) -> dict[str, Any]:
         a = self.cfg.analysis
@@ -186,24 +215,23 @@ class Pipeline:
         if a.llm:
             spec.llm.CopyFrom(t.LlmEndpoint(base_url=a.llm.base_url, model=a.llm.model))
         resp = self.runner.run("analysis", spec, self.cfg.run_id, "contrastive analysis")
-        results = [MessageToDict(r, preserving_proto_field_name=True) for r in resp.results]
-        retained = sorted((r for r in results if r.get("retained")), key=lambda r: -r.get("coverage_mean", 0.0))
+        results = [Candidate.model_validate(MessageToDict(r, preserving_proto_field_name=True)) for r in resp.results]
+        retained = sorted((r for r in results if r.retained), key=lambda r: -r.coverage_mean)
         chosen = retained[: a.max_capabilities]
         if not chosen:
             raise StageFailed("analysis retained no capability: nothing to train. The report lists every "
                               "candidate with its coverage and gap; lower analysis.min_gap/min_coverage only "
                               "with a reason")
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
-                "result": {"candidates": results, "capabilities": [c["capability"] for c in chosen],
-                           "mode": a.mode}}
+                "result": dump(AnalysisResult(candidates=results, capabilities=[c.capability for c in chosen],
+                                              mode=a.mode))}
 
     def stage_environments(self) -> dict[str, Any]:
         e = self.cfg.environments
-        caps = self.manifest.stages["analysis"].result["capabilities"]
+        caps = results_of(self.manifest).analysis.capabilities
         spec = E.GenerationSpec(
-            capabilities=[t.Capability(name=c["name"], description=c.get("description", ""),
-                                       evidence=c.get("evidence", [])[:10],
-                                       failed_task_ids=c.get("failed_task_ids", [])[:100]) for c in caps],
+            capabilities=[t.Capability(name=c.name, description=c.description, evidence=c.evidence[:10],
+                                       failed_task_ids=c.failed_task_ids[:100]) for c in caps],
             target=self.target_ref(), max_retries=e.max_retries, seed=self.cfg.seed,
             mode=E.GENERATION_MODE_LLM if e.mode == "llm" else E.GENERATION_MODE_LIBRARY,
             calibration_policy=self.base_policy(), calibration_reward_min=e.calibration_reward_min,
@@ -216,13 +244,14 @@ class Pipeline:
         spec.calibration_sampling.CopyFrom(t.SamplingParams(max_tokens=self.completion_cap(),
                                                             **self.trained_sampling()))
         resp = self.runner.run("environment", spec, self.cfg.run_id, "environment synthesis")
-        envs = [MessageToDict(r, preserving_proto_field_name=True) for r in resp.environments]
-        accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
+        envs = [EnvironmentRecord.model_validate(MessageToDict(r, preserving_proto_field_name=True))
+                for r in resp.environments]
+        accepted = [r for r in envs if r.accepted]
         if not accepted:
-            reasons = "; ".join(f"{r.get('capability')}: {r.get('rejection_reasons')}" for r in envs)
+            reasons = "; ".join(f"{r.capability}: {r.rejection_reasons}" for r in envs)
             raise StageFailed(f"no environment was accepted: {reasons}")
-        return {"jobs": [resp.job.job_id], "outputs": {r["capability"]: r["code"]["uri"] for r in accepted},
-                "result": {"environments": envs, "accepted": [r["capability"] for r in accepted]}}
+        return {"jobs": [resp.job.job_id], "outputs": {r.capability: r.code.uri if r.code else "" for r in accepted},
+                "result": dump(EnvironmentsResult(environments=envs, accepted=[r.capability for r in accepted]))}
 
     def executor(self) -> int:
         """The Executor the run's training jobs are created with (training.executor)."""
@@ -236,10 +265,10 @@ class Pipeline:
         return self.runner.run("trainer", spec, self.cfg.run_id, label, labels={"capability": capability}, attach=True)
 
     def stage_adapters(self) -> dict[str, Any]:
-        envs = self.manifest.stages["environments"].result["environments"]
-        accepted = [r for r in envs if r.get("status") == "VALIDATION_STATUS_ACCEPTED"]
+        envs = results_of(self.manifest).environments.environments
+        accepted = [r for r in envs if r.accepted]
 
-        batches = {rec["capability"]: self.initial_batches(rec) for rec in accepted}
+        batches = {rec.capability: self.initial_batches(rec) for rec in accepted}
         grpo = self.trained_config() if any(batches.values()) else {}
         manifests = {cap: self.batches_manifest(b) for cap, b in batches.items() if b}
         raised = {cap: n for cap, m in manifests.items()
@@ -248,18 +277,18 @@ class Pipeline:
             print(f"adapters: {cap}: its calibration episodes fill {n} iterations, more than training.grpo.max_steps "
                   f"{int(grpo['max_steps'])}: max_steps raised to {n} for it, so every counted episode trains", flush=True)
 
-        def one(rec: dict[str, Any]):
-            ref = t.EnvironmentRef(name=rec["name"], version=rec.get("version", ""))
+        def one(rec: EnvironmentRecord):
+            ref = t.EnvironmentRef(name=rec.name, version=rec.version)
             config = {**self.cfg.training.grpo, "max_completion_length": self.completion_cap(),
-                      **batches[rec["capability"]]}
-            if rec["capability"] in raised:
-                config["max_steps"] = raised[rec["capability"]]
-            if rec["capability"] in manifests and not config.get("max_turns"):
+                      **batches[rec.capability]}
+            if rec.capability in raised:
+                config["max_steps"] = raised[rec.capability]
+            if rec.capability in manifests and not config.get("max_turns"):
                 # the turn budget its calibration played (the environment's own default, which the trainer's
                 # remote view of the environment does not know), so its batches are the job's own samples
-                config["max_turns"] = manifests[rec["capability"]].max_turns
-            return rec["capability"], self.train(T.TRAINING_KIND_ADAPTER, rec["capability"], [ref], config,
-                                                 f"adapter {rec['capability']}")
+                config["max_turns"] = manifests[rec.capability].max_turns
+            return rec.capability, self.train(T.TRAINING_KIND_ADAPTER, rec.capability, [ref], config,
+                                              f"adapter {rec.capability}")
 
         with ThreadPoolExecutor(self.cfg.training.parallel) as pool:
             done = list(pool.map(one, accepted))
@@ -273,10 +302,10 @@ class Pipeline:
                 tensorboard[cap] = outs["tensorboard"]
             metrics[cap] = dict(resp.job.metrics)
             jobs.append(resp.job.job_id)
-        return {"outputs": adapters, "jobs": jobs, "result": {
-            "metrics": metrics, "curves": curves, "tensorboard": tensorboard,
-            "initial_batches": {cap: b.get("initial_batches_uri", "") for cap, b in batches.items()},
-            "max_steps_raised": raised}}
+        return {"outputs": adapters, "jobs": jobs, "result": dump(AdaptersResult(
+            metrics=metrics, curves=curves, tensorboard=tensorboard,
+            initial_batches={cap: b.get("initial_batches_uri", "") for cap, b in batches.items()},
+            max_steps_raised=raised))}
 
     def batches_manifest(self, batches: dict[str, str]) -> Any:
         """The calibration-batches manifest `batches` names (only the manifest, not its episodes)."""
@@ -296,14 +325,14 @@ class Pipeline:
         groups = len(manifest.seeds) * (manifest.group_size // int(grpo["num_generations"]))
         return math.ceil(groups / int(grpo["groups_per_batch"]))
 
-    def initial_batches(self, rec: dict[str, Any]) -> dict[str, str]:
+    def initial_batches(self, rec: EnvironmentRecord) -> dict[str, str]:
         """{"initial_batches_uri": ...} for an accepted environment whose validation report names its
         calibration batches (trace_common/env/calibration_batches.py) with token ids on every turn,
         else {}: a scripted stand-in calibrated it (no batches), or a backend that returned no token ids
         (nothing GRPO could score); those calibration episodes stay counted, untrained."""
         import json
 
-        report_uri = (rec.get("validation_report") or {}).get("uri")
+        report_uri = rec.validation_report.uri if rec.validation_report else ""
         if not report_uri:
             return {}
         report = json.loads(self.store.get_bytes(self.store.key_of(report_uri)))
@@ -317,17 +346,18 @@ class Pipeline:
         the rollout stage (the target's training tasks: slot 0's provenance, `base_provenance_uris`,
         read only with warm_start_labels: provenance)."""
         adapters = self.manifest.stages["adapters"].outputs
-        envs = self.manifest.stages["environments"].result["environments"]
-        refs = [t.EnvironmentRef(name=r["name"], version=r.get("version", ""))
-                for r in sorted(envs, key=lambda r: r["capability"]) if r["capability"] in adapters]
+        envs = results_of(self.manifest).environments.environments
+        refs = [t.EnvironmentRef(name=r.name, version=r.version)
+                for r in sorted(envs, key=lambda r: r.capability) if r.capability in adapters]
         refs.append(self.target_ref(split="train"))
         config = {**self.cfg.gates.config, "max_completion_length": self.completion_cap()}
-        if config.get("warm_start_labels", "outcome") == "provenance":
+        labels = self.parsed_config(T.TRAINING_KIND_GATES, "gates.config", self.cfg.gates.config)["warm_start_labels"]
+        if labels == "provenance":
             config["base_provenance_uris"] = [self.manifest.stages["rollout"].outputs["trajectories"]]
         resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, config,
                           "gate training", adapter_uris=adapters)
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
-                "result": {"metrics": dict(resp.job.metrics)}}
+                "result": dump(GatesResult(metrics=dict(resp.job.metrics)))}
 
     def stage_evaluation(self) -> dict[str, Any]:
         from tracectl.evaluation.stage import evaluate
@@ -469,7 +499,8 @@ class Pipeline:
                 rec.status, rec.error, rec.finished_at = "failed", str(err)[:2000], time.time()
                 m.save(self.store)
                 raise
-            rec.outputs, rec.jobs, rec.result = out.get("outputs", {}), out.get("jobs", []), out.get("result", {})
+            outcome = StageOutcome.model_validate(out)
+            rec.outputs, rec.jobs, rec.result = outcome.outputs, outcome.jobs, outcome.result
             rec.partial = {}
             rec.status, rec.finished_at = "completed", time.time()
             m.save(self.store)

@@ -67,7 +67,7 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trace_common.errors import FailedPrecondition, InvalidArgument
-from tracectl.evaluation.budget import warm_start_episodes
+from tracectl.evaluation.budget import GatesCounts, warm_start_episodes
 from tracectl.evaluation.stage import curve_iterations, per_iteration, point_name
 from tracectl.run.completion_cap import EXPERT_TARGETS, EXPERT_TASKS
 from tracectl.run.config import RunConfig, grpo_target_config
@@ -411,8 +411,9 @@ def make_plan(cfg: RunConfig, facts: Facts, settings: PlanSettings) -> Plan:
                                  "calibration)" if trained else ""))
 
     gates = facts.gates
-    warm = warm_start_episodes(gates, k)
-    labels = str(gates.get("warm_start_labels", "outcome"))
+    counts = GatesCounts.model_validate(gates)
+    warm = warm_start_episodes(counts, k)
+    labels = counts.warm_start_labels
     stages.append(price.row("gates: warm start", "training", warm, warm, over_k if warm else [], in_budget=True,
                             note=f"{labels} labels"))
     gb = int(gates["max_steps"]) * int(gates["groups_per_batch"]) * int(gates["num_generations"])

@@ -31,6 +31,20 @@ from trace_common.stats import mcnemar_min_detectable  # noqa: E402
 from tracectl.evaluation.scoring import subgoal_success  # noqa: E402
 from tracectl.run.config import RunConfig  # noqa: E402
 from tracectl.run.manifest import Manifest  # noqa: E402
+from tracectl.run.results import (  # noqa: E402
+    ArmResult,
+    Candidate,
+    CurvePoint,
+    EvaluationResult,
+    ExpertUsage,
+    Power,
+    Rate,
+    ReportResult,
+    RoutedExample,
+    SubgoalRate,
+    dump,
+    results_of,
+)
 
 SECTIONS = ("pass_rate_per_arm", "subgoal_success", "candidates", "training_curves", "sample_efficiency",
             "expert_usage", "routed_example")
@@ -55,11 +69,11 @@ ARM_COLOURS = {"base": "#888", "trace_routing": "#2a9d4b", "trace_per_request": 
                "grpo_target": "#c0392b", "best_single": "#e67e22", "gepa": "#16a085"}
 
 
-def plot_arms(arms: dict[str, dict[str, Any]]) -> bytes | None:
+def plot_arms(arms: dict[str, ArmResult]) -> bytes | None:
     if not arms:
         return None
     names = list(arms)
-    rates = [arms[n]["pass_rate"] for n in names]
+    rates = [arms[n].pass_rate for n in names]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.bar(names, rates, yerr=ci_errors([arms[n] for n in names]), capsize=5, color=["#888" if n == "base" else "#3b7dd8" for n in names])
     ax.set_ylabel("held-out pass rate (95% CI)")
@@ -69,14 +83,15 @@ def plot_arms(arms: dict[str, dict[str, Any]]) -> bytes | None:
     return _png(fig)
 
 
-def subgoals_by_arm(store: ArtifactStore, arms: dict[str, dict[str, Any]]) -> tuple[dict[str, dict], str | None]:
-    """{arm: {capability: {"met", "total", "rate"}}} over each arm's compound test episodes, or
-    ({}, why) when no arm has them (the reason the report prints)."""
+def subgoals_by_arm(store: ArtifactStore, arms: dict[str, ArmResult]) -> tuple[dict[str, dict[str, SubgoalRate]],
+                                                                                str | None]:
+    """{arm: {capability: SubgoalRate}} over each arm's compound test episodes, or ({}, why) when no
+    arm has them (the reason the report prints)."""
     out, why = {}, "no arm records its test trajectories"
     for name, a in arms.items():
-        if not a.get("uri"):
+        if not a.uri:
             continue
-        rates = subgoal_success(store, a["uri"])
+        rates = subgoal_success(store, a.uri)
         if rates is None:
             why = "the target's verifier attributes no sub-goals (only the built-in store's does)"
             continue
@@ -84,7 +99,7 @@ def subgoals_by_arm(store: ArtifactStore, arms: dict[str, dict[str, Any]]) -> tu
     return out, (None if out else why)
 
 
-def plot_subgoals(subgoals: dict[str, dict[str, dict[str, Any]]]) -> bytes | None:
+def plot_subgoals(subgoals: dict[str, dict[str, SubgoalRate]]) -> bytes | None:
     """Grouped bars: per capability, each arm's sub-goal success (share of the sub-requests needing
     it that did not fail on it), with the count of sub-requests under each capability."""
     if not subgoals:
@@ -95,9 +110,9 @@ def plot_subgoals(subgoals: dict[str, dict[str, dict[str, Any]]]) -> bytes | Non
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(caps))]
-        ys = [(subgoals[name].get(c) or {}).get("rate") or 0.0 for c in caps]
+        ys = [(r.rate or 0.0) if (r := subgoals[name].get(c)) else 0.0 for c in caps]
         ax.bar(xs, ys, width * 0.95, label=name, color=ARM_COLOURS.get(name, "#555"))
-    totals = {c: max((subgoals[n].get(c) or {}).get("total", 0) for n in names) for c in caps}
+    totals = {c: max((r.total if (r := subgoals[n].get(c)) else 0) for n in names) for c in caps}
     ax.set_xticks(range(len(caps)), [f"{c.replace('_', ' ')}\n({totals[c]} sub-requests)" for c in caps], fontsize=8)
     ax.set_ylabel("sub-goal success", fontsize=9)
     ax.set_ylim(0, 1)
@@ -106,14 +121,14 @@ def plot_subgoals(subgoals: dict[str, dict[str, dict[str, Any]]]) -> bytes | Non
     return _png(fig)
 
 
-def plot_candidates(cands: list[dict[str, Any]], rho: float, delta: float) -> bytes | None:
+def plot_candidates(cands: list[Candidate], rho: float, delta: float) -> bytes | None:
     if not cands:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for c in cands:
-        x, y = c.get("coverage_mean", 0.0), c.get("gap_mean", 0.0)
-        ax.scatter([x], [y], color="#2a9d4b" if c.get("retained") else "#c0392b", s=40)
-        ax.annotate(c["capability"]["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        x, y = c.coverage_mean, c.gap_mean
+        ax.scatter([x], [y], color="#2a9d4b" if c.retained else "#c0392b", s=40)
+        ax.annotate(c.capability.name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.axvline(rho, ls="--", color="#555")
     ax.axhline(delta, ls="--", color="#555")
     ax.set_xlabel("coverage (mean over runs)")
@@ -146,40 +161,40 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], x: str, y: str, title
     return _png(fig)
 
 
-def ci_errors(rows: list[dict[str, Any]]) -> list[list[float]]:
+def ci_errors(rows: list[ArmResult | CurvePoint]) -> list[list[float]]:
     """matplotlib's yerr ([below], [above]) for rows with `pass_rate` and `ci`, never negative
     (matplotlib refuses a negative error; a stored interval may come from an older run whose Wilson
     bound at 0 successes was 1e-17 above the rate)."""
-    return [[max(0.0, r["pass_rate"] - r["ci"][0]) for r in rows], [max(0.0, r["ci"][1] - r["pass_rate"]) for r in rows]]
+    return [[max(0.0, r.pass_rate - r.ci[0]) for r in rows], [max(0.0, r.ci[1] - r.pass_rate) for r in rows]]
 
 
-def _err(a: dict[str, Any]) -> list[list[float]]:
+def _err(a: ArmResult) -> list[list[float]]:
     return ci_errors([a])
 
 
-def sample_efficiency_top(rows: list[dict[str, Any]]) -> float:
+def sample_efficiency_top(rows: list[ArmResult | CurvePoint]) -> float:
     """The y-axis top of the sample-efficiency plot: the highest upper 95 % bound shown, plus a
     quarter, rounded up to 0.05 and at most 1 -- pass rates of a few percent on a 0-1 axis look
     alike, and the differences are what the plot is for."""
-    tops = [(r.get("ci") or [0.0, r.get("pass_rate", 0.0)])[1] for r in rows if "pass_rate" in r]
+    tops = [(r.ci or [0.0, r.pass_rate])[1] for r in rows if r.pass_rate is not None]
     return min(1.0, max(0.05, math.ceil(max(tops, default=1.0) * 1.25 / 0.05 - 1e-9) * 0.05))
 
 
-def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str, Any]] | None = None,
+def plot_sample_efficiency(arms: dict[str, ArmResult], curve: list[CurvePoint] | None = None,
                            budget: int | None = None) -> bytes | None:
     """Held-out pass rate (95 % CI) vs training episodes: the GRPO-on-target curve (one run, its
     checkpoints), each TRACE arm at TRACE's budget, the other arms at theirs (the base at 0)."""
-    points = [pt for pt in curve or [] if "pass_rate" in pt]
+    points = [pt for pt in curve or [] if pt.pass_rate is not None]
     if not arms and not points:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if points:
-        xs = [pt["training_rollouts"] for pt in points]
-        ax.errorbar(xs, [pt["pass_rate"] for pt in points],
+        xs = [pt.training_episodes for pt in points]
+        ax.errorbar(xs, [pt.pass_rate for pt in points],
                     yerr=ci_errors(points),
                     fmt="-o", capsize=4, color="#c0392b", label="GRPO on the target (checkpoints)")
         for pt, x in zip(points, xs, strict=True):
-            ax.annotate(f"{pt['multiple']:g}x", (x, pt["pass_rate"]), fontsize=7, xytext=(4, -10),
+            ax.annotate(f"{pt.multiple:g}x", (x, pt.pass_rate), fontsize=7, xytext=(4, -10),
                         textcoords="offset points")
     markers = {"trace_routing": ("*", "#2a9d4b", 14), "trace_per_request": ("D", "#3b7dd8", 7),
                "trace_soft": ("s", "#8e44ad", 7), "base": ("o", "#888", 7), "best_single": ("^", "#e67e22", 8),
@@ -188,7 +203,7 @@ def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str
         if name == "grpo_target" and points:
             continue   # it is the curve's 1x point
         marker, colour, size = markers.get(name, ("o", "#555", 6))
-        ax.errorbar([a.get("training_rollouts", 0)], [a["pass_rate"]], yerr=_err(a), fmt=marker, ms=size,
+        ax.errorbar([a.training_episodes], [a.pass_rate], yerr=_err(a), fmt=marker, ms=size,
                     capsize=4, color=colour, label=name)
     if budget:
         ax.axvline(budget, ls=":", color="#2a9d4b", lw=1)
@@ -200,18 +215,18 @@ def plot_sample_efficiency(arms: dict[str, dict[str, Any]], curve: list[dict[str
     return _png(fig)
 
 
-def plot_expert_usage(usage: dict[str, Any]) -> bytes | None:
-    """usage: {"experts": [...], "rows": {task_type: [[count per expert] per position bucket]}}.
+def plot_expert_usage(usage: ExpertUsage | None) -> bytes | None:
+    """usage.rows: {task_type: [[count per expert] per position bucket]}.
 
     One panel per task type, full width, stacked bars: per position bucket of the generated reply,
     the share of (layer, token) routing decisions each slot got; the legend names every slot once,
     in words (the labels are meant to be read at the report page's width)."""
-    rows = usage.get("rows") if usage else None
+    rows = usage.rows if usage else None
     if not rows:
         return None
     import numpy as np
 
-    experts = usage["experts"]
+    experts = usage.experts
     palette = ["#bbb", "#3b7dd8", "#e67e22", "#2a9d4b", "#c0392b", "#8e44ad", "#16a085", "#f1c40f"]
     fig, axes = plt.subplots(len(rows), 1, figsize=(8, 0.6 + 2.0 * len(rows)), squeeze=False, sharex=True)
     for ax, (task, grid) in zip(axes[:, 0], sorted(rows.items()), strict=True):
@@ -238,36 +253,34 @@ def plot_expert_usage(usage: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def routed_example_html(example: dict[str, Any]) -> str | None:
-    toks = example.get("tokens") if example else None
+def routed_example_html(example: RoutedExample | None) -> str | None:
+    toks = example.tokens if example else None
     if not toks:
         return None
     palette = ["#ddd", "#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#b5e48c", "#f4a261", "#a8dadc"]
     spans = [f'<span title="{html.escape(e)}" style="background:{palette[i % len(palette)]}">{html.escape(tok)}</span>'
-             for tok, i, e in ((t["text"], t["expert_index"], t["expert"]) for t in toks)]
+             for tok, i, e in ((t.text, t.expert_index, t.expert) for t in toks)]
     legend = " ".join(f'<span style="background:{palette[i % len(palette)]}">{html.escape(n)}</span>'
-                      for i, n in enumerate(example.get("experts", [])))
+                      for i, n in enumerate(example.experts))
     return f"<p>{legend}</p><pre class='routed'>{''.join(spans)}</pre>"
 
 
 def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str, Any]:
-    ev = m.stages["evaluation"].result
-    arms = ev.get("arms", {})
-    an = m.stages["analysis"].result
-    adapters = m.stages["adapters"]
+    results = results_of(m)
+    ev = results.evaluation
+    arms = ev.arms
+    an = results.analysis
     curves: dict[str, list[dict[str, float]]] = {}
-    for cap, res in adapters.result.get("curves", {}).items():
-        curves[cap] = _curve(store, res)
-    usage = ev.get("expert_usage", {})
-    example = ev.get("routed_example", {})
+    for cap, uri in results.adapters.curves.items():
+        curves[cap] = _curve(store, uri)
     subgoals, no_subgoals = subgoals_by_arm(store, arms)
     plots = {
         "pass_rate_per_arm": plot_arms(arms),
         "subgoal_success": plot_subgoals(subgoals),
-        "candidates": plot_candidates(an.get("candidates", []), cfg.analysis.min_coverage, cfg.analysis.min_gap),
+        "candidates": plot_candidates(an.candidates, cfg.analysis.min_coverage, cfg.analysis.min_gap),
         "training_curves": plot_curves(curves, "iteration", "reward_mean", "Training reward per adapter"),
-        "sample_efficiency": plot_sample_efficiency(arms, ev.get("grpo_curve"), ev.get("trace_training_rollouts")),
-        "expert_usage": plot_expert_usage(usage),
+        "sample_efficiency": plot_sample_efficiency(arms, ev.grpo_curve, ev.trace_budget_episodes),
+        "expert_usage": plot_expert_usage(ev.expert_usage),
     }
     missing = {k: "this run has no data for it" for k, v in plots.items() if v is None}
     if no_subgoals:
@@ -277,16 +290,16 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
     for name, png in plots.items():
         if png is not None:
             outputs[name] = store.put_bytes(f"{base}/{name}.png", png).uri
-    md = render_markdown(cfg, m, arms, an, plots, missing, subgoals, no_subgoals)
-    page = render_html(cfg, md, plots, routed_example_html(example))
+    md = render_markdown(cfg, m, plots, missing, subgoals, no_subgoals)
+    page = render_html(cfg, md, plots, routed_example_html(ev.routed_example))
     outputs["markdown"] = store.put_bytes(f"{base}/report.md", md.encode()).uri
     outputs["html"] = store.put_bytes(f"{base}/report.html", page.encode()).uri
-    return {"outputs": outputs, "result": {"missing_sections": missing}}
+    return {"outputs": outputs, "result": dump(ReportResult(missing_sections=missing))}
 
 
-def _arm_tasks(a: dict[str, Any]) -> str:
+def _arm_tasks(a: ArmResult) -> str:
     """Tasks an arm played ('40 x 4' when it played 4 trials of each)."""
-    return f"{a['tasks']} x {a['trials']}" if a.get("trials", 1) > 1 else str(a["episodes"])
+    return f"{a.tasks} x {a.trials}" if a.trials > 1 else str(a.episodes)
 
 
 def _n(v: Any) -> str:
@@ -294,11 +307,11 @@ def _n(v: Any) -> str:
     return "–" if v is None else f"{int(v):,}"
 
 
-def _tokens(a: dict[str, Any]) -> str:
-    t = a.get("training_tokens")
-    missing = a.get("training_tokens_missing") or []
+def _tokens(a: ArmResult) -> str:
+    t = a.training_tokens
     if t is None:
         return "–"
+    missing = a.training_tokens_missing
     return _n(t) + (f" (+ {', '.join(missing)}: not reported)" if missing and t else "")
 
 
@@ -307,8 +320,8 @@ def _ci(ci: list[float], signed: bool = False) -> str:
     return f"{f.format(ci[0])} – {f.format(ci[1])}"
 
 
-def _rate(b: dict[str, Any] | None) -> str:
-    return f"{b['pass_rate']:.2f} ({b['n']})" if b else "–"
+def _rate(b: Rate | None) -> str:
+    return f"{b.pass_rate:.2f} ({b.n})" if b else "–"
 
 
 def _not_available(missing: dict[str, str], name: str, why: str = "this run has no data for it") -> list[str]:
@@ -316,14 +329,14 @@ def _not_available(missing: dict[str, str], name: str, why: str = "this run has 
     return ["", f"- {name}: not available ({why})"]
 
 
-def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+def paired_lines(ev: EvaluationResult, missing: dict[str, str]) -> list[str]:
     lines = ["", "## Paired comparison: TRACE routing vs each arm (same tasks)", ""]
-    paired = (ev.get("paired") or {}).get("vs")
+    paired = ev.paired.vs if ev.paired else {}
     if not paired:
         return lines[:-1] + _not_available(missing, "paired_comparison", "needs the trace_routing arm and per-task "
                                            "outcomes (an evaluation of this version)")
-    ref = ev["paired"].get("reference", "trace_routing")
-    trials = max((c.get("trials", 1) for c in paired.values()), default=1)
+    ref = ev.paired.reference
+    trials = max((c.trials or 1 for c in paired.values()), default=1)
     if trials > 1:
         lines += [f"{trials} trials per task: the task is the unit (its success share); p from a sign-flip "
                   "permutation over tasks; 'better' counts the tasks where one arm succeeded more often.", "",
@@ -333,21 +346,23 @@ def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
         lines += [f"| arm | tasks | {ref} | arm | difference | 95% CI (paired bootstrap) | only {ref} | only arm | "
                   "exact McNemar p |", "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for name, c in paired.items():
-        lines.append(f"| {name} | {c['n']} | {c['pass_rate_x']:.3f} | {c['pass_rate_y']:.3f} | {c['diff']:+.3f} | "
-                     f"{_ci(c['ci'], signed=True)} | {c['only_x']} | {c['only_y']} | {c['p_value']:.3g} |")
-    power = ev.get("power") or {}
-    if power.get("trials", 1) > 1:
+        lines.append(f"| {name} | {c.n} | {c.pass_rate_x:.3f} | {c.pass_rate_y:.3f} | {c.diff:+.3f} | "
+                     f"{_ci(c.ci, signed=True)} | {c.only_x} | {c.only_y} | {c.p_value:.3g} |")
+    power = ev.power
+    if power is None:
+        return lines
+    if (power.trials or 1) > 1:
         return lines + trials_power_lines(power)
-    n, mdd = power.get("n", 0), power.get("min_detectable", {})
+    n, mdd = power.n, power.min_detectable or {}
     if n and mdd:
         parts = [f"{'none' if v is None else f'{v:.3f}'} when {float(q):.0%} of the tasks are discordant"
                  for q, v in mdd.items()]
         lines += ["", f"Power: with {n} paired tasks, the smallest difference exact McNemar (two-sided, α = "
-                  f"{power.get('alpha', 0.05):g}) calls significant is " + ", ".join(parts) + "."]
-        disc = power.get("observed_discordance") or {}
+                  f"{power.alpha:g}) calls significant is " + ", ".join(parts) + "."]
+        disc = power.observed_discordance or {}
         if disc:
             q = disc.get("grpo_target", sorted(disc.values())[len(disc) // 2])
-            at = mcnemar_min_detectable(n, q, power.get("alpha", 0.05))
+            at = mcnemar_min_detectable(n, q, power.alpha)
             which = "against grpo_target" if "grpo_target" in disc else "median over the arms"
             verdict = ("resolvable" if at is not None and at <= PAPER_DIFFERENCE else "NOT resolvable")
             lines.append(f"Observed discordance {which}: {q:.0%}, where the smallest significant difference is "
@@ -356,23 +371,24 @@ def paired_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
     return lines
 
 
-def trials_power_lines(power: dict[str, Any]) -> list[str]:
+def trials_power_lines(power: Power) -> list[str]:
     """The difference a several-trial evaluation resolves, from the observed spread of per-task differences."""
-    mdd = power.get("min_detectable_observed") or {}
+    mdd = power.min_detectable_observed or {}
     if not mdd:
         return []
-    parts = [f"{v:.3f} against {k} (per-task sd {power['observed_sd'][k]:.3f})" for k, v in mdd.items()]
+    sds = power.observed_sd or {}
+    parts = [f"{v:.3f} against {k} (per-task sd {sds[k]:.3f})" for k, v in mdd.items()]
     worst = mdd.get("grpo_target", sorted(mdd.values())[len(mdd) // 2])
     verdict = "resolvable" if worst <= PAPER_DIFFERENCE else "NOT resolvable"
-    return ["", f"Power: with {power['n']} paired tasks x {power['trials']} trials, the difference a paired test "
-            f"detects at {power.get('power', 0.8):.0%} power (two-sided, α = {power.get('alpha', 0.05):g}; normal "
+    return ["", f"Power: with {power.n} paired tasks x {power.trials} trials, the difference a paired test "
+            f"detects at {power.power:.0%} power (two-sided, α = {power.alpha:g}; normal "
             "approximation over tasks) is " + ", ".join(parts) + f": the paper's ≈ {PAPER_DIFFERENCE:.2f} difference "
             f"is {verdict} at this test size."]
 
 
-def pass_hat_k_lines(arms: dict[str, dict[str, Any]]) -> list[str]:
+def pass_hat_k_lines(arms: dict[str, ArmResult]) -> list[str]:
     """tau2's pass^k per arm, when the arms played several trials per task."""
-    rows = {n: a["pass_hat_k"] for n, a in arms.items() if a.get("pass_hat_k")}
+    rows = {n: a.pass_hat_k for n, a in arms.items() if a.pass_hat_k}
     if not rows:
         return []
     ks = sorted({int(k) for r in rows.values() for k in r})
@@ -383,85 +399,83 @@ def pass_hat_k_lines(arms: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def curve_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+def curve_lines(ev: EvaluationResult, missing: dict[str, str]) -> list[str]:
     lines = ["", "## GRPO on the target at several budgets (one run, its checkpoints)", ""]
-    curve = ev.get("grpo_curve") or []
+    curve = ev.grpo_curve
     if not curve:
         return lines[:-1] + _not_available(missing, "grpo_budget_curve", "needs the grpo_target arm")
-    budget = ev.get("trace_training_rollouts")
-    paired = (ev.get("paired") or {}).get("vs", {})
+    budget = ev.trace_budget_episodes
+    paired = ev.paired.vs if ev.paired else {}
     lines += [f"Multiples of TRACE's total budget ({_n(budget)} episodes); x = the trainer's own episode count at the "
               "checkpoint.", "", "| budget | iteration | training episodes | training tokens | pass rate | 95% CI | "
               "vs trace_routing: difference (p) |", "|---|---:|---:|---:|---:|---|---|"]
     for pt in curve:
-        if "pass_rate" not in pt:
-            lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | – | – | – | – | not evaluated: {pt['skipped']} |")
+        if pt.pass_rate is None:
+            lines.append(f"| {pt.multiple:g}x | {pt.iteration} | – | – | – | – | not evaluated: {pt.skipped} |")
             continue
-        c = paired.get(pt["name"])
-        vs = f"{0.0 - c['diff']:+.3f} (p {c['p_value']:.3g})" if c else "–"
-        est = " (estimated)" if pt.get("estimated") else ""
-        lines.append(f"| {pt['multiple']:g}x | {pt['iteration']} | {_n(pt['training_rollouts'])}{est} | "
-                     f"{_n(pt.get('training_tokens'))} | {pt['pass_rate']:.3f} | {_ci(pt['ci'])} | {vs} |")
-    ref = ev.get("arms", {}).get("trace_routing")
+        c = paired.get(pt.name)
+        vs = f"{0.0 - c.diff:+.3f} (p {c.p_value:.3g})" if c else "–"
+        est = " (estimated)" if pt.estimated else ""
+        lines.append(f"| {pt.multiple:g}x | {pt.iteration} | {_n(pt.training_episodes)}{est} | "
+                     f"{_n(pt.training_tokens)} | {pt.pass_rate:.3f} | {_ci(pt.ci)} | {vs} |")
+    ref = ev.arms.get("trace_routing")
     if ref:
-        lines += ["", f"TRACE routing: {ref['pass_rate']:.3f} ({_ci(ref['ci'])}) at {_n(budget)} episodes."]
+        lines += ["", f"TRACE routing: {ref.pass_rate:.3f} ({_ci(ref.ci)}) at {_n(budget)} episodes."]
     return lines
 
 
-def budget_lines(ev: dict[str, Any], missing: dict[str, str]) -> list[str]:
+def budget_lines(ev: EvaluationResult, missing: dict[str, str]) -> list[str]:
     lines = ["", "## Budget: every episode TRACE played", ""]
-    b = ev.get("budget")
+    b = ev.budget
     if not b:
         return lines[:-1] + _not_available(missing, "budget", "an evaluation of this version records it")
     lines += ["| component | episodes | prompt tokens | completion tokens | source |", "|---|---:|---:|---:|---|"]
-    c = b["components"]
-    for name, comp in c.items():
-        lines.append(f"| {name} | {_n(comp['episodes'])} | {_n(comp['prompt_tokens'])} | "
-                     f"{_n(comp['completion_tokens'])} | {comp['source']} |")
-        for env, e in (comp.get("per_environment") or {}).items():
+    for name, comp in b.components.items():
+        lines.append(f"| {name} | {_n(comp.episodes)} | {_n(comp.prompt_tokens)} | "
+                     f"{_n(comp.completion_tokens)} | {comp.source} |")
+        for env, e in (comp.per_environment or {}).items():
             extra = ""
-            if e.get("earlier_attempts"):
-                extra = f"; {e['earlier_attempts']} earlier attempt(s): {e.get('earlier_attempt_episodes', 0)} counted"
-                if e["earlier_attempt_episodes_bound"]:
-                    extra += f", {e['earlier_attempt_episodes_bound']} bound from above (unrecorded)"
-            lines.append(f"| &nbsp;&nbsp;{env} ({e.get('status', '').removeprefix('VALIDATION_STATUS_').lower()}) | "
-                         f"{_n(e['episodes'])} | – | – | final attempt {e['final_attempt']}{extra} |")
-        for cap, a in (comp.get("per_adapter") or {}).items():
-            lines.append(f"| &nbsp;&nbsp;{cap} | {_n(a['episodes'])} | {_n(a['prompt_tokens'])} | "
-                         f"{_n(a['completion_tokens'])} | {a['source']} |")
-        if name == "gates" and "warm_start_episodes" in comp:
-            what = "slot replays" if comp.get("warm_start_labels") == "outcome" else "provenance"
-            lines += [f"| &nbsp;&nbsp;warm start ({what}) | {_n(comp['warm_start_episodes'])} | | | |",
-                      f"| &nbsp;&nbsp;GRPO on the gates | {_n(comp['grpo_episodes'])} | | | |"]
-    lines.append(f"| **total** | **{_n(b['total_episodes'])}** | {_n(b['total_prompt_tokens'])} | "
-                 f"{_n(b['total_completion_tokens'])} | tokens without {', '.join(b['tokens_missing']) or 'nothing'} |")
+            if e.earlier_attempts:
+                extra = f"; {e.earlier_attempts} earlier attempt(s): {e.earlier_attempt_episodes} counted"
+                if e.earlier_attempt_episodes_bound:
+                    extra += f", {e.earlier_attempt_episodes_bound} bound from above (unrecorded)"
+            lines.append(f"| &nbsp;&nbsp;{env} ({e.status.removeprefix('VALIDATION_STATUS_').lower()}) | "
+                         f"{_n(e.episodes)} | – | – | final attempt {e.final_attempt}{extra} |")
+        for cap, a in (comp.per_adapter or {}).items():
+            lines.append(f"| &nbsp;&nbsp;{cap} | {_n(a.episodes)} | {_n(a.prompt_tokens)} | "
+                         f"{_n(a.completion_tokens)} | {a.source} |")
+        if name == "gates" and comp.warm_start_episodes is not None:
+            what = "slot replays" if comp.warm_start_labels == "outcome" else "provenance"
+            lines += [f"| &nbsp;&nbsp;warm start ({what}) | {_n(comp.warm_start_episodes)} | | | |",
+                      f"| &nbsp;&nbsp;GRPO on the gates | {_n(comp.grpo_episodes)} | | | |"]
+    lines.append(f"| **total** | **{_n(b.total_episodes)}** | {_n(b.total_prompt_tokens)} | "
+                 f"{_n(b.total_completion_tokens)} | tokens without {', '.join(b.tokens_missing) or 'nothing'} |")
     return lines
 
 
-def breakdown_lines(arms: dict[str, dict[str, Any]], missing: dict[str, str]) -> list[str]:
+def breakdown_lines(arms: dict[str, ArmResult], missing: dict[str, str]) -> list[str]:
     lines = ["", "## Per probe (single-capability tasks, pass rate (tasks))", ""]
-    probed = {n: a["probes"] for n, a in arms.items() if a.get("probes")}
+    probed = {n: a.probes for n, a in arms.items() if a.probes}
     if probed:
-        caps = sorted({c for pr in probed.values() for c in pr.get("by_probe", {})})
+        caps = sorted({c for pr in probed.values() for c in pr.by_probe})
         lines += ["| arm | all probes | " + " | ".join(caps) + " |", "|---|---:|" + "---:|" * len(caps)]
         for name, pr in probed.items():
-            lines.append(f"| {name} | {pr['pass_rate']:.2f} ({pr['episodes']}) | "
-                         + " | ".join(_rate(pr.get("by_probe", {}).get(c)) for c in caps) + " |")
+            lines.append(f"| {name} | {pr.pass_rate:.2f} ({pr.episodes}) | "
+                         + " | ".join(_rate(pr.by_probe.get(c)) for c in caps) + " |")
     else:
         lines = lines[:-1] + _not_available(missing, "per_probe", "no arm played the probe split "
                                             "(evaluation.probe_limit 0, or a target without probes)")
     lines += ["", "## Per required capability (held-out tasks needing it, pass rate (tasks))", ""]
-    caps = sorted({c for a in arms.values() for c in a.get("breakdown", {})})
+    caps = sorted({c for a in arms.values() for c in a.breakdown})
     if not caps:
         return lines[:-1] + _not_available(missing, "per_capability")
     lines += ["| arm | " + " | ".join(caps) + " |", "|---|" + "---:|" * len(caps)]
     for name, a in arms.items():
-        b = a.get("breakdown", {})
-        lines.append(f"| {name} | " + " | ".join(_rate(b.get(c)) for c in caps) + " |")
+        lines.append(f"| {name} | " + " | ".join(_rate(a.breakdown.get(c)) for c in caps) + " |")
     return lines
 
 
-def subgoal_lines(subgoals: dict[str, dict[str, dict[str, Any]]], missing: dict[str, str], why: str) -> list[str]:
+def subgoal_lines(subgoals: dict[str, dict[str, SubgoalRate]], missing: dict[str, str], why: str) -> list[str]:
     """Per arm and capability: of the compound test tasks' sub-requests that needed the capability,
     how many did not fail on it (does an adapter raise its own skill where the target needs it?)."""
     lines = ["", "## Per-capability sub-goal success (compound test tasks: sub-requests needing it, met / all)", ""]
@@ -470,15 +484,14 @@ def subgoal_lines(subgoals: dict[str, dict[str, dict[str, Any]]], missing: dict[
     caps = sorted({c for r in subgoals.values() for c in r})
     lines += ["| arm | " + " | ".join(caps) + " |", "|---|" + "---:|" * len(caps)]
     for name, r in subgoals.items():
-        cells = [f"{r[c]['met']} / {r[c]['total']} ({r[c]['rate']:.2f})" if r.get(c) and r[c]["total"] else "–"
-                 for c in caps]
+        cells = [f"{g.met} / {g.total} ({g.rate:.2f})" if (g := r.get(c)) and g.total else "–" for c in caps]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
 def tensorboard_lines(m: Manifest) -> list[str]:
     """Where each training job's TensorBoard event files are (`tensorboard --logdir` the directory)."""
-    logs = {f"adapter {cap}": uri for cap, uri in (m.stages["adapters"].result.get("tensorboard") or {}).items()}
+    logs = {f"adapter {cap}": uri for cap, uri in results_of(m).adapters.tensorboard.items()}
     if m.stages["gates"].outputs.get("tensorboard"):
         logs["gates"] = m.stages["gates"].outputs["tensorboard"]
     if not logs:
@@ -489,18 +502,22 @@ def tensorboard_lines(m: Manifest) -> list[str]:
     return lines + [f"- {what}: `{uri.rsplit('/', 1)[0]}/`" for what, uri in logs.items()]
 
 
-def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgoals=None, no_subgoals=None) -> str:
-    ev = m.stages["evaluation"].result
+def render_markdown(cfg: RunConfig, m: Manifest, plots: dict[str, bytes | None], missing: dict[str, str],
+                    subgoals: dict[str, dict[str, SubgoalRate]] | None = None, no_subgoals: str | None = None) -> str:
+    """The markdown report of the run `m` (its records read through tracectl/run/results.py)."""
+    results = results_of(m)
+    ev, an = results.evaluation, results.analysis
+    arms = ev.arms
     lines = [f"# TRACE run `{cfg.run_id}`", "", f"Target: `{cfg.target.env}`; base agent: `{cfg.base_agent.name}`; "
-             f"analyst: `{an.get('mode', cfg.analysis.mode)}`; environments: `{cfg.environments.mode}`.", "",
+             f"analyst: `{an.mode or cfg.analysis.mode}`; environments: `{cfg.environments.mode}`.", "",
              "## Held-out pass rate per arm", "",
              "Training episodes: every episode the method played (TRACE: its whole budget, below).", "",
              "| arm | pass rate | 95% CI | tasks | training episodes | training tokens | wall s |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for name, a in arms.items():
-        lines.append(f"| {name} | {a['pass_rate']:.3f} | {a['ci'][0]:.3f}–{a['ci'][1]:.3f} | {_arm_tasks(a)} | "
-                     f"{_n(a.get('training_rollouts', 0))} | {_tokens(a)} | "
-                     f"{a.get('wall_seconds_total', a.get('wall_seconds', 0)):.0f} |")
+        wall = a.wall_seconds_total if a.wall_seconds_total is not None else (a.wall_seconds or 0)
+        lines.append(f"| {name} | {a.pass_rate:.3f} | {a.ci[0]:.3f}–{a.ci[1]:.3f} | {_arm_tasks(a)} | "
+                     f"{_n(a.training_episodes)} | {_tokens(a)} | {wall:.0f} |")
     lines += pass_hat_k_lines(arms)
     lines += paired_lines(ev, missing)
     lines += curve_lines(ev, missing)
@@ -509,10 +526,10 @@ def render_markdown(cfg: RunConfig, m: Manifest, arms, an, plots, missing, subgo
     lines += subgoal_lines(subgoals or {}, missing, no_subgoals or "no arm records its test trajectories")
     lines += ["", "## Capability analysis", "", "| candidate | retained | coverage | Δ | passing runs | reason |",
               "|---|---|---:|---:|---:|---|"]
-    for c in an.get("candidates", []):
-        lines.append(f"| {c['capability']['name']} | {'yes' if c.get('retained') else 'no'} | "
-                     f"{c.get('coverage_mean', 0):.2f} | {c.get('gap_mean', 0):.2f} | {c.get('passing_runs', 0)} | "
-                     f"{c.get('rejection_reason', '')} |")
+    for c in an.candidates:
+        lines.append(f"| {c.capability.name} | {'yes' if c.retained else 'no'} | "
+                     f"{c.coverage_mean:.2f} | {c.gap_mean:.2f} | {c.passing_runs} | "
+                     f"{c.rejection_reason} |")
     lines += tensorboard_lines(m)
     lines += ["", "## Stages", "", "| stage | status | seconds | jobs |", "|---|---|---:|---|"]
     for name, rec in m.stages.items():

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
 
 from trace_common.artifacts import ArtifactStore
 from trace_common.env import loads_jsonl
 from trace_common.grpc.client import messages
 from trace_common.moe.composition_io import CompositionManifest
 from trace_common.proto.trace.v1 import types_pb2 as t
+from tracectl.run.results import ExpertUsage, RoutedExample, RoutedToken
 
 INF = messages("inference")
 POSITION_BUCKETS = 8
@@ -45,10 +45,10 @@ def _opening(tr) -> list[t.ChatMessage]:
 
 
 def routing_usage(stub, store: ArtifactStore, composition_uri: str, trajectories_uri: str, *,
-                  name: str, per_task_type: int = 3, max_tokens: int = 64) -> dict[str, Any]:
+                  name: str, per_task_type: int = 3, max_tokens: int = 64) -> tuple[ExpertUsage, RoutedExample | None]:
     """Load the composition into the inference service and trace `per_task_type` openings per
-    task type. Returns {"experts", "rows": {task_type: [[count per expert] per bucket]},
-    "episodes", "routed_example": {...}}."""
+    task type. Returns the usage (rows: {task_type: [[count per expert] per bucket]}) and the
+    opening whose routing is the most varied (None when nothing was traced)."""
     spec = composition_spec(store, composition_uri, name)
     stub.LoadComposition(INF.LoadCompositionRequest(spec=spec))
     experts = ["base", *[a.name for a in spec.adapters]]
@@ -59,7 +59,7 @@ def routing_usage(stub, store: ArtifactStore, composition_uri: str, trajectories
         if len(by_type[task_type]) < per_task_type:
             by_type[task_type].append(tr)
     rows: dict[str, list[list[int]]] = {}
-    example: dict[str, Any] = {}
+    example: RoutedExample | None = None
     played = 0
     for task_type, group in sorted(by_type.items()):
         grid = [[0] * len(experts) for _ in range(POSITION_BUCKETS)]
@@ -74,13 +74,14 @@ def routing_usage(stub, store: ArtifactStore, composition_uri: str, trajectories
                 for e in route.experts:
                     grid[bucket][e] += 1
             distinct = len({e for r in trace for e in r.experts})
-            if trace and (not example or distinct > example["distinct"]):   # the most varied routing so far
+            if trace and (example is None or distinct > (example.distinct or 0)):   # the most varied so far
                 majority = [_majority(r.experts) for r in trace]
-                example = {"task_id": tr.task_id, "task_type": task_type, "experts": experts, "distinct": distinct,
-                           "tokens": [{"text": r.token_text, "expert_index": m, "expert": experts[m],
-                                       "layers": list(r.experts)} for r, m in zip(trace, majority, strict=True)]}
+                example = RoutedExample(task_id=tr.task_id, task_type=task_type, experts=experts, distinct=distinct,
+                                        tokens=[RoutedToken(text=r.token_text, expert_index=m, expert=experts[m],
+                                                            layers=list(r.experts))
+                                                for r, m in zip(trace, majority, strict=True)])
         rows[task_type] = grid
-    return {"experts": experts, "rows": rows, "episodes": played, "routed_example": example}
+    return ExpertUsage(experts=experts, rows=rows, episodes=played), example
 
 
 def _majority(experts) -> int:

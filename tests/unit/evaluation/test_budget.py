@@ -15,16 +15,27 @@ import pytest
 from tests.unit.run.fakes import CAPS, report, stage_records
 from trace_common.artifacts import open_store
 from trace_common.errors import InvalidArgument
-from tracectl.evaluation.budget import calibration_episodes, trace_budget
+from tracectl.evaluation.budget import GatesCounts, GrpoCounts, calibration_episodes, trace_budget
 from tracectl.evaluation.stage import curve_iterations
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 
-GRPO = {"max_steps": 5, "groups_per_batch": 2, "num_generations": 4}
-GATES = {"max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_start_steps": 10,
-         "warm_start_labels": "provenance", "warm_start_episodes": 3}
-OUTCOME_GATES = {**{k: v for k, v in GATES.items() if k not in ("warm_start_labels", "warm_start_episodes")},
-                 "warm_start_tasks": 4, "warm_start_samples_per_slot": 2}   # outcome labels, the default
+
+def parsed(kind: str, config: dict) -> dict:
+    """`config` as the trainer parses it (every default filled in), as the budget is given it."""
+    from services.trainer.configs import validate_training_config
+
+    return validate_training_config(kind, config, "config").model_dump(mode="json")
+
+
+GRPO = GrpoCounts.model_validate(parsed("TRAINING_KIND_ADAPTER", {"max_steps": 5, "groups_per_batch": 2,
+                                                                  "num_generations": 4}))
+GATES = GatesCounts.model_validate(parsed("TRAINING_KIND_GATES", {
+    "max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_start_steps": 10,
+    "warm_start_labels": "provenance", "warm_start_episodes": 3}))
+OUTCOME_GATES = GatesCounts.model_validate(parsed("TRAINING_KIND_GATES", {   # outcome labels, the default
+    "max_steps": 2, "groups_per_batch": 2, "num_generations": 4, "warm_start_steps": 10, "warm_start_tasks": 4,
+    "warm_start_samples_per_slot": 2}))
 
 
 @pytest.mark.parametrize("rep, episodes, bound", [
@@ -44,7 +55,7 @@ OUTCOME_GATES = {**{k: v for k, v in GATES.items() if k not in ("warm_start_labe
 ])
 def test_calibration_episodes_of_one_candidate(rep, episodes, bound):
     out = calibration_episodes(rep)
-    assert out["episodes"] == episodes and out["earlier_attempt_episodes_bound"] == bound
+    assert out.episodes == episodes and out.earlier_attempt_episodes_bound == bound
 
 
 @pytest.mark.parametrize("kw, expected", [
@@ -73,18 +84,18 @@ def test_budget_counts_every_component(tmp_path, kw, expected):
     store = open_store(tmp_path.as_uri())
     records = stage_records(store, **{k: v for k, v in kw.items() if k != "gates"})
     b = trace_budget(store, records.stages, GRPO, kw.get("gates", GATES))   # the run config's gates.config
-    c = b["components"]
-    got = {"total": b["total_episodes"], "rollout": c["rollout"]["episodes"], "calibration": c["calibration"]["episodes"],
-           "adapters": c["adapters"]["episodes"], "gates": c["gates"]["episodes"], "warm": c["gates"]["warm_start_episodes"],
-           "grpo": c["gates"]["grpo_episodes"], "labels": c["gates"]["warm_start_labels"],
-           "prompt": b["total_prompt_tokens"],
-           "completion": b["total_completion_tokens"],
-           "estimated": any(a.get("estimated") for a in c["adapters"]["per_adapter"].values()),
-           "missing": b["tokens_missing"]}
+    c = b.components
+    got = {"total": b.total_episodes, "rollout": c["rollout"].episodes, "calibration": c["calibration"].episodes,
+           "adapters": c["adapters"].episodes, "gates": c["gates"].episodes, "warm": c["gates"].warm_start_episodes,
+           "grpo": c["gates"].grpo_episodes, "labels": c["gates"].warm_start_labels,
+           "prompt": b.total_prompt_tokens,
+           "completion": b.total_completion_tokens,
+           "estimated": any(a.estimated for a in c["adapters"].per_adapter.values()),
+           "missing": b.tokens_missing}
     assert {k: got[k] for k in expected} == expected
-    assert b["total_episodes"] == sum(x["episodes"] for x in c.values())        # nothing outside the components
-    assert b["training_episodes"] == c["adapters"]["episodes"] + c["gates"]["episodes"]
-    assert c["calibration"]["prompt_tokens"] is None   # the environment service reports no calibration tokens
+    assert b.total_episodes == sum(x.episodes for x in c.values())        # nothing outside the components
+    assert b.training_episodes == c["adapters"].episodes + c["gates"].episodes
+    assert c["calibration"].prompt_tokens is None   # the environment service reports no calibration tokens
 
 
 def test_budget_of_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
@@ -118,13 +129,14 @@ def test_budget_refuses_what_it_cannot_count(tmp_path):
     ([0.5, 1.0, 2.0, 4.0], 1280, {"groups_per_batch": 4, "num_generations": 8}, {0.5: 20, 1.0: 40, 2.0: 80, 4.0: 160}),
     ([0.5, 1.0, 2.0, 4.0], 1281, {"groups_per_batch": 4, "num_generations": 8}, {0.5: 21, 1.0: 41, 2.0: 81, 4.0: 161}),
     ([0.5, 1.0], 226, {"groups_per_batch": 2, "num_generations": 4}, {0.5: 15, 1.0: 29}),   # 14.1 -> 15, 28.3 -> 29
-    ([1.0], 10, {}, {1.0: 1}),                                      # GRPOConfig defaults 4 x 8; at least one
+    ([1.0], 10, {}, {1.0: 1}),                                      # the parsed defaults 4 x 8; at least one
     ([0.1, 1.0], 300, {"groups_per_batch": 10, "num_generations": 3}, {0.1: 1, 1.0: 10}),
 ])
 def test_curve_iterations_for_a_budget_list(multiples, budget, grpo, expected):
+    grpo = parsed("TRAINING_KIND_ADAPTER", grpo)
     got = curve_iterations(multiples, budget, grpo)
     assert got == expected
-    per = grpo.get("groups_per_batch", 4) * grpo.get("num_generations", 8)
+    per = grpo["groups_per_batch"] * grpo["num_generations"]
     for m, it in got.items():   # the first iteration whose nominal episodes reach m x budget
         assert it * per >= m * budget and (it == 1 or (it - 1) * per < m * budget)
 

@@ -34,6 +34,7 @@ from tracectl.run.config import RunConfig
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.pipeline import Pipeline
+from tracectl.run.results import dump
 
 R = messages("rollout")
 SEED_PROMPT = "You are a store support agent. Use the tools to help the user."
@@ -345,8 +346,7 @@ def test_rollout_job_sends_the_candidate_prompt(tasks, prompt, temperature, seed
     m = Manifest(run_id="unit")
     m.stages["rollout"].result = {"max_completion_length": {"tokens": 96}}   # the run's one cap
     p = Pipeline(cfg, RecordingRunner(), None, m)
-    res = rollout_job(p, R.TaskSelection(**tasks), system_prompt=prompt, temperature=temperature,
-                      label="gepa 1", seed=seed)
+    res = rollout_job(p, **tasks, system_prompt=prompt, temperature=temperature, label="gepa 1", seed=seed)
     service, spec, run_id, description, kw = p.runner.calls[0]
     assert (service, run_id, description) == ("rollout", "unit", "gepa 1")
     assert spec.system_prompt == prompt and spec.samples_per_task == 1 and spec.concurrency == 5
@@ -355,5 +355,5 @@ def test_rollout_job_sends_the_candidate_prompt(tasks, prompt, temperature, seed
     assert spec.sampling.max_tokens == 96
     assert spec.seed == seed + 100 and spec.environment.name == "store"
     assert spec.policy == p.base_policy() and kw["labels"]["arm"] == "gepa"
-    assert res == {"job": "rollout-1", "uri": "file:///r/t.jsonl", "episodes": 2, "successes": 1, "pass_rate": 0.5,
-                   "ci": [0.1, 0.9], "reward_mean": pytest.approx(0.6), "wall_seconds": 2.5}
+    assert dump(res) == {"job": "rollout-1", "uri": "file:///r/t.jsonl", "episodes": 2, "successes": 1,
+                         "pass_rate": 0.5, "ci": [0.1, 0.9], "reward_mean": pytest.approx(0.6), "wall_seconds": 2.5}

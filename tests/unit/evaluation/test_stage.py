@@ -18,6 +18,7 @@ from tracectl.run.config import RunConfig
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.report import write_report
+from tracectl.run.results import EvaluationResult, ExpertUsage, RoutedExample, RoutedToken, dump
 
 ARMS = ["base", "best_single", "grpo_target", "trace_routing", "trace_per_request", "trace_soft"]
 GRPO = {"groups_per_batch": 2, "num_generations": 4, "max_steps": 3, "save_steps": 2}
@@ -31,8 +32,8 @@ def _no_inference(monkeypatch):
 
     def usage(stub, store, composition_uri, trajectories_uri, *, name):
         asked.append(trajectories_uri)
-        return {"experts": ["base", *CAPS[:2]], "rows": {"precondition_check": [[2, 1, 1]]}, "episodes": 1,
-                "routed_example": {"experts": ["base"], "tokens": [{"text": "hi", "expert_index": 0, "expert": "base"}]}}
+        return (ExpertUsage(experts=["base", *CAPS[:2]], rows={"precondition_check": [[2, 1, 1]]}, episodes=1),
+                RoutedExample(experts=["base"], tokens=[RoutedToken(text="hi", expert_index=0, expert="base")]))
     monkeypatch.setattr(routing, "routing_usage", usage)
     return asked
 
@@ -62,36 +63,37 @@ def timeless(value, root: str = ""):
 
 def test_every_arm_on_the_same_tasks_with_probes_curve_and_paired_statistics(tmp_path, _no_inference):
     p = pipeline(tmp_path).setup()
-    out = evaluate(p)["result"]
-    arms = out["arms"]
+    out = EvaluationResult.model_validate(evaluate(p)["result"])
+    arms = out.arms
     assert list(arms) == ARMS                                             # the config's order
-    assert {a["task_ids_sha256"] for a in arms.values()} == {arms["base"]["task_ids_sha256"]}
+    assert {a.task_ids_sha256 for a in arms.values()} == {arms["base"].task_ids_sha256}
     for name, a in arms.items():
-        assert a["episodes"] == 40 and len(a["outcomes"]) == 40, name
-        assert a["probes"]["episodes"] == 8 and set(a["probes"]["by_probe"]) == set(CAPS), name
-        assert set(a["breakdown"]) == set(CAPS), name                     # compound: per required capability
+        assert a.episodes == 40 and len(a.outcomes) == 40, name
+        assert a.probes.episodes == 8 and set(a.probes.by_probe) == set(CAPS), name
+        assert set(a.breakdown) == set(CAPS), name                     # compound: per required capability
     # the budget: 124 episodes (fakes.stage_records); TRACE arms carry it, the base none
-    assert out["budget"]["total_episodes"] == out["trace_training_rollouts"] == 124
-    assert [arms[n]["training_rollouts"] for n in ("base", "trace_routing", "trace_per_request", "trace_soft")] == [
+    assert out.budget.total_episodes == out.trace_budget_episodes == 124
+    assert [arms[n].training_episodes for n in ("base", "trace_routing", "trace_per_request", "trace_soft")] == [
         0, 124, 124, 124]
-    assert arms["best_single"]["training_rollouts"] == 6 + 8 + 88 + 2 * 12   # rollout, calibration, adapters, dev
+    assert arms["best_single"].training_episodes == 6 + 8 + 88 + 2 * 12   # rollout, calibration, adapters, dev
     # the curve: one GRPO run to the largest point, checkpointed at each; x = the trainer's own count
     points = curve_iterations([0.5, 1.0, 2.0], 124, GRPO)
     assert points == {0.5: 8, 1.0: 16, 2.0: 31}
     train_calls = [c for c in p.calls if c == "GRPO on target tasks"]
-    assert len(train_calls) == 1 and out["grpo_curve_training"]["checkpoint_at"] == [8, 16, 31]
-    assert [(pt["multiple"], pt["iteration"], pt["training_rollouts"]) for pt in out["grpo_curve"]] == [
+    assert len(train_calls) == 1 and out.grpo_curve_training.checkpoint_at == [8, 16, 31]
+    assert [(pt.multiple, pt.iteration, pt.training_episodes) for pt in out.grpo_curve] == [
         (0.5, 8, 64), (1.0, 16, 128), (2.0, 31, 248)]
-    assert arms["grpo_target"]["iteration"] == 16 and arms["grpo_target"]["training_rollouts"] == 128 >= 124
-    assert "probes" in arms["grpo_target"] and "probes" not in out["grpo_curve_points"]["grpo_target@2x"]
+    assert arms["grpo_target"].iteration == 16 and arms["grpo_target"].training_episodes == 128 >= 124
+    assert arms["grpo_target"].probes is not None and out.grpo_curve_points["grpo_target@2x"].probes is None
     # paired: TRACE routing against every other arm and curve point, from the recorded outcomes
-    vs = out["paired"]["vs"]
+    vs = out.paired.vs
     assert set(vs) == set(ARMS[:3] + ARMS[4:]) | {"grpo_target@0.5x", "grpo_target@2x"}
     expect = paired_comparison(outcomes(arms["trace_routing"]), outcomes(arms["base"]), samples=400, seed=0)
-    assert vs["base"] == expect and vs["base"]["n"] == 40
-    assert out["power"]["n"] == 40 and set(out["power"]["min_detectable"]) == {"0.1", "0.2", "0.3"}
+    assert dump(vs["base"]) == {**expect, "trials": None, "test": None} and vs["base"].n == 40
+    assert out.power.n == 40 and set(out.power.min_detectable) == {"0.1", "0.2", "0.3"}
     # the routing statistics read the TRACE arm's probe episodes (one capability each)
-    assert _no_inference == [arms["trace_routing"]["probes"]["uri"]]
+    assert _no_inference == [arms["trace_routing"].probes.uri]
+    assert out.expert_usage.rows == {"precondition_check": [[2, 1, 1]]} and out.routed_example.tokens[0].text == "hi"
 
 
 def test_arms_run_in_parallel_and_every_unit_is_recorded(tmp_path):
@@ -160,24 +162,26 @@ def test_several_trials_per_task_pair_tasks_not_episodes(tmp_path):
     from tracectl.evaluation.scoring import trial_successes
 
     p = pipeline(tmp_path, trials=3, temperature=0.7).setup()
-    out = evaluate(p)["result"]
-    arms = out["arms"]
+    stored = evaluate(p)["result"]
+    out = EvaluationResult.model_validate(stored)
+    arms = out.arms
     for name, a in arms.items():
-        assert (a["trials"], a["tasks"], a["episodes"]) == (3, 40, 120), name
-        assert set(a["outcomes"]) <= set("0123") and len(a["outcomes"]) == 40, name
+        assert (a.trials, a.tasks, a.episodes) == (3, 40, 120), name
+        assert set(a.outcomes) <= set("0123") and len(a.outcomes) == 40, name
         counts = trial_successes(a)
-        assert a["pass_rate"] == pytest.approx(sum(counts) / 120)
-        assert a["pass_hat_k"] == {str(k): pass_hat_k(counts, 3, k) for k in (1, 2, 3)}
-        assert a["pass_hat_k"]["3"] <= a["pass_hat_k"]["1"] == pytest.approx(a["pass_rate"])
-        assert a["probes"]["episodes"] == 8                                    # probes: one trial
-    vs = out["paired"]["vs"]
+        assert a.pass_rate == pytest.approx(sum(counts) / 120)
+        assert a.pass_hat_k == {str(k): pass_hat_k(counts, 3, k) for k in (1, 2, 3)}
+        assert a.pass_hat_k["3"] <= a.pass_hat_k["1"] == pytest.approx(a.pass_rate)
+        assert a.probes.episodes == 8                                    # probes: one trial
+    vs = out.paired.vs
     expect = paired_trials_comparison(trial_successes(arms["trace_routing"]), trial_successes(arms["base"]), 3,
                                       samples=400, seed=0)
-    assert vs["base"] == expect and vs["base"]["test"] == "sign-flip permutation over tasks"
-    assert out["power"]["trials"] == 3 and set(out["power"]["min_detectable_observed"]) == set(vs)
+    assert dump(vs["base"]) == {**expect, "both": None, "neither": None}
+    assert vs["base"].test == "sign-flip permutation over tasks"
+    assert out.power.trials == 3 and set(out.power.min_detectable_observed) == set(vs)
     with pytest.raises(ValueError, match="use trial_successes"):
         outcomes(arms["base"])
-    p.manifest.stages["evaluation"].result = out
+    p.manifest.stages["evaluation"].result = stored
     write_report(p.cfg, p.manifest, p.store)
     md = p.store.get_bytes("runs/ev/report/report.md").decode()
     assert "| base | " in md and "| 40 x 3 |" in md and "pass^3" in md and "permutation p" in md

@@ -19,10 +19,14 @@ from typing import Any
 from trace_common.domains.store.task_model import CAPABILITIES
 from trace_common.env import EnvInfo, Message, PolicyInfo, Termination, Trajectory, dumps_jsonl
 from trace_common.env.trajectory import TurnRecord
+from trace_common.grpc.client import messages
 from trace_common.stats import wilson_interval
 from tracectl.run.jobs import StageFailed
 from tracectl.run.manifest import Manifest
 from tracectl.run.pipeline import Pipeline
+from tracectl.run.results import Rollout
+
+T = messages("trainer")
 
 CAPS = tuple(sorted(CAPABILITIES))
 PROBES = ("record_selection", "multi_request", "precondition_check", "argument_format")
@@ -127,6 +131,13 @@ class FakeEvalPipeline(Pipeline):
         self.runner = SimpleNamespace(conn=SimpleNamespace(stub=self._stub))
         return self
 
+    def parsed_config(self, kind, field, config):
+        """As the trainer parses it: the trainer's own config models, in this process."""
+        from services.trainer.configs import validate_training_config
+
+        name = "TRAINING_KIND_GATES" if kind == T.TRAINING_KIND_GATES else "TRAINING_KIND_ADAPTER"
+        return validate_training_config(name, config, field).model_dump(mode="json")
+
     def _stub(self, service: str):
         if service == "inference":
             return SimpleNamespace()   # the tests replace routing.routing_usage, its only user
@@ -160,7 +171,7 @@ class FakeEvalPipeline(Pipeline):
             self.in_flight -= 1
 
     def rollout(self, policy, split, limit, samples, temperature, label, seed=0, *, env_params=None,
-                system_prompt=""):
+                system_prompt="", max_tokens=None, task_ids=None, labels=None):
         self._enter(label)
         try:
             if policy.routing == "soft_trajectory" and self.soft_unsupported:
@@ -183,8 +194,8 @@ class FakeEvalPipeline(Pipeline):
                                        dumps_jsonl(trajs)).uri
             k = sum(tr.success for tr in trajs)
             lo, hi = wilson_interval(k, len(trajs))
-            return {"job": f"job-{label}", "uri": uri, "episodes": len(trajs), "successes": k,
-                    "pass_rate": k / len(trajs), "ci": [lo, hi], "reward_mean": k / len(trajs), "wall_seconds": 0.0}
+            return Rollout(job=f"job-{label}", uri=uri, episodes=len(trajs), successes=k, pass_rate=k / len(trajs),
+                           ci=[lo, hi], reward_mean=k / len(trajs), wall_seconds=0.0)
         finally:
             self._leave()
 

@@ -24,6 +24,7 @@ from tracectl.run.completion_cap import derive, margin, reply_lengths
 from tracectl.run.config import RunConfig
 from tracectl.run.manifest import Manifest
 from tracectl.run.pipeline import Pipeline
+from tracectl.run.results import CompletionCap, Rollout
 
 E, T = messages("environment"), messages("trainer")
 
@@ -58,12 +59,12 @@ class ExpertPipeline(Pipeline):
         return self
 
     def rollout(self, policy, split, limit, samples, temperature, label, seed=0, *, env_params=None,
-                system_prompt="", max_tokens=None):
+                system_prompt="", max_tokens=None, task_ids=None, labels=None):
         self.rollouts.append((policy.backend, policy.model, split, limit, max_tokens))
         env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
         trajs = [expert.play(env, s) for s in range(8)]
         info = self.store.put_bytes("runs/cap/rollouts/expert.jsonl", dumps_jsonl(trajs))
-        return {"job": "expert-job", "uri": info.uri, "episodes": len(trajs)}
+        return Rollout(job="expert-job", uri=info.uri, episodes=len(trajs))
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +87,9 @@ def test_the_derived_cap_is_the_longest_expert_reply_plus_the_margin(tmp_path, b
     env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
     lengths = reply_lengths(tok, [expert.play(env, s) for s in range(8)])
     replies = sum(m.role == "assistant" for s in range(8) for m in expert.play(env, s).messages)
-    assert len(lengths) == replies == cap["expert_replies"] and min(lengths) > 1   # every reply, end marker included
-    assert cap["longest_expert_turn"] == max(lengths) and cap["margin"] == margin(max(lengths))
-    assert cap["tokens"] == max(lengths) + max(16, -(-max(lengths) // 4)) and cap["source"] == "derived"
+    assert len(lengths) == replies == cap.expert_replies and min(lengths) > 1   # every reply, end marker included
+    assert cap.longest_expert_turn == max(lengths) and cap.margin == margin(max(lengths))
+    assert cap.tokens == max(lengths) + max(16, -(-max(lengths) // 4)) and cap.source == "derived"
 
 
 @pytest.mark.parametrize("cfg, fragment", [
@@ -106,23 +107,24 @@ def test_a_cap_that_cannot_be_derived_must_be_set(tmp_path, cfg, fragment):
 def test_a_set_cap_plays_nothing(tmp_path):
     p = _pipeline(tmp_path, base_agent={"name": "served", "backend": "http", "endpoint": "http://vllm:8000/v1"},
                   max_completion_length={"tokens": 300, "reason": "served model, measured by hand"})
-    assert derive(p) == {"tokens": 300, "source": "config", "reason": "served model, measured by hand"}
+    assert derive(p) == CompletionCap(tokens=300, source="config", reason="served model, measured by hand")
     assert not p.rollouts
 
 
 # -- every stage gets the one cap ---------------------------------------------------------------------
 class Runner:
-    """Stand-in for JobRunner + Connection: records every spec; the trainer parses configs as its
-    GRPOConfig would fill the sampling defaults."""
+    """Stand-in for JobRunner + Connection: records every spec; the trainer's own config models parse
+    the configs (ValidateTrainingConfig)."""
 
     def __init__(self):
         self.specs: list[tuple[str, object]] = []
         self.conn = SimpleNamespace(stub=lambda name: SimpleNamespace(ValidateTrainingConfig=self.validate))
 
     def validate(self, request):
-        from services.trainer.grpo.config import parse_config
+        from services.trainer.configs import validate_training_config
 
-        values = parse_config(MessageToDict(request.config.values)).model_dump(mode="json")
+        values = validate_training_config(T.TrainingKind.Name(request.kind), MessageToDict(request.config.values),
+                                          request.field_path).model_dump(mode="json")
         s = Struct()
         s.update(values)
         return T.ValidateTrainingConfigResponse(config=t.Config(values=s))

@@ -13,6 +13,7 @@ from trace_common.artifacts import open_store
 from tracectl.run.config import RunConfig
 from tracectl.run.manifest import Manifest
 from tracectl.run.report import SECTIONS, TABLES, write_report
+from tracectl.run.results import ArmResult, CurvePoint, ExpertUsage, RoutedExample, RoutedToken
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -86,9 +87,9 @@ def test_report_of_a_full_evaluation(tmp_path, monkeypatch):
     and the report's own stage shows as this report while it is being written, not as running."""
     from tests.unit.evaluation import test_stage as te
 
-    monkeypatch.setattr(te.routing, "routing_usage", lambda *a, **kw: {
-        "experts": ["base", "x"], "rows": {"precondition_check": [[2, 1]]}, "episodes": 1,
-        "routed_example": {"experts": ["base", "x"], "tokens": [{"text": "hi", "expert_index": 1, "expert": "x"}]}})
+    monkeypatch.setattr(te.routing, "routing_usage", lambda *a, **kw: (
+        ExpertUsage(experts=["base", "x"], rows={"precondition_check": [[2, 1]]}, episodes=1),
+        RoutedExample(experts=["base", "x"], tokens=[RoutedToken(text="hi", expert_index=1, expert="x")])))
     p = te.pipeline(tmp_path).setup()
     p.manifest.stages["evaluation"].result = te.evaluate(p)["result"]
     p.manifest.stages["report"].status = "running"
@@ -103,7 +104,7 @@ def test_report_of_a_full_evaluation(tmp_path, monkeypatch):
         assert f"| {c['only_x']} | {c['only_y']} | {c['p_value']:.3g} |" in md
     assert "Power: with 40 paired tasks" in md and "resolvable at this test size" in md
     for pt in ev["grpo_curve"]:
-        assert f"| {pt['multiple']:g}x | {pt['iteration']} | {pt['training_rollouts']:,} |" in md
+        assert f"| {pt['multiple']:g}x | {pt['iteration']} | {pt['training_episodes']:,} |" in md
     # a point that ties TRACE routing reads +0.000, never -0.000
     ev["paired"]["vs"][ev["grpo_curve"][0]["name"]]["diff"] = 0.0
     write_report(p.cfg, p.manifest, p.store)
@@ -158,14 +159,14 @@ def test_html_report_renders_in_chromium(tmp_path, with_routing):
 def test_error_bars_are_never_negative(rows, below, above):
     from tracectl.run.report import ci_errors
 
-    assert ci_errors(rows) == [below, above]
+    assert ci_errors([ArmResult.model_validate(r) for r in rows]) == [below, above]
 
 
 def test_arms_that_pass_nothing_plot():
     from trace_common.stats import wilson_interval
     from tracectl.run.report import plot_arms
 
-    arms = {name: {"pass_rate": 0.0, "ci": list(wilson_interval(0, 24))} for name in ("base", "trace_routing")}
+    arms = {name: ArmResult(pass_rate=0.0, ci=list(wilson_interval(0, 24))) for name in ("base", "trace_routing")}
     assert plot_arms(arms)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -175,12 +176,13 @@ def test_arms_that_pass_nothing_plot():
     ([{"pass_rate": 0.9, "ci": [0.85, 0.95]}], 1.0),                     # never above 1
     ([{"pass_rate": 0.0, "ci": [0.0, 0.0]}], 0.05),                       # nothing passed: still an axis
     ([{"pass_rate": 0.2}], 0.25),                                         # no interval stored: the rate
-    ([{"name": "no rate"}], 1.0),                                         # nothing to scale by
+    ([{"name": "no rate"}], 1.0),                                         # nothing to scale by (skipped)
 ])
 def test_the_sample_efficiency_axis_fits_what_it_shows(rows, top):
     from tracectl.run.report import sample_efficiency_top
 
-    assert sample_efficiency_top(rows) == pytest.approx(top)
+    points = [CurvePoint.model_validate({"multiple": 1.0, "iteration": 1, "name": "p", **r}) for r in rows]
+    assert sample_efficiency_top(points) == pytest.approx(top)
 
 
 @pytest.mark.parametrize(("arms", "why"), [
@@ -197,7 +199,7 @@ def test_subgoal_success_says_why_it_is_missing(tmp_path, arms, why):
             trs = loads_jsonl(store.get_bytes(store.key_of(_store_episodes(store, "store", {}))))
             other = [tr.model_copy(update={"env": tr.env.model_copy(update={"name": "tau2-retail"})}) for tr in trs]
             a["uri"] = store.put_bytes("x/traj.jsonl", dumps_jsonl(other)).uri
-    assert subgoals_by_arm(store, arms) == ({}, why)
+    assert subgoals_by_arm(store, {n: ArmResult.model_validate(a) for n, a in arms.items()}) == ({}, why)
 
 
 @pytest.mark.parametrize(("skills", "short"), [
@@ -210,15 +212,15 @@ def test_subgoal_success_per_arm_locates_the_missing_skill(tmp_path, skills, sho
     from tracectl.run.report import plot_subgoals, subgoal_lines, subgoals_by_arm
 
     store = open_store(tmp_path.as_uri())
-    arms = {"base": {"uri": _store_episodes(store, "base", skills)}}
+    arms = {"base": ArmResult(uri=_store_episodes(store, "base", skills))}
     subgoals, why = subgoals_by_arm(store, arms)
     assert why is None
     rates = subgoals["base"]
-    assert {c for c, r in rates.items() if r["rate"] < 1.0} == short
-    assert all(r["total"] > 0 and 0 <= r["met"] <= r["total"] for r in rates.values())
+    assert {c for c, r in rates.items() if r.rate < 1.0} == short
+    assert all(r.total > 0 and 0 <= r.met <= r.total for r in rates.values())
     md = "\n".join(subgoal_lines(subgoals, {}, ""))
     for c, r in rates.items():
-        assert f"{r['met']} / {r['total']} ({r['rate']:.2f})" in md and c in md
+        assert f"{r.met} / {r.total} ({r.rate:.2f})" in md and c in md
     assert plot_subgoals(subgoals)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -233,7 +235,7 @@ def test_expert_usage_plot_is_page_wide_and_legible(task_types):
 
     experts = ["base", "multi_step_task_completion", "precondition_verification", "tool_call_precision"]
     rows = {f"type{i}": [[i + 1, 2, 3, 4] for _ in range(8)] for i in range(task_types)}
-    w, h = Image.open(io.BytesIO(plot_expert_usage({"experts": experts, "rows": rows}))).size
+    w, h = Image.open(io.BytesIO(plot_expert_usage(ExpertUsage(experts=experts, rows=rows)))).size
     assert w >= 700 and h >= 200 * task_types   # shown at up to 1,020 px: the page width
 
 

@@ -258,11 +258,16 @@ def test_traces_budget_counts_every_episode_played_once(tmp_path, model_dir):
     m.stages["adapters"].result = {"metrics": {"pick": rows[-1]}}
     m.stages["gates"].result = {"metrics": {"rollouts_total": 0.0, "warm_start_rollouts": 0.0,
                                             "prompt_tokens_total": 0.0, "completion_tokens_total": 0.0}}
-    b = trace_budget(store, m.stages, {}, {})
-    c = b["components"]
-    assert c["calibration"]["episodes"] + c["adapters"]["episodes"] == len(counter)      # every reset, once
-    assert b["total_episodes"] == 5 + len(counter)
-    assert c["adapters"]["trained_calibration_episodes"] == len(calibration) == 16
+    from services.trainer.configs import validate_training_config
+    from tracectl.evaluation.budget import GatesCounts, GrpoCounts
+
+    grpo, gates = (validate_training_config(kind, {}, "config").model_dump()   # the trainer's defaults, parsed
+                   for kind in ("TRAINING_KIND_ADAPTER", "TRAINING_KIND_GATES"))
+    b = trace_budget(store, m.stages, GrpoCounts.model_validate(grpo), GatesCounts.model_validate(gates))
+    c = b.components
+    assert c["calibration"].episodes + c["adapters"].episodes == len(counter)      # every reset, once
+    assert b.total_episodes == 5 + len(counter)
+    assert c["adapters"].trained_calibration_episodes == len(calibration) == 16
 
 
 @pytest.mark.parametrize("split, exclude", [
