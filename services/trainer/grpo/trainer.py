@@ -74,7 +74,7 @@ from trace_common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from trace_common.policy.base import SamplingParams, derive_seed
 
 from . import checkpoint as ckpt
-from .advantages import group_advantages
+from .advantages import GroupAdvantages, group_advantages
 from .batch import (
     PromptRenderer,
     TrainEpisode,
@@ -118,6 +118,49 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+#: A group kept for training: (its episodes, the advantages of the round it was played in, its row there).
+Kept = tuple[list[Trajectory], GroupAdvantages, int]
+
+
+@dataclass
+class Collected:
+    """What one iteration collected (`GRPOTrainer._collect`): its first round of groups (the seeds the
+    schedule drew, or an initial batch of calibration episodes), the groups kept for training and
+    what the re-collection rounds played. Groups and episodes are this rank's; rewards all ranks'."""
+    seeds: list[int]                       # the first round's, one group each
+    groups: list[list[Trajectory]]         # the first round's (empty for the groups of other ranks)
+    rewards: torch.Tensor                  # [len(seeds), G] the first round's rewards
+    informative: torch.Tensor              # [len(seeds)] the first round's informative groups
+    kept: list[Kept]                       # first round's, then each re-collection round's, in order
+    from_initial: bool                     # the first round is an initial batch (nothing of it played)
+    off_policy_groups: int                 # the first kept groups that are calibration episodes
+    rounds: int                            # re-collection rounds run
+    extra_rounds: list[list[Trajectory]]   # the groups they played, in order
+
+    @property
+    def first_round(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g]
+
+    @property
+    def policy_errors(self) -> list[Trajectory]:
+        """The first round's episodes the policy backend failed."""
+        return [t for t in self.first_round if t.termination == Termination.POLICY_ERROR]
+
+    @property
+    def reused(self) -> int:
+        """Calibration episodes trained on instead of played."""
+        return len(self.first_round) if self.from_initial else 0
+
+    @property
+    def played_episodes(self) -> list[Trajectory]:
+        """Every episode this trainer played in the iteration, re-collected groups included."""
+        return (self.first_round if not self.from_initial else []) + [t for g in self.extra_rounds for t in g]
+
+    @property
+    def played(self) -> int:
+        return len(self.first_round) - self.reused + sum(len(g) for g in self.extra_rounds)
+
+
 def lr_lambda(config: GRPOConfig) -> Callable[[int], float]:
     total, warm = config.max_steps, config.warmup_steps
 
@@ -131,6 +174,13 @@ def lr_lambda(config: GRPOConfig) -> Callable[[int], float]:
             return max(0.0, 1.0 - progress)
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return f
+
+
+def all_sum_named(dist: Dist, values: dict[str, float]) -> dict[str, float]:
+    """`values` summed over ranks, by name. One collective call for all of them (every rank must make
+    the same collective calls in the same order, and one all-reduce beats one per value): they travel
+    as one vector in the dict's insertion order, which every rank builds alike."""
+    return dict(zip(values, dist.all_sum(list(values.values())), strict=True))
 
 
 class GRPOTrainer:
@@ -323,12 +373,34 @@ class GRPOTrainer:
                 bad[g] = 1.0
         return [bool(x > 0) for x in self.dist.all_sum_tensor(bad)]
 
-    def step(self) -> dict[str, float]:
-        """One iteration (module docstring); returns its metrics."""
+    def _keep(self, groups: list[list[Trajectory]], n: int) -> tuple[torch.Tensor, GroupAdvantages, list[Kept]]:
+        """One round's rewards (all ranks), advantages and the groups worth training on: informative
+        (rewards not all equal) and not broken (`_broken`)."""
         cfg = self.config
-        t_start = time.perf_counter()
-        self.model.eval()
-        it = self.state.iteration + 1
+        rewards = self._rewards(groups, n)
+        adv = group_advantages(rewards, cfg.scale_rewards, cfg.advantage_epsilon)
+        broken = self._broken(groups, n)
+        return rewards, adv, [(groups[g], adv, g) for g in range(n) if bool(adv.informative[g]) and not broken[g]]
+
+    def _draw(self, n: int) -> tuple[list[int], int]:
+        """The schedule's next `n` seeds and the cursor they start at; the cursor moves past them."""
+        start = self.state.seed_cursor
+        seeds = self.schedule.take(start, n)
+        self.state.seed_cursor += n
+        return seeds, start
+
+    def _collect(self, it: int) -> Collected:
+        """The groups of iteration `it` (1-based): the initial batch of calibration episodes, or
+        `groups_per_batch` seeds played; then, up to `max_resample_rounds` rounds, fresh seeds played
+        in place of the groups dropped (`_keep`) until as many are kept as the first round had.
+
+        Semantics:
+            first round: initial batch (the cursor stays) or seeds = next groups_per_batch; play(seeds)
+            kept = informative and unbroken groups of the first round
+            while rounds < max_resample_rounds and len(kept) < len(seeds):
+                seeds' = next (len(seeds) - len(kept)); kept += informative and unbroken groups of play(seeds')
+        """
+        cfg = self.config
         initial = self.initial.batch(self.state.iteration) if self.initial is not None else []
         if initial:   # calibration episodes of the policy at iteration 0 (initial_batches.py): nothing is played
             seeds = [seed for seed, _ in initial]
@@ -338,51 +410,51 @@ class GRPOTrainer:
             self.on_event("phase", {"iteration": it, "phase": f"training on {len(seeds) * cfg.num_generations} "
                                     f"calibration episodes (initial batch {it} of {self.initial.iterations})"})
         else:
-            seeds = self.schedule.take(self.state.seed_cursor, cfg.groups_per_batch)
-            first = self.state.seed_cursor
-            self.state.seed_cursor += len(seeds)
+            seeds, first = self._draw(cfg.groups_per_batch)
             self.on_event("phase", {"iteration": it, "phase": f"playing {len(seeds) * cfg.num_generations} episodes"})
             groups = self._play(seeds, first)
-        rewards = self._rewards(groups, len(seeds))
-        adv = group_advantages(rewards, cfg.scale_rewards, cfg.advantage_epsilon)
-        first_round = [t for g in groups for t in g]
-        first_rewards, first_informative = rewards, adv.informative
+        rewards, adv, kept = self._keep(groups, len(seeds))
+        off_policy_groups = len(kept) if initial else 0   # the first kept groups are calibration episodes
         # Resample replacements for dropped groups (bounded), fresh seeds from the schedule.
-        broken = self._broken(groups, len(seeds))
-        kept_groups = [(groups[g], adv, g) for g in range(len(seeds)) if bool(adv.informative[g]) and not broken[g]]
-        off_policy_groups = len(kept_groups) if initial else 0   # the first kept groups are calibration episodes
         rounds = 0
         extra_rounds: list[list[Trajectory]] = []
-        while cfg.max_resample_rounds and rounds < cfg.max_resample_rounds and len(kept_groups) < len(seeds):
+        while cfg.max_resample_rounds and rounds < cfg.max_resample_rounds and len(kept) < len(seeds):
             rounds += 1
-            need = len(seeds) - len(kept_groups)
+            need = len(seeds) - len(kept)
             self.on_event("phase", {"iteration": it, "phase": f"resampling {need} groups (round {rounds})"})
-            extra = self.schedule.take(self.state.seed_cursor, need)
-            start = self.state.seed_cursor
-            self.state.seed_cursor += need
+            extra, start = self._draw(need)
             more = self._play(extra, start)
             extra_rounds += more
-            r2 = self._rewards(more, need)
-            a2 = group_advantages(r2, cfg.scale_rewards, cfg.advantage_epsilon)
-            b2 = self._broken(more, need)
-            kept_groups += [(more[g], a2, g) for g in range(need) if bool(a2.informative[g]) and not b2[g]]
-        t_gen = time.perf_counter() - t_start
-        reused = len(first_round) if initial else 0
-        played = len(first_round) - reused + sum(len(t) for t in extra_rounds)
+            kept += self._keep(more, need)[2]
+        return Collected(seeds=seeds, groups=groups, rewards=rewards, informative=adv.informative, kept=kept,
+                         from_initial=bool(initial), off_policy_groups=off_policy_groups, rounds=rounds,
+                         extra_rounds=extra_rounds)
 
-        errors = [t for t in first_round if t.termination == Termination.POLICY_ERROR]
-        if first_round and len(errors) == len(first_round):
-            raise Unavailable(f"every rollout of iteration {it} failed in the policy backend: "
-                              f"{errors[0].error}")
-        # Episodes this rank trains on (guided = shown a hint; batch.py re-renders those unguided).
+    def _episodes(self, collected: Collected) -> list[TrainEpisode]:
+        """The episodes this rank trains on: every kept group's, each with its own round's advantage
+        (guided = shown a hint; batch.py re-renders those unguided)."""
         episodes: list[TrainEpisode] = []
-        for n_kept, (trajs, a, g) in enumerate(kept_groups):
+        for n_kept, (trajs, a, g) in enumerate(collected.kept):
             for i, t in enumerate(trajs):
                 guided = is_guided(t)
                 episodes.append(TrainEpisode(group=g, index=i, seed=t.seed, reward=t.reward,
                                              advantage=float(a.advantages[g, t.sample_index]), guided=guided,
                                              turns=episode_turns(t, guided=guided, render=self.render),
-                                             off_policy=n_kept < off_policy_groups))
+                                             off_policy=n_kept < collected.off_policy_groups))
+        return episodes
+
+    def step(self) -> dict[str, float]:
+        """One iteration (module docstring); returns its metrics."""
+        t_start = time.perf_counter()
+        self.model.eval()
+        it = self.state.iteration + 1
+        collected = self._collect(it)
+        t_gen = time.perf_counter() - t_start
+        first_round, errors = collected.first_round, collected.policy_errors
+        if first_round and len(errors) == len(first_round):
+            raise Unavailable(f"every rollout of iteration {it} failed in the policy backend: "
+                              f"{errors[0].error}")
+        episodes = self._episodes(collected)
         if episodes:
             self.on_event("phase", {"iteration": it, "phase": f"updating on {len(episodes)} episodes"})
         train_metrics = self._update(episodes) if self.dist.all_sum([float(len(episodes))])[0] > 0 else {}
@@ -395,60 +467,77 @@ class GRPOTrainer:
             self.state.uninformative_streak += 1
         self.state.iteration += 1
         step_s = time.perf_counter() - t_start
+        metrics = self._iteration_metrics(collected, train_metrics, generate_s=t_gen, step_s=step_s)
+        self.state.history.append(metrics)
+        self._reported = True
+        self.on_event("iteration", {"iteration": self.state.iteration, "values": dict(metrics)})
+        return metrics
 
-        flat = first_rewards.flatten()
+    def _iteration_metrics(self, collected: Collected, train_metrics: dict[str, float], *, generate_s: float,
+                           step_s: float) -> dict[str, float]:
+        """The metrics of the iteration just run (module docstring), summed over ranks; called after the
+        state has moved on (iteration, policy version, learning rate)."""
+        first_round = collected.first_round
+        flat = collected.rewards.flatten()
         guided_eps = [t for t in first_round if is_guided(t)]
         unguided_eps = [t for t in first_round if not is_guided(t)]
-        everything = (first_round if not initial else []) + [t for group in extra_rounds for t in group]
-        sums = self.dist.all_sum([float(sum(t.success for t in first_round)), float(len(first_round)),
-                                  float(sum(t.reward for t in guided_eps)), float(len(guided_eps)),
-                                  float(sum(t.success for t in unguided_eps)),
-                                  float(sum(t.reward for t in unguided_eps)),
-                                  float(len(unguided_eps)), float(len(errors)), float(played),
-                                  float(sum(len(r.prompt_token_ids or []) for t in everything for r in t.turns)),
-                                  float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns)),
-                                  float(sum(t.termination == Termination.CONTEXT_EXHAUSTED for t in everything)),
-                                  float(reused)])
-        n_succ, n_eps, g_sum, g_n, u_succ, u_sum, u_n, n_err, n_played, prompt_tokens, gen_tokens, n_ctx, n_reused = sums
+        everything = collected.played_episodes
+        sums = all_sum_named(self.dist, {
+            "successes": float(sum(t.success for t in first_round)),
+            "first_round": float(len(first_round)),
+            "guided_reward": float(sum(t.reward for t in guided_eps)),
+            "guided": float(len(guided_eps)),
+            "unguided_successes": float(sum(t.success for t in unguided_eps)),
+            "unguided_reward": float(sum(t.reward for t in unguided_eps)),
+            "unguided": float(len(unguided_eps)),
+            "policy_errors": float(len(collected.policy_errors)),
+            "played": float(collected.played),
+            "prompt_tokens": float(sum(len(r.prompt_token_ids or []) for t in everything for r in t.turns)),
+            "generated_tokens": float(sum(len(r.completion_token_ids or []) for t in everything for r in t.turns)),
+            "context_exhausted": float(sum(t.termination == Termination.CONTEXT_EXHAUSTED for t in everything)),
+            "reused": float(collected.reused),
+        })
+        # Semantics: "successes", "first_round", "guided*", "unguided*", "policy_errors": over the first round;
+        # "played", the token counts, "context_exhausted": over everything this trainer played;
+        # "reused": the calibration episodes of an initial batch.
+        n_eps, g_n, u_n = sums["first_round"], sums["guided"], sums["unguided"]
+        played, gen_tokens, reused = sums["played"], sums["generated_tokens"], sums["reused"]
         last = self.state.history[-1] if self.state.history else {}
         metrics: dict[str, float] = {
             "iteration": float(self.state.iteration),
             "reward_mean": float(flat.mean()),
             "reward_std": float(flat.std()) if flat.numel() > 1 else 0.0,
-            "pass_rate": n_succ / n_eps if n_eps else 0.0,
-            "informative_group_fraction": float(first_informative.float().mean()),
-            "groups": float(len(seeds)),
-            "groups_trained": float(self.dist.all_sum([float(len(kept_groups))])[0]),
-            "resample_rounds": float(rounds),
-            "policy_errors": n_err,
+            "pass_rate": sums["successes"] / n_eps if n_eps else 0.0,
+            "informative_group_fraction": float(collected.informative.float().mean()),
+            "groups": float(len(collected.seeds)),
+            "groups_trained": float(self.dist.all_sum([float(len(collected.kept))])[0]),
+            "resample_rounds": float(collected.rounds),
+            "policy_errors": sums["policy_errors"],
             # episodes whose conversation outgrew the model's context (trained on, scored as reached)
-            "context_exhausted": n_ctx,
+            "context_exhausted": sums["context_exhausted"],
             "guided_episodes": g_n,
             "guided_share": g_n / n_eps if n_eps else 0.0,
-            "unguided_reward_mean": u_sum / u_n if u_n else 0.0,
-            "unguided_pass_rate": u_succ / u_n if u_n else 0.0,
+            "unguided_reward_mean": sums["unguided_reward"] / u_n if u_n else 0.0,
+            "unguided_pass_rate": sums["unguided_successes"] / u_n if u_n else 0.0,
             "step_seconds": step_s,
-            "generate_seconds": t_gen,
-            "episodes": n_played,
-            "prompt_tokens": prompt_tokens,
+            "generate_seconds": generate_s,
+            "episodes": played,
+            "prompt_tokens": sums["prompt_tokens"],
             "generated_tokens": gen_tokens,
             "tokens_per_second": gen_tokens / step_s if step_s > 0 else 0.0,
             "learning_rate": float(self.scheduler.get_last_lr()[0]),
             "policy_version": float(self.state.policy_version),
-            "rollouts_total": last.get("rollouts_total", 0.0) + n_played,
+            "rollouts_total": last.get("rollouts_total", 0.0) + played,
             # calibration episodes trained on instead of played (counted where they were played)
-            "initial_batch_episodes": n_reused,
-            "initial_batch_episodes_total": (last.get("initial_batch_episodes_total") or 0.0) + n_reused,
-            "prompt_tokens_total": last.get("prompt_tokens_total", 0.0) + prompt_tokens,
+            "initial_batch_episodes": reused,
+            "initial_batch_episodes_total": (last.get("initial_batch_episodes_total") or 0.0) + reused,
+            "prompt_tokens_total": last.get("prompt_tokens_total", 0.0) + sums["prompt_tokens"],
             "completion_tokens_total": last.get("completion_tokens_total", 0.0) + gen_tokens,
         }
         if g_n:
-            metrics["guided_reward_mean"] = g_sum / g_n
+            metrics["guided_reward_mean"] = sums["guided_reward"] / g_n
         metrics.update(train_metrics)
         metrics.update(self.weights.iteration_metrics())
-        self.state.history.append(metrics)
-        self._reported = True
-        self.on_event("iteration", {"iteration": self.state.iteration, "values": dict(metrics)})
         return metrics
 
     def _update(self, episodes: list[TrainEpisode]) -> dict[str, float]:
