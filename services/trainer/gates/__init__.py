@@ -6,7 +6,11 @@
 - `provenance.py`: the ablation's labels: each adapter's episodes (played by the job) and the base's
   own target trajectories for slot 0, stored once per job, with what playing them cost.
 - `warm_start.py`: supervised warm start of the gates from labelled trajectories (assistant-generating
-  positions only, routing forced to the label).
+  positions only, routing forced to the label): its config and trainer, over
+  `labelled_examples.py` (which positions of a trajectory carry its slot label, held-out split,
+  batches), `teacher_forcing.py` (the layer inputs with routing forced to the label),
+  `routing_report.py` (how often the trained gates choose the label) and
+  `warm_start_checkpoints.py` (its checkpoint layout, written manifest last, verified on load).
 - `grpo.py`: the job's loop: labels, warm start, then GRPO on the gates over the target's training
   tasks (backbone and adapters frozen), with its budget accounting.
 - `job.py`: TRAINING_KIND_GATES, the trainer job around them (validation, worker side).

@@ -17,7 +17,7 @@ The warm start's labels (`warm_start_labels`):
   own trajectories on the target's training tasks (the rollout stage's output,
   `base_provenance_uris`; not played here and not counted here: the rollout stage played them). The
   episodes played here -- K * warm_start_episodes -- are counted.
-Only the routing decisions that generate assistant tokens are labelled (`warm_start.py`).
+Only the routing decisions that generate assistant tokens are labelled (`labelled_examples.py`).
 
 GRPO. The adapters' GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
 `GateWeights` as its trainable weights, on the target environment's training split only (several
@@ -66,6 +66,7 @@ from pydantic import Field, field_validator, model_validator
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from services.trainer.gates.labelled_examples import pad_id, provenance_examples
 from services.trainer.gates.outcomes import obtain_outcomes, recorded_outcome_budget
 from services.trainer.gates.provenance import (
     PlayedBudget,
@@ -74,14 +75,8 @@ from services.trainer.gates.provenance import (
     recorded_budget,
     select_base_provenance,
 )
-from services.trainer.gates.warm_start import (
-    CKPT_DIR,
-    GateTrainer,
-    GateTrainingConfig,
-    list_gate_checkpoints,
-    pad_id,
-    provenance_examples,
-)
+from services.trainer.gates.warm_start import GateTrainer, GateTrainingConfig
+from services.trainer.gates.warm_start_checkpoints import CKPT_DIR, list_gate_checkpoints
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.rollouts import EnvFactory, PolicyRollouts

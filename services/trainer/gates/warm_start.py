@@ -8,22 +8,8 @@ per trajectory, keyed by slot name. The gates job supplies one of two kinds (`gr
 * provenance labels (the ablation, `provenance.py`): the trajectories of capability c's environment
   are labelled slot c, and the base's own trajectories on the target's tasks slot 0 ("base", no
   adapter) -- without them slot 0 gets no example and the gates learn never to choose the base.
-The examples are still called "provenance" here (`ProvenanceExample`, `provenance_examples`, the
-`provenance` argument of `train_gates`): the trajectories and the slot each is labelled with.
-
-Which positions carry the label: only routing decisions that generate an assistant token. The
-decision at position p computes the logits of token p+1 (the convention of the inference routing
-trace: a generated token's route is that of the position that produced it), so position p is
-labelled iff token p+1 lies in an assistant reply (`ChatFormat.assistant_spans`: what the policy
-generated, its end-of-turn marker included). That is the last token of each assistant turn's
-header through the reply's last-but-one token; no decision made while reading the system prompt,
-a user message or a tool result carries a label or a loss (the gates must not learn which
-environment a prompt came from from the prompt's own tokens).
-
-Teacher forcing. A gate at layer l reads the hidden state entering l, which depends on the routing
-of the layers below. The warm start runs the frozen model with routing *forced* to the label
-(every token of a capability-c sequence through adapter c at every layer: the routing the gates
-are being taught), records each layer's input hidden states, and fits the gates to them:
+Only the routing decisions that generate an assistant token carry the label (`labelled_examples.py`).
+The gates are fitted to each layer's input with routing forced to the label (`teacher_forcing.py`):
 
 Semantics (one step, a batch of sequences b with label slots c_b):
     with no grad, routing forced to c_b at every layer:  h[l, b, t] = input of layer l   # [L, B, T, H]
@@ -35,21 +21,16 @@ Semantics (one step, a batch of sequences b with label slots c_b):
     AdamW step on (V_l, b_l) only; W_l <- V_l / s_l
 
 Since the backbone does not need gradients, one step costs one no-grad forward plus L small
-linear layers. After training, the gates' own routing on held-out provenance positions is measured
-(`routing_report`: `routing_accuracy`, the share of (layer, position) decisions equal to the label
--- the number the tests hold above a threshold --, per label slot, and the share of decisions per
-slot, `routing_share`, stored in the composition manifest: it picks the adapter of the `merged`
-export).
+linear layers. After training, the gates' own routing on held-out labelled positions is measured
+(`routing_report.py`); its share of decisions per slot goes into the composition manifest.
 
 This module is the warm start only; the gates job (`grpo.py`) plays the labelled trajectories
 (replays or provenance), runs this warm start and then GRPO on the gates over the target's training
 tasks.
 
-Checkpoints (`<prefix>/gates-ckpt/ckpt-<step>/`): gates.safetensors, optimizer.pt (AdamW state and the
-trained V_l), state.json and,
-written last, checkpoint.json with every file's sha256. The batch of step s is a pure function of
-(seed, s) (a per-epoch permutation), so resuming from step s continues exactly as an uninterrupted
-run would. A run whose config differs from the checkpoint's is refused (FailedPrecondition).
+Checkpoints (`warm_start_checkpoints.py`): the batch of step s is a pure function of (seed, s) (a
+per-epoch permutation), so resuming from step s continues exactly as an uninterrupted run would; a
+run whose config differs from the checkpoint's is refused (FailedPrecondition).
 
 Entry point for the trainer service: `train_gates(...)` (signature and result documented there).
 """
@@ -58,8 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -71,29 +50,39 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.trainer.gates.labelled_examples import (
+    ProvenanceExample,
+    collate,
+    pad_id,
+    provenance_examples,
+    split_heldout,
+)
+from services.trainer.gates.routing_report import routing_report
+from services.trainer.gates.teacher_forcing import layer_inputs_under_forcing
+from services.trainer.gates.warm_start_checkpoints import (
+    CKPT_MANIFEST,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    gates_file_bytes,
+    gates_file_tensors,
+    list_gate_checkpoints,
+    read_gate_checkpoint,
+    write_gate_checkpoint,
+)
 from services.trainer.grpo.lora import torch_bytes, torch_load_bytes
 from trace_common.artifacts import ArtifactStore, S3Settings
 from trace_common.env.trajectory import Trajectory
-from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.errors import InvalidArgument
 from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import ModelRoots, materialize
-from trace_common.moe.backbone import decoder_layout
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
     BASE_SLOT_NAME,
     GATES_FILE,
     CompositionArtifact,
-    read_gates,
-    save_gates,
     write_composition,
 )
 from trace_common.moe.gating import load_balancing_loss
-
-log = logging.getLogger(__name__)
-
-CKPT_DIR = "gates-ckpt"
-CKPT_MANIFEST = "checkpoint.json"
-_CKPT_RE = re.compile(r"/ckpt-(\d+)/checkpoint\.json$")
 
 
 class GateTrainingConfig(BaseModel):
@@ -151,31 +140,6 @@ class GateTrainingConfig(BaseModel):
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class ProvenanceExample:
-    """One tokenized trajectory and the slot its labelled positions should be routed to."""
-
-    token_ids: list[int]
-    label_mask: list[bool]  # [T] positions that carry the label (their next token is an assistant token)
-    slot: int
-    source: str = ""  # capability name (or "base")
-
-
-@dataclass(frozen=True)
-class RoutingReport:
-    """The gates' own routing on labelled positions (`routing_report`)."""
-
-    accuracy: float  # share of labelled (layer, position) decisions routed to their label
-    share: list[float]  # [K+1] share of those decisions per routed slot
-    confusion: list[list[float]]  # [K+1][K+1]: row = label slot, column = routed slot (row empty: no label)
-    decisions: list[int]  # [K+1] labelled decisions per label slot
-
-    def accuracy_of(self, slot: int) -> float | None:
-        """Share of slot `slot`'s labelled decisions routed to it; None when it has none."""
-        row = self.confusion[slot] if slot < len(self.confusion) else []
-        return row[slot] if row else None
-
-
 @dataclass
 class GateTrainingResult:
     """What `GateTrainer.train` / `train_gates` report."""
@@ -201,165 +165,6 @@ class GateTrainingResult:
                 "examples_per_slot": self.examples_per_slot,
                 "routing_share": self.routing_share, "seconds": round(self.seconds, 3),
                 "stopped_early": self.stopped_early}
-
-
-# ---- data --------------------------------------------------------------------------------------
-def provenance_examples(tokenizer: Any, trajectories: Mapping[str, Sequence[Trajectory]],
-                        expert_names: Sequence[str], config: GateTrainingConfig) -> list[ProvenanceExample]:
-    """Render and tokenize each trajectory with the model's chat format; label it with its slot.
-
-    `trajectories` maps a capability (adapter) name, or "base" for slot 0, to its trajectories. Only
-    the positions whose next token is an assistant token are labelled (module docstring); a
-    trajectory with no assistant reply within `max_length` tokens gives no example.
-
-    Semantics:
-        text, spans = ChatFormat.assistant_spans(messages, tools)     # char spans of the replies
-        ids = tokenize(text)[:max_length];  generated[t] = token t starts inside a span
-        label_mask[p] = generated[p + 1]                               # the decision that produced it
-    """
-    from trace_common.policy.chat import ChatFormat
-
-    slots = {name: i for i, name in enumerate(expert_names)}
-    unknown = [name for name in trajectories if name not in slots]
-    if unknown:
-        raise InvalidArgument(field="provenance", expected=f"capability names among {list(expert_names)}",
-                              got=unknown, fix="key provenance trajectories by the adapter names of the composition")
-    chat = ChatFormat(tokenizer)
-    out: list[ProvenanceExample] = []
-    dropped = 0
-    for name, items in trajectories.items():
-        for traj in items:
-            ids, mask = labelled_positions(chat, tokenizer, traj, config.max_length)
-            if ids and any(mask):
-                out.append(ProvenanceExample(ids, mask, slots[name], name))
-            else:
-                dropped += 1
-    if dropped:
-        log.warning("%d provenance trajectories have no assistant reply within max_length=%d tokens and give no "
-                    "example", dropped, config.max_length)
-    if not out:
-        raise InvalidArgument(field="provenance", expected=f"at least one trajectory with an assistant reply within "
-                              f"max_length={config.max_length} tokens",
-                              fix="raise max_length (warm_start_max_length) above the prompt's length")
-    return out
-
-
-def labelled_positions(chat: Any, tokenizer: Any, trajectory: Trajectory, max_length: int
-                       ) -> tuple[list[int], list[bool]]:
-    """(token ids [T], label mask [T]) of one trajectory (`provenance_examples`' Semantics)."""
-    text, spans = chat.assistant_spans(trajectory.messages, trajectory.tools or None)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = list(enc["input_ids"])
-    generated = [any(s <= a < e for s, e in spans) for a, _ in enc["offset_mapping"]]  # [T_full]
-    mask = [generated[p + 1] if p + 1 < len(generated) else False for p in range(len(ids))]
-    return ids[:max_length], mask[:max_length]
-
-
-def split_heldout(examples: Sequence[ProvenanceExample], fraction: float, seed: int
-                  ) -> tuple[list[ProvenanceExample], list[ProvenanceExample]]:
-    """Per slot, a seeded `fraction` of the examples (at least one when a slot has 2+) is held out."""
-    train: list[ProvenanceExample] = []
-    held: list[ProvenanceExample] = []
-    for slot in sorted({e.slot for e in examples}):
-        group = [e for e in examples if e.slot == slot]
-        order = torch.randperm(len(group), generator=torch.Generator().manual_seed(seed * 1009 + slot)).tolist()
-        n_held = int(round(fraction * len(group)))
-        if fraction > 0 and n_held == 0 and len(group) >= 2:
-            n_held = 1
-        held += [group[i] for i in order[:n_held]]
-        train += [group[i] for i in order[n_held:]]
-    return train, held
-
-
-def collate(examples: Sequence[ProvenanceExample], pad_id: int, device: torch.device
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids [B, T], attention_mask [B, T], label_mask [B, T] bool, slots [B]), right-padded."""
-    width = max(len(e.token_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(examples), width), dtype=torch.long)
-    labels = torch.zeros((len(examples), width), dtype=torch.bool)
-    for b, e in enumerate(examples):
-        n = len(e.token_ids)
-        ids[b, :n] = torch.tensor(e.token_ids)
-        attn[b, :n] = 1
-        labels[b, :n] = torch.tensor(e.label_mask)
-    slots = torch.tensor([e.slot for e in examples], dtype=torch.long)
-    return ids.to(device), attn.to(device), labels.to(device), slots.to(device)
-
-
-# ---- model-side helpers --------------------------------------------------------------------------
-def layer_inputs_under_forcing(model: ComposedMoEModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                               slots: torch.Tensor) -> list[torch.Tensor]:
-    """Hidden states entering each decoder layer [B, T, H] (one per layer), with sequence b's
-    tokens forced to slot slots[b] at every layer; no gradient."""
-    layout = decoder_layout(model.base)
-    batch, seq = input_ids.shape
-    table = slots.view(1, batch, 1).expand(model.num_layers, batch, seq).cpu()  # [L, B, T]
-    captured: list[torch.Tensor | None] = [None] * model.num_layers
-
-    def grab(layer: int):
-        def hook(_module, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]
-            captured[layer] = hidden.detach()
-        return hook
-
-    handles = [layer.register_forward_pre_hook(grab(i), with_kwargs=True) for i, layer in enumerate(layout.layers)]
-    try:
-        with torch.no_grad(), model.forced(table):
-            model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if any(h is None for h in captured):
-        raise FailedPrecondition("a decoder layer did not run during the forward; cannot read its input")
-    return captured  # type: ignore[return-value]
-
-
-def routing_report(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
-                   batch_size: int = 16) -> RoutingReport | None:
-    """The gates' own routing (no forcing) on the labelled positions of `examples` (None: no example)."""
-    if not examples:
-        return None
-    device = next(model.gates.parameters()).device
-    if model.is_forced:
-        raise FailedPrecondition("routing is forced; routing_accuracy measures the gates' own decisions")
-    slots_n = model.num_slots
-    confusion = torch.zeros((slots_n, slots_n), dtype=torch.float64)  # [label, routed] decision counts
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        ids, attn, labels, slots = collate(chunk, pad_id, device)
-        with torch.no_grad(), model.capture_routing() as trace:
-            model(input_ids=ids, attention_mask=attn, use_cache=False)
-        experts = trace.experts()  # [L, B, T]
-        keep = labels.unsqueeze(0).expand_as(experts)  # [L, B, T]
-        target = slots.view(1, -1, 1).expand_as(experts)  # [L, B, T]
-        pairs = target[keep].reshape(-1).cpu() * slots_n + experts[keep].reshape(-1).cpu()
-        confusion += torch.bincount(pairs, minlength=slots_n * slots_n).double().view(slots_n, slots_n)
-    total = float(confusion.sum())
-    per_label = confusion.sum(dim=1)  # [K+1]
-    rows = [(confusion[k] / per_label[k]).tolist() if per_label[k] > 0 else [] for k in range(slots_n)]
-    share = (confusion.sum(dim=0) / total).tolist() if total > 0 else []
-    return RoutingReport(accuracy=float(confusion.diagonal().sum()) / max(total, 1.0), share=share, confusion=rows,
-                         decisions=[int(x) for x in per_label.tolist()])
-
-
-def routing_accuracy(model: ComposedMoEModel, examples: Sequence[ProvenanceExample], *, pad_id: int,
-                     batch_size: int = 16) -> tuple[float, list[float]]:
-    """(share of labelled (layer, position) decisions routed to the label slot, share per slot), under
-    the gates' own routing (no forcing); (nan, []) without examples."""
-    report = routing_report(model, examples, pad_id=pad_id, batch_size=batch_size)
-    return (float("nan"), []) if report is None else (report.accuracy, report.share)
-
-
-# ---- checkpoints -------------------------------------------------------------------------------
-def list_gate_checkpoints(store: ArtifactStore, prefix: str) -> list[tuple[int, str]]:
-    """(step, key of checkpoint.json) of every complete gate checkpoint under `prefix`, oldest first."""
-    found = []
-    for info in store.list(f"{prefix}/{CKPT_DIR}/ckpt-"):
-        m = _CKPT_RE.search("/" + info.key)
-        if m:
-            found.append((int(m.group(1)), info.key))
-    return sorted(found)
 
 
 # ---- the trainer -------------------------------------------------------------------------------
@@ -488,23 +293,15 @@ class GateTrainer:
     def save_checkpoint(self) -> str | None:
         if self.store is None:
             return None
-        base = f"{self.prefix}/{CKPT_DIR}/ckpt-{self.step_count}"
-        with tempfile.TemporaryDirectory(prefix="trace-gate-ckpt-") as tmp:
-            gates_bytes = save_gates(self.model, Path(tmp) / GATES_FILE).read_bytes()
-        parts = {GATES_FILE: gates_bytes,
-                 "optimizer.pt": torch_bytes({"optimizer": self.optimizer.state_dict(),
-                                               "weights": [w.detach().clone() for w in self.weights]}),
-                 "state.json": json.dumps({"step": self.step_count, "losses": self.losses,
-                                           "config_digest": self.config.digest()}).encode()}
-        files = {}
-        for name, data in parts.items():
-            info = self.store.put_bytes(f"{base}/{name}", data)
-            files[name] = {"sha256": info.sha256, "size": info.size}
-        manifest = {"step": self.step_count, "config_digest": self.config.digest(), "files": files}
-        info = self.store.put_bytes(f"{base}/{CKPT_MANIFEST}", json.dumps(manifest, sort_keys=True).encode())
-        self.checkpoints.append(info.uri)
-        self.on_event("checkpoint", {"step": self.step_count, "uri": info.uri})
-        return info.uri
+        parts = {GATES_FILE: gates_file_bytes(self.model),
+                 OPTIMIZER_FILE: torch_bytes({"optimizer": self.optimizer.state_dict(),
+                                              "weights": [w.detach().clone() for w in self.weights]}),
+                 STATE_FILE: json.dumps({"step": self.step_count, "losses": self.losses,
+                                         "config_digest": self.config.digest()}).encode()}
+        uri = write_gate_checkpoint(self.store, self.prefix, self.step_count, self.config.digest(), parts)
+        self.checkpoints.append(uri)
+        self.on_event("checkpoint", {"step": self.step_count, "uri": uri})
+        return uri
 
     def resume(self, manifest_key: str | None = None) -> int | None:
         """Load the latest (or the given) checkpoint; returns its step, None when there is none."""
@@ -515,32 +312,14 @@ class GateTrainer:
             if not found:
                 return None
             manifest_key = found[-1][1]
-        try:
-            manifest = json.loads(self.store.get_bytes(manifest_key))
-        except NotFound:
-            raise NotFound(f"no gate checkpoint at {manifest_key}; list them with list_gate_checkpoints") from None
-        if manifest.get("config_digest") != self.config.digest():
-            raise FailedPrecondition(f"checkpoint {manifest_key} was written with another gate-training config; "
-                                     "resume with the same config (max_steps and save_steps may change) or start "
-                                     "under a new prefix")
-        base = manifest_key.rsplit("/", 1)[0]
-        data = {}
-        for name, rec in manifest["files"].items():
-            blob = self.store.get_bytes(f"{base}/{name}")
-            if hashlib.sha256(blob).hexdigest() != rec["sha256"]:
-                raise ArtifactCorrupted(f"{base}/{name} does not match the sha256 in its checkpoint manifest")
-            data[name] = blob
-        with tempfile.TemporaryDirectory(prefix="trace-gate-ckpt-") as tmp:
-            path = Path(tmp) / GATES_FILE
-            path.write_bytes(data[GATES_FILE])
-            tensors, _meta = read_gates(path)
-        self.model.load_gate_state_dict(tensors)
-        saved = torch_load_bytes(data["optimizer.pt"])
+        data = read_gate_checkpoint(self.store, manifest_key, self.config.digest())
+        self.model.load_gate_state_dict(gates_file_tensors(data[GATES_FILE]))
+        saved = torch_load_bytes(data[OPTIMIZER_FILE])
         with torch.no_grad():
             for weight, value in zip(self.weights, saved["weights"], strict=True):
                 weight.copy_(value)
         self.optimizer.load_state_dict(saved["optimizer"])
-        state = json.loads(data["state.json"])
+        state = json.loads(data[STATE_FILE])
         self.step_count = int(state["step"])
         self.losses = [float(x) for x in state.get("losses", [])]
         self.checkpoints = [self.store.uri_for(manifest_key)]  # this step's checkpoint exists: not rewritten
@@ -583,14 +362,6 @@ class GateTrainer:
         return result
 
 
-def pad_id(tokenizer: Any) -> int:
-    """The id padding a batch of sequences: the tokenizer's pad token, else its end of sequence, else 0."""
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_token_id", None)
-    return int(pad or 0)
-
-
 def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mapping[str, Sequence[Trajectory]],
                 config: GateTrainingConfig | Mapping[str, Any] | None = None, *, store: ArtifactStore, prefix: str,
                 cache_dir: str | Path | None = None, s3: S3Settings | None = None, device: str = "cpu",
@@ -607,7 +378,7 @@ def train_gates(base_model: str, adapters: Mapping[str, str], provenance: Mappin
             is the slot order (slot k = k-th entry; slot 0 = base).
         provenance: capability name -> trajectories played in that capability's environment, and "base"
             -> the base's own trajectories on the target's tasks (slot 0). The assistant-generating
-            positions of capability c's trajectories are labelled slot c (module docstring).
+            positions of capability c's trajectories are labelled slot c (`labelled_examples.py`).
         config: `GateTrainingConfig` (or a dict of its fields).
         store, prefix: where checkpoints (`<prefix>/gates-ckpt/`) and the composition
             (`<prefix>/gates.safetensors`, `<prefix>/composition.json`) go, e.g. prefix `runs/<run>/moe`.

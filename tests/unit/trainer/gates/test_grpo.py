@@ -28,8 +28,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from services.trainer.gates.grpo import _ONLY_FOR, GateGRPOConfig, build_mixture, train_gate_job
+from services.trainer.gates.labelled_examples import collate, provenance_examples
 from services.trainer.gates.provenance import select_base_provenance
-from services.trainer.gates.warm_start import GateTrainingConfig, collate, provenance_examples
+from services.trainer.gates.warm_start import GateTrainingConfig
 from services.trainer.grpo.config import parse_config
 from tests.unit.trainer.gates.test_grpo_toy import ENVS, KINDS, base_rollouts, kind_rewards, toy_world
 from tests.unit.trainer.grpo.helpers import tiny_tokenizer

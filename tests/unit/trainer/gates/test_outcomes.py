@@ -24,8 +24,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from services.trainer.gates.grpo import GateGRPOConfig
+from services.trainer.gates.labelled_examples import collate, provenance_examples
 from services.trainer.gates.outcomes import label_task, outcome_table, replay_seeds
-from services.trainer.gates.warm_start import GateTrainingConfig, collate, provenance_examples
+from services.trainer.gates.warm_start import GateTrainingConfig
 from tests.unit.trainer.gates.test_grpo import (
     FAST,
     NAMES,

@@ -19,15 +19,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from services.trainer.gates.warm_start import (
-    GateTrainer,
-    GateTrainingConfig,
-    list_gate_checkpoints,
-    provenance_examples,
-    routing_accuracy,
-    routing_report,
-    train_gates,
-)
+from services.trainer.gates.labelled_examples import provenance_examples
+from services.trainer.gates.routing_report import routing_accuracy, routing_report
+from services.trainer.gates.warm_start import GateTrainer, GateTrainingConfig, train_gates
+from services.trainer.gates.warm_start_checkpoints import list_gate_checkpoints
 from tests.unit.inference.tiny import CAPABILITIES, TOOLS, trajectories
 from trace_common.artifacts import open_store
 from trace_common.env.messages import Message, ToolCall
@@ -73,7 +68,7 @@ def test_warm_start_routes_heldout_positions_to_their_provenance_slot(world):
     model = _model(world)
     trainer_examples = _examples(world, config)
     pad = world.tokenizer.pad_token_id
-    from services.trainer.gates.warm_start import split_heldout
+    from services.trainer.gates.labelled_examples import split_heldout
 
     _, heldout = split_heldout(trainer_examples, config.heldout_fraction, config.seed)
     before, _ = routing_accuracy(model, heldout, pad_id=pad)
