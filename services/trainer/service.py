@@ -10,7 +10,9 @@ GRPO config (messages say how to fix), that a config asking for guided rollouts 
 that environment (`check_guidance`), the data directory each environment names (under
 TRACE_TRAINER_DATA_ROOTS, else PERMISSION_DENIED before the environment is made: trace_common/data_roots.py;
 the worker gets it resolved), the policy's model and adapter references (this store or
-TRACE_TRAINER_MODEL_ROOTS, else PERMISSION_DENIED: trace_common/model_refs.py), the executor's settings, the vLLM
+TRACE_TRAINER_MODEL_ROOTS, else PERMISSION_DENIED: trace_common/model_refs.py; the trainer loads the base
+weights itself, so an HTTP-served base agent trains only with vLLM rollouts and its served name must be such
+a reference too: `_check_policy_backend`), the executor's settings, the vLLM
 server and adapter directory of vLLM rollouts against the operator's settings (`outbound.py`) and
 the resume URI. `validate_config` parses a config alone, for clients that check theirs before any
 work starts (configs.py), and checks its vLLM rollouts as a job's when told the executor its jobs will
@@ -32,10 +34,10 @@ from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.data_roots import own_data_hidden
-from trace_common.endpoints import Endpoints, refuse_outbound_params
-from trace_common.errors import FailedPrecondition, InvalidArgument
+from trace_common.endpoints import Endpoints, normalize_url, refuse_outbound_params
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from trace_common.jobs import JobContext, JobManager, JobRecord, Output, estimate_footprint
-from trace_common.model_refs import ModelRoots, check_policy_refs
+from trace_common.model_refs import ModelRoots, check_model_ref, check_policy_refs
 
 from . import metrics as m
 from .configs import validate_training_config
@@ -126,16 +128,88 @@ class Training:
                                   got=config.train_split, fix=f"environment {ref.name!r} defines these splits")
         # asked for guided rollouts: the environment must supply hints (refused now, not once the model loaded)
         check_guidance(config, env)
-        if spec.policy.backend != "POLICY_BACKEND_IN_PROCESS":
-            raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS (the trainer loads "
-                                  "the base model itself)", got=spec.policy.backend,
-                                  fix="for rollouts from a vLLM server set config.rollout_backend='vllm' and "
-                                      "config.vllm={'base_url': ..., 'adapter_dir': ...}")
+        served = self._check_policy_backend(spec, config)
         check_policy_refs(spec.policy, self.model_roots)
+        if served:
+            self._check_served_weights(spec)
         mounts = self._check_executor(spec)
         # the vLLM server and the adapter directory are the operator's (outbound.py), never the request's
-        return check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor,
-                          job_mounts=mounts)
+        config = check_vllm(config, self.endpoints, self.settings.vllm_adapter_root, executor=spec.executor,
+                            job_mounts=mounts)
+        if served:
+            self._check_served_endpoint(spec, config)
+        return config
+
+    # -- an adapter job's base agent ---------------------------------------------------------------
+    # The trainer always loads the base weights itself (the LoRA trains on them): `spec.policy.model`
+    # goes to the worker as the model to load, whatever the backend (worker.py: load_base). A base
+    # agent served over HTTP (POLICY_BACKEND_OPENAI_HTTP, e.g. by the chart's vLLM) is accepted only
+    # when the job's rollouts come from a vLLM server (config.rollout_backend='vllm'): then its served
+    # name must also be a reference the trainer may load (the model roots), and the server the
+    # rollouts use is the trainer's own profile, config.vllm.profile; `spec.policy.endpoint` is never
+    # called (a request does not pick a URL), only required to name that same server when it is set.
+    # `spec.policy.endpoint_profile` names a profile of the services that call the base agent, not
+    # one of the trainer's, and is not looked at.
+
+    @staticmethod
+    def _check_policy_backend(spec: TrainingSpecModel, config: GRPOConfig) -> bool:
+        """Whether the adapter job's base agent is served over HTTP (see above); InvalidArgument naming
+        spec.policy.backend for a backend the trainer cannot train on."""
+        backend = spec.policy.backend
+        if backend == "POLICY_BACKEND_IN_PROCESS":
+            return False
+        if backend == "POLICY_BACKEND_OPENAI_HTTP":
+            if config.rollout_backend == "vllm":
+                return True
+            raise InvalidArgument(
+                field="spec.policy.backend", got=backend,
+                expected="POLICY_BACKEND_IN_PROCESS, or POLICY_BACKEND_OPENAI_HTTP with rollouts from the vLLM "
+                         "server (the trainer loads the base weights itself and cannot sample from an HTTP base "
+                         f"agent in-process; config.rollout_backend is {config.rollout_backend!r})",
+                fix="an HTTP-served base agent trains only with rollouts from the vLLM server: set "
+                    "config.rollout_backend='vllm' and config.vllm={'profile': ..., 'adapter_dir': ...} (one of "
+                    "the trainer's endpoint profiles, TRACE_TRAINER_ENDPOINTS), or use POLICY_BACKEND_IN_PROCESS")
+        raise InvalidArgument(
+            field="spec.policy.backend", got=backend,
+            expected="POLICY_BACKEND_IN_PROCESS (the trainer loads the base model itself), or "
+                     "POLICY_BACKEND_OPENAI_HTTP with config.rollout_backend='vllm'",
+            fix="a scripted policy has no weights to train: name the base model (POLICY_BACKEND_IN_PROCESS)")
+
+    def _check_served_weights(self, spec: TrainingSpecModel) -> None:
+        """The served name of an HTTP base agent as the model the trainer loads: the same confinement
+        as an in-process model's (`check_model_ref`, this store and TRACE_TRAINER_MODEL_ROOTS);
+        PermissionDenied / NotFound naming spec.policy.model, saying why the trainer reads it."""
+        field, ref = "spec.policy.model", spec.policy.model
+        why = ("the trainer loads the weights of an HTTP-served base agent itself to train the LoRA on them (only "
+               "the rollouts come from the vLLM server)")
+        try:
+            check_model_ref(ref, field, allowed=self.model_roots)
+        except PermissionDenied as exc:
+            shown = ref if len(ref) <= 200 else ref[:200] + "..."
+            raise PermissionDenied(
+                f"{shown!r} is the served model name, and {why}, so it must also be a model location the trainer "
+                f"may read; allowed: {self.model_roots.allowed()}", field=field,
+                fix="Serve the model under the name of its directory or s3:// URI inside the store or "
+                    f"{self.model_roots.setting} (the operator lists where the weights lie; a Hugging Face id is "
+                    "not fetched from the Hub), or train with POLICY_BACKEND_IN_PROCESS") from exc
+        except NotFound as exc:
+            raise NotFound(f"{exc.reason}; {why}") from exc
+
+    @staticmethod
+    def _check_served_endpoint(spec: TrainingSpecModel, config: GRPOConfig) -> None:
+        """InvalidArgument naming spec.policy.endpoint when it is set and is not the base_url of the
+        trainer's vLLM profile (`config` as check_vllm resolved it): the served base agent and the
+        server the adapters train against must be one server."""
+        endpoint = spec.policy.endpoint
+        assert config.vllm is not None   # rollout_backend='vllm' (GRPOConfig requires the block)
+        if endpoint and normalize_url(endpoint) != normalize_url(config.vllm.base_url):
+            raise InvalidArgument(
+                field="spec.policy.endpoint", got=endpoint,
+                expected=f"the server the adapters' rollouts use, {config.vllm.base_url} (the base_url of the "
+                         f"trainer's profile {config.vllm.profile!r}, config.vllm)",
+                fix="the served base agent and the vLLM server the adapters train against must be the same "
+                    "server: leave spec.policy.endpoint empty (the trainer never calls it) or name that server "
+                    "in config.vllm.profile")
 
     def validate_config(self, kind: str, values: dict[str, Any] | None, field_path: str = "",
                         executor: str | None = None) -> GRPOConfig:

@@ -1,7 +1,8 @@
 """The trainer's vLLM rollouts stay inside what the operator allows (`services/trainer/outbound.py`):
 the server is a TRACE_TRAINER_ENDPOINTS profile, adapter versions go inside
-TRACE_TRAINER_VLLM_ADAPTER_ROOT. Each refusal happens in `validate`, before a job exists and
-before anything connects (a listener on loopback sees nothing)."""
+TRACE_TRAINER_VLLM_ADAPTER_ROOT, and an adapter job's HTTP-served base agent trains only on them.
+Each refusal happens in `validate`, before a job exists and before anything connects (a listener on
+loopback sees nothing)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from tests.support.endpoints import Listener
-from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from tests.unit.trainer.grpo.helpers import tiny_model
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
 PROFILE_URL = "http://vllm.internal:8000/v1"
 
@@ -69,6 +71,72 @@ def test_a_job_cannot_choose_the_server_or_the_adapter_directory(domain, listene
         training.validate(spec(vllm))
     for fragment in fragments:
         assert fragment in str(err.value)
+    assert listener.connections == 0
+    assert training.jobs.list()[0] == []
+
+
+SERVED = "MODELS/qwen3-tiny"          # a served name that is also a model directory under a model root
+VLLM = {"profile": "vllm", "adapter_dir": "cap"}
+HTTP, IN_PROCESS = "POLICY_BACKEND_OPENAI_HTTP", "POLICY_BACKEND_IN_PROCESS"
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A trainer with an endpoint profile, an adapter root and a model root holding a tiny model
+    directory (what the vLLM server would serve and the trainer loads)."""
+    root, models = tmp_path / "adapters", tmp_path / "models"
+    root.mkdir()
+    tiny_model().save_pretrained(models / "qwen3-tiny")
+    (models / "no-config").mkdir()
+    settings = TrainerSettings(artifact_root=(tmp_path / "store").as_uri(), vllm_adapter_root=str(root),
+                               model_roots=[models.as_uri()], endpoints={"vllm": {"base_url": PROFILE_URL}})
+    return Training(settings), models
+
+
+@pytest.mark.parametrize(("policy", "config", "error", "fragments"), [
+    ({"backend": IN_PROCESS, "model": "micro"}, {}, None, []),
+    ({"backend": IN_PROCESS, "model": "micro"}, {"rollout_backend": "vllm", "vllm": VLLM}, None, []),
+    # the base agent served by the vLLM server the adapters roll out on: the trainer loads its weights
+    ({"backend": HTTP, "model": SERVED}, {"rollout_backend": "vllm", "vllm": VLLM}, None, []),
+    ({"backend": HTTP, "model": SERVED, "endpoint": PROFILE_URL + "/"}, {"rollout_backend": "vllm", "vllm": VLLM},
+     None, []),
+    ({"backend": HTTP, "model": SERVED, "endpoint": PROFILE_URL}, {}, InvalidArgument,
+     ["spec.policy.backend", "rollouts from the vLLM server", "config.rollout_backend='vllm'",
+      "config.vllm={'profile'"]),
+    ({"backend": "POLICY_BACKEND_SCRIPTED", "model": "expert"}, {"rollout_backend": "vllm", "vllm": VLLM},
+     InvalidArgument, ["spec.policy.backend", "POLICY_BACKEND_IN_PROCESS"]),
+    # a served name the trainer cannot load: a Hugging Face id, a directory that is no model
+    ({"backend": HTTP, "model": "Qwen/Qwen3-30B-A3B-Instruct-2507"}, {"rollout_backend": "vllm", "vllm": VLLM},
+     PermissionDenied, ["spec.policy.model: 'Qwen/Qwen3-30B-A3B-Instruct-2507' is the served model name",
+                        "loads the weights of an HTTP-served base agent itself", "a model location the trainer may "
+                        "read", "TRACE_TRAINER_MODEL_ROOTS"]),
+    ({"backend": HTTP, "model": "MODELS/no-config"}, {"rollout_backend": "vllm", "vllm": VLLM}, NotFound,
+     ["spec.policy.model", "has no config.json", "loads the weights of an HTTP-served base agent itself"]),
+    # the served base agent on another server than the one the adapters train against (never called)
+    ({"backend": HTTP, "model": SERVED, "endpoint": "LISTENER"}, {"rollout_backend": "vllm", "vllm": VLLM},
+     InvalidArgument, ["spec.policy.endpoint", f"expected the server the adapters' rollouts use, {PROFILE_URL}",
+                       "same server"]),
+])
+def test_an_adapter_job_trains_an_http_base_agent_only_with_vllm_rollouts(served, listener, policy, config, error,
+                                                                           fragments):
+    """POLICY_BACKEND_OPENAI_HTTP is accepted exactly when the job rolls out through vLLM; its served
+    name must be a model the trainer may load, its endpoint (when set) the trainer's vLLM profile."""
+    training, models = served
+    policy = {k: v.replace("MODELS", str(models)).replace("LISTENER", listener.base_url) for k, v in policy.items()}
+    job = TrainingSpecModel.model_validate(dict(
+        kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+        environments=[{"name": "store", "params": {"task_types": "precondition_check"}}],
+        policy=policy, config={"max_steps": 2, **config}))
+    if error is None:
+        got = training.validate(job)
+        assert got.rollout_backend == config.get("rollout_backend", "in_process")
+        if got.rollout_backend == "vllm":
+            assert got.vllm.base_url == PROFILE_URL
+    else:
+        with pytest.raises(error) as err:
+            training.validate(job)
+        for fragment in fragments:
+            assert fragment in str(err.value)
     assert listener.connections == 0
     assert training.jobs.list()[0] == []
 
