@@ -35,8 +35,10 @@ class Record(BaseModel):
 
 
 def dump(record: BaseModel) -> dict[str, Any]:
-    """`record` as the JSON-ready mapping the manifest stores (declared names, never the aliases)."""
-    return record.model_dump(mode="json")
+    """`record` as the JSON-ready mapping the manifest stores (declared names, never the aliases).
+    Unknown values (None) are left out, as the records before this model left them out: every field
+    that may be None defaults to None, so a read gives the same record back."""
+    return record.model_dump(mode="json", exclude_none=True)
 
 
 # -- one rollout job and what an arm scored -----------------------------------------------------------
