@@ -40,7 +40,7 @@ ValidateTrainingConfig, `Pipeline.parsed_config`), never from defaults re-typed 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -124,19 +124,23 @@ def warm_start_episodes(gates: GatesCounts, k: int) -> int:
     return gates.warm_start_tasks * (k + 1) * gates.warm_start_samples_per_slot
 
 
-def _job_component(metrics: Mapping[str, Any] | None, estimate: int, what: str, **extra: Any) -> BudgetComponent:
+def _job_component(metrics: Mapping[str, Any] | None, estimate: Callable[[], int], what: str,
+                   **extra: Any) -> BudgetComponent:
     totals = JobTotals.of(metrics)
     if totals.rollouts_total is None:
-        return _component(estimate, None, None, f"estimated from the config ({what} reported no rollouts_total)",
+        return _component(estimate(), None, None, f"estimated from the config ({what} reported no rollouts_total)",
                           estimated=True, **extra)
     return _component(int(totals.rollouts_total), totals.prompt_tokens_total, totals.completion_tokens_total,
                       "trainer rollouts_total", **extra)
 
 
-def trace_budget(store, stages: Mapping[str, Any], grpo: GrpoCounts, gates: GatesCounts) -> TraceBudget:
+def trace_budget(store, stages: Mapping[str, Any], grpo: Callable[[], GrpoCounts],
+                 gates: Callable[[], GatesCounts]) -> TraceBudget:
     """Every episode TRACE played before the evaluation (module docstring), from the stage records
     (`Manifest.stages`) and the artifacts they name. `grpo`, `gates`: the run's training.grpo and
-    gates.config as the trainer parses them (only for jobs that report no totals)."""
+    gates.config as the trainer parses them, called only when a job reported no totals (an estimate)
+    or, for the gates' warm-start labels, when the gates stage did not record them (an older run):
+    a run whose jobs reported their totals is counted without asking the trainer anything."""
     results = RunResults(stages)
     uri = stages["rollout"].outputs.get("trajectories")
     if not uri:
@@ -167,7 +171,7 @@ def trace_budget(store, stages: Mapping[str, Any], grpo: GrpoCounts, gates: Gate
 
     adapters = stages["adapters"].outputs
     metrics = results.adapters.metrics
-    per_adapter = {cap: _job_component(metrics.get(cap), grpo.nominal_episodes, f"adapter job {cap}")
+    per_adapter = {cap: _job_component(metrics.get(cap), lambda: grpo().nominal_episodes, f"adapter job {cap}")
                    for cap in sorted(adapters)}
     for cap, a in per_adapter.items():   # calibration episodes it trained on: counted under calibration
         a.trained_calibration_episodes = int(JobTotals.of(metrics.get(cap)).initial_batch_episodes_total or 0)
@@ -179,11 +183,12 @@ def trace_budget(store, stages: Mapping[str, Any], grpo: GrpoCounts, gates: Gate
         trained_calibration_episodes=sum(a.trained_calibration_episodes or 0 for a in per_adapter.values()))
 
     gm = results.gates.metrics
-    warm_estimate = warm_start_episodes(gates, len(adapters))
-    gc = _job_component(gm, warm_estimate + gates.nominal_episodes, "the gates job")
+    gc = _job_component(gm, lambda: warm_start_episodes(gates(), len(adapters)) + gates().nominal_episodes,
+                        "the gates job")
     warm = JobTotals.of(gm).warm_start_rollouts
-    warm_n = int(warm) if warm is not None and not gc.estimated else warm_estimate
-    gc.warm_start_episodes, gc.grpo_episodes, gc.warm_start_labels = warm_n, gc.episodes - warm_n, gates.warm_start_labels
+    warm_n = int(warm) if warm is not None and not gc.estimated else warm_start_episodes(gates(), len(adapters))
+    labels = results.gates.warm_start_labels or gates().warm_start_labels
+    gc.warm_start_episodes, gc.grpo_episodes, gc.warm_start_labels = warm_n, gc.episodes - warm_n, labels
     components["gates"] = gc
 
     parts = list(components.values())

@@ -46,13 +46,14 @@ its JSON (`dump`) and read back through the model. The stage asks the pipeline o
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trace_common.grpc.client import messages
@@ -135,7 +136,6 @@ class Played:
     jobs: list[str]
     curve: list[CurvePoint] | None = None
     curve_training: CurveTraining | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Evaluation:
@@ -147,9 +147,12 @@ class Evaluation:
         m = p.manifest
         self.adapters: dict[str, str] = m.stages["adapters"].outputs
         self.gates_out: dict[str, str] = m.stages["gates"].outputs
-        grpo = p.parsed_config(T.TRAINING_KIND_ADAPTER, "training.grpo", p.cfg.training.grpo)
-        gates = p.parsed_config(T.TRAINING_KIND_GATES, "gates.config", p.cfg.gates.config)
-        self.budget = trace_budget(p.store, m.stages, GrpoCounts.model_validate(grpo), GatesCounts.model_validate(gates))
+        # the configs as the trainer parses them, asked only where a count needs them (trace_budget)
+        grpo = functools.cache(lambda: GrpoCounts.model_validate(
+            p.parsed_config(T.TRAINING_KIND_ADAPTER, "training.grpo", p.cfg.training.grpo)))
+        gates = functools.cache(lambda: GatesCounts.model_validate(
+            p.parsed_config(T.TRAINING_KIND_GATES, "gates.config", p.cfg.gates.config)))
+        self.budget = trace_budget(p.store, m.stages, grpo, gates)
         self.B = self.budget.total_episodes
         self.probe_limit = self.ev.probes_for(p.cfg.target.env)
 
@@ -223,7 +226,8 @@ class Evaluation:
         parts = ("rollout", "calibration", "adapters")
         dev_episodes = sum(r.episodes for r in dev.values())
         episodes = sum(c[k].episodes for k in parts) + dev_episodes
-        tokens = sum(c[k].tokens or 0 for k in parts) + sum(r.tokens or 0 for r in dev.values())
+        tokens = sum((c[k].prompt_tokens or 0) + (c[k].completion_tokens or 0) for k in parts) + \
+            sum(r.tokens or 0 for r in dev.values())
         missing = [k for k in parts if c[k].prompt_tokens is None] + \
             (["dev"] if any(r.tokens is None for r in dev.values()) else [])
         arm = self.play("best_single", p.base_policy(adapter_uri=self.adapters[best]),

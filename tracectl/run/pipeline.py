@@ -127,9 +127,10 @@ class Pipeline:
         """The run's one completion cap, as the rollout stage fixed it (completion_cap.py): recorded in its
         result once the stage completed, in its units while it runs."""
         rec = self.manifest.stages["rollout"]
-        cap = RolloutStageResult.model_validate(rec.result).max_completion_length
-        if cap is None and "completion cap" in rec.partial:
+        if "completion cap" in rec.partial:   # the stage is (re-)running: its own unit, not an earlier result
             cap = CompletionCap.model_validate(rec.partial["completion cap"])
+        else:
+            cap = RolloutStageResult.model_validate(rec.result).max_completion_length
         if cap is None or not cap.tokens:
             raise StageFailed("the rollout stage recorded no completion cap (max_completion_length): the run "
                               "predates it; re-run from the rollout stage (tracectl run --from rollout)")
@@ -175,9 +176,20 @@ class Pipeline:
         return self.runner.conn.stub(service)
 
     def parsed_config(self, kind: int, field: str, config: dict[str, Any]) -> dict[str, Any]:
-        """`config` (the run config's `field`) as the trainer parses it: every default filled in."""
+        """`config` (the run config's `field`) as the trainer parses it: every default filled in. A
+        trainer that refuses it: InvalidArgument naming the field; one without the RPC: StageFailed
+        (tracectl re-types none of the trainer's defaults, so it cannot count without it)."""
         request = T.ValidateTrainingConfigRequest(kind=kind, field_path=field, config=config_struct(field, config))
-        return MessageToDict(self.stub("trainer").ValidateTrainingConfig(request).config.values)
+        try:
+            return MessageToDict(self.stub("trainer").ValidateTrainingConfig(request).config.values)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(err.details() or f"{field}: refused by the trainer") from None
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise StageFailed(f"{field}: this trainer cannot parse configs (no ValidateTrainingConfig), which the "
+                                  "run needs to count episodes with the trainer's own defaults; update the trainer "
+                                  "service to this version") from None
+            raise
 
     def unit(self, stage: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """`work()` once per stage attempt chain: its result is recorded in the manifest as soon as it
@@ -351,13 +363,13 @@ class Pipeline:
                 for r in sorted(envs, key=lambda r: r.capability) if r.capability in adapters]
         refs.append(self.target_ref(split="train"))
         config = {**self.cfg.gates.config, "max_completion_length": self.completion_cap()}
-        labels = self.parsed_config(T.TRAINING_KIND_GATES, "gates.config", self.cfg.gates.config)["warm_start_labels"]
+        labels = str(self.parsed_config(T.TRAINING_KIND_GATES, "gates.config", self.cfg.gates.config)["warm_start_labels"])
         if labels == "provenance":
             config["base_provenance_uris"] = [self.manifest.stages["rollout"].outputs["trajectories"]]
         resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, config,
                           "gate training", adapter_uris=adapters)
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
-                "result": dump(GatesResult(metrics=dict(resp.job.metrics)))}
+                "result": dump(GatesResult(metrics=dict(resp.job.metrics), warm_start_labels=labels))}
 
     def stage_evaluation(self) -> dict[str, Any]:
         from tracectl.evaluation.stage import evaluate
@@ -391,7 +403,8 @@ class Pipeline:
         data directory is looked up here when the rollout service runs embedded (same machine,
         same files). Raises InvalidArgument naming the field; returns the names of what was checked.
         A deployed trainer that predates the RPC (UNIMPLEMENTED) checks its configs when their
-        jobs are created, as before: said once on the console.
+        jobs are created: said once on the console. The gates stage (which warm-start labels the
+        trainer will use) and any budget estimate need the parsed configs, and stop there saying so.
 
         The trainer asked is told the run's executor when it is the one that will run the jobs (the
         deployed trainer the connection addresses, or the embedded one of a run that deploys none):
@@ -494,12 +507,11 @@ class Pipeline:
             m.save(self.store)
             console.rule(f"stage {stage}")
             try:
-                out = getattr(self, f"stage_{stage}")()
+                outcome = StageOutcome.model_validate(getattr(self, f"stage_{stage}")())
             except Exception as err:
                 rec.status, rec.error, rec.finished_at = "failed", str(err)[:2000], time.time()
                 m.save(self.store)
                 raise
-            outcome = StageOutcome.model_validate(out)
             rec.outputs, rec.jobs, rec.result = outcome.outputs, outcome.jobs, outcome.result
             rec.partial = {}
             rec.status, rec.finished_at = "completed", time.time()

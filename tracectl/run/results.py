@@ -8,11 +8,12 @@ tracectl reads a stage or arm record through a string key (tests/unit/run/test_r
 source for that).
 
 Reading older runs (the tolerant reader): every model keeps the fields it does not declare
-(`extra="allow"`, so a newer run read by older code, or the other way round, loses nothing when
-rewritten), gives every field a run may lack a default, and accepts the names older runs wrote
-(`training_rollouts` for `training_episodes`, `trace_training_rollouts` for
-`trace_budget_episodes`: both held episodes, the old names said rollouts). A manifest written
-before this module existed loads and renders the same report (tests/fixtures/report/).
+(`extra="allow"`: rewriting an older record keeps what this code does not know), gives every field
+a run may lack a default, and accepts the names older runs wrote (`training_rollouts` for
+`training_episodes`, `trace_training_rollouts` for `trace_budget_episodes`: both held episodes, the
+old names said rollouts). A manifest written before this module existed loads and renders the
+same report (tests/fixtures/report/). The other way does not hold: code from before this module
+reads the old names only, so it cannot render or resume a run written by this code.
 
 Field names follow what the jobs report: `episodes` are played episodes (a rollout job's, or every
 episode a method played for `training_episodes`), tokens are prompt + completion as the trainer
@@ -411,6 +412,8 @@ class AdaptersResult(Record):
 
 class GatesResult(Record):
     metrics: dict[str, Any] = Field(default_factory=dict)
+    warm_start_labels: str | None = Field(None, description="'outcome' or 'provenance', as the trainer parsed "
+                                          "gates.config (runs before it was recorded: absent).")
 
 
 class StageOutcome(Record):

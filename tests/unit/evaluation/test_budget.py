@@ -83,7 +83,7 @@ def test_calibration_episodes_of_one_candidate(rep, episodes, bound):
 def test_budget_counts_every_component(tmp_path, kw, expected):
     store = open_store(tmp_path.as_uri())
     records = stage_records(store, **{k: v for k, v in kw.items() if k != "gates"})
-    b = trace_budget(store, records.stages, GRPO, kw.get("gates", GATES))   # the run config's gates.config
+    b = trace_budget(store, records.stages, lambda: GRPO, lambda: kw.get("gates", GATES))   # the run config's gates.config
     c = b.components
     got = {"total": b.total_episodes, "rollout": c["rollout"].episodes, "calibration": c["calibration"].episodes,
            "adapters": c["adapters"].episodes, "gates": c["gates"].episodes, "warm": c["gates"].warm_start_episodes,
@@ -112,8 +112,9 @@ def test_budget_of_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
     resumed.save(store)
     reloaded = Manifest.load(store, "b")
     assert reloaded.stages["adapters"].result["metrics"][CAPS[0]]["loss"] is None   # the round trip under test
-    a = trace_budget(store, straight.stages, GRPO, GATES)
-    assert trace_budget(store, resumed.stages, GRPO, GATES) == a == trace_budget(store, reloaded.stages, GRPO, GATES)
+    a = trace_budget(store, straight.stages, lambda: GRPO, lambda: GATES)
+    assert trace_budget(store, resumed.stages, lambda: GRPO, lambda: GATES) == a == \
+        trace_budget(store, reloaded.stages, lambda: GRPO, lambda: GATES)
 
 
 def test_budget_refuses_what_it_cannot_count(tmp_path):
@@ -121,7 +122,7 @@ def test_budget_refuses_what_it_cannot_count(tmp_path):
     m = stage_records(store)
     store.delete(f"runs/b/environments/{CAPS[0]}/validation.json")
     with pytest.raises(StageFailed, match="calibration episodes cannot be counted"):
-        trace_budget(store, m.stages, GRPO, GATES)
+        trace_budget(store, m.stages, lambda: GRPO, lambda: GATES)
 
 
 # -- the GRPO budget curve's points ----------------------------------------------------------------
@@ -178,3 +179,20 @@ def test_checkpoint_points_arrive_as_struct_floats():
 
     assert parse_config({"max_steps": 8.0, "checkpoint_at": [2.0, 8.0]}).checkpoint_at == [2, 8]
 
+
+
+def test_a_run_whose_jobs_reported_their_totals_asks_the_trainer_nothing(tmp_path):
+    """The parsed configs are asked for only to estimate (a job without totals) or for the warm-start
+    labels of a run whose gates stage did not record them: an evaluation needs no trainer otherwise."""
+    store = open_store(tmp_path.as_uri())
+    m = stage_records(store)
+    asked = []
+
+    def ask(what, answer):
+        return lambda: asked.append(what) or answer
+    m.stages["gates"].result["warm_start_labels"] = "outcome"
+    b = trace_budget(store, m.stages, ask("grpo", GRPO), ask("gates", GATES))
+    assert (b.total_episodes, b.components["gates"].warm_start_labels, asked) == (124, "outcome", [])
+    del m.stages["gates"].result["warm_start_labels"]            # a run from before it was recorded
+    assert trace_budget(store, m.stages, ask("grpo", GRPO), ask("gates", GATES)).total_episodes == 124
+    assert asked == ["gates"]                                    # for its labels only (provenance, here)

@@ -9,6 +9,7 @@ import inspect
 import json
 from pathlib import Path
 
+import grpc
 import pytest
 from pydantic import BaseModel
 
@@ -131,3 +132,33 @@ def test_older_records_load_whole_and_round_trip(manifest):
         assert arm.training_episodes == old["arms"][name]["training_rollouts"], name
         assert arm.pass_rate == old["arms"][name]["pass_rate"], name
     assert [p.training_episodes for p in ev.grpo_curve] == [p.get("training_rollouts") for p in old["grpo_curve"]]
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "gates.config.max_stepz: unknown field"
+
+
+@pytest.mark.parametrize(("code", "raised", "fragment"), [
+    (grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument", "max_stepz"),
+    (grpc.StatusCode.UNIMPLEMENTED, "StageFailed", "update the trainer"),
+    (grpc.StatusCode.UNAVAILABLE, "_Refused", ""),               # anything else: as the trainer said it
+])
+def test_a_config_the_trainer_cannot_parse_stops_the_count_saying_why(code, raised, fragment):
+    from types import SimpleNamespace
+
+    from tracectl.run.pipeline import Pipeline
+
+    def refuse(request):
+        raise _Refused(code)
+    runner = SimpleNamespace(conn=SimpleNamespace(stub=lambda name: SimpleNamespace(ValidateTrainingConfig=refuse)))
+    p = Pipeline(RunConfig(run_id="x"), runner=runner, store=None, manifest=Manifest(run_id="x"))
+    with pytest.raises(Exception) as err:
+        p.parsed_config(1, "gates.config", {"max_stepz": 3})
+    assert type(err.value).__name__ == raised and fragment in str(err.value)

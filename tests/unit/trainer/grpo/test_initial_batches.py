@@ -263,7 +263,7 @@ def test_traces_budget_counts_every_episode_played_once(tmp_path, model_dir):
 
     grpo, gates = (validate_training_config(kind, {}, "config").model_dump()   # the trainer's defaults, parsed
                    for kind in ("TRAINING_KIND_ADAPTER", "TRAINING_KIND_GATES"))
-    b = trace_budget(store, m.stages, GrpoCounts.model_validate(grpo), GatesCounts.model_validate(gates))
+    b = trace_budget(store, m.stages, lambda: GrpoCounts.model_validate(grpo), lambda: GatesCounts.model_validate(gates))
     c = b.components
     assert c["calibration"].episodes + c["adapters"].episodes == len(counter)      # every reset, once
     assert b.total_episodes == 5 + len(counter)
