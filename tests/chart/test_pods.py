@@ -32,7 +32,9 @@ RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"
                       "projected", "secret"}
 #: Components whose pods talk to the Kubernetes API (and so mount a service-account token).
 API_CLIENTS = {"trainer", "environment"}
-CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|ACCESS_KEY|API_KEY|CREDENTIAL", re.I)
+#: The schema's rule (values.schema.json, envVar): a name part that says credential. A count or a size of
+#: tokens (TRACE_ANALYSIS_LLM_MAX_TOKENS) is not one.
+CREDENTIAL_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|ACCESS_KEY|SECRET_KEY|API_KEY|CREDENTIALS?)(_|$)", re.I)
 
 
 def restricted_violations(pod: PodSpec) -> list[str]:

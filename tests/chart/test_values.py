@@ -49,6 +49,9 @@ BAD_VALUES = [
     ("serviceMonitor.interval=30", "serviceMonitor.interval"),
     ("podSecurity.runAsUser=0", "podSecurity.runAsUser"),
     ("rollout.extraEnv[0].name=HF_TOKEN,rollout.extraEnv[0].value=hf_abc", "rollout.extraEnv.0"),
+    ("rollout.extraEnv[0].name=OPENAI_API_KEY,rollout.extraEnv[0].value=sk", "rollout.extraEnv.0"),
+    ("rollout.extraEnv[0].name=token_file,rollout.extraEnv[0].value=/t", "rollout.extraEnv.0"),
+    ("rollout.extraEnv[0].name=AWS_SECRET_ACCESS_KEY,rollout.extraEnv[0].value=x", "rollout.extraEnv.0"),
     ("llm.baseUrl=llm.example.com", "llm.baseUrl"),
     ("trainer.jobs.module=not a module", "trainer.jobs.module"),
     ("trainer.surprise=1", "Additional property surprise"),
@@ -69,6 +72,8 @@ def test_schema_rejects_bad_values_naming_the_field(setting, field):
     "rollout.extraEnv[0].name=HF_TOKEN,rollout.extraEnv[0].valueFrom.secretKeyRef.name=hf,"
     "rollout.extraEnv[0].valueFrom.secretKeyRef.key=token",
     "rollout.extraEnv[0].name=PYTHONWARNINGS,rollout.extraEnv[0].value=ignore",
+    # a count of tokens is no credential (the rehearsal's values set these)
+    "analysis.extraEnv[0].name=TRACE_ANALYSIS_LLM_MAX_TOKENS,analysis.extraEnv[0].value=\"256\"",
     "vllm.maxLoraRank=128",
     "artifacts.prefix=team-a/runs",
     "minio.enabled=false,artifacts.s3.endpoint=s3.example.com:443,artifacts.s3.existingSecret=s3",
