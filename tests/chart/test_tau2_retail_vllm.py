@@ -84,6 +84,19 @@ def test_the_server_and_the_training_jobs_share_the_adapter_claim():
     assert json.loads(env["TRACE_TRAINER_ENDPOINTS"]) == {"vllm": {"base_url": f"http://{FULLNAME}-vllm:8000/v1"}}
 
 
+def test_the_trainer_and_its_jobs_know_tau2s_user_simulator():
+    """GRPO on the tau2 target plays conversations with a simulated user: the trainer and every training
+    Job get the in-chart vLLM as TRACE_TAU2_USER_* (found by `tracectl rehearse`: the jobs had none)."""
+    r = render(SET)
+    (trainer,) = r.get("Deployment", f"{FULLNAME}-trainer")["spec"]["template"]["spec"]["containers"]
+    job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
+    (train,) = job["spec"]["template"]["spec"]["containers"]
+    for container in (trainer, train):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["TRACE_TAU2_USER_BASE_URL"] == "http://trace-vllm:8000/v1"
+        assert env["TRACE_TAU2_USER_MODEL"] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+
+
 @pytest.mark.parametrize(("kind", "processes"), [("TRAINING_KIND_ADAPTER", 2), ("TRAINING_KIND_GATES", 1)])
 def test_adapter_jobs_spread_over_their_gpus_and_gate_jobs_take_one(kind, processes, tmp_path, monkeypatch):
     """torchrun starts one process per GPU the Job asks for; gate training runs in one process."""
