@@ -108,6 +108,8 @@ class Training:
             config = validate_gates(spec, self.store, self.settings.environment_address,
                                     environment_token(self.settings), data_roots=self.data_roots)
             check_policy_refs(spec.policy, self.model_roots)
+            if spec.policy.backend == "POLICY_BACKEND_OPENAI_HTTP":
+                self._check_served_weights(spec)   # its served name is the base the gates job loads
             self._check_executor(spec)
             return config
         if not CAPABILITY_RE.match(spec.capability):
@@ -180,8 +182,8 @@ class Training:
         as an in-process model's (`check_model_ref`, this store and TRACE_TRAINER_MODEL_ROOTS);
         PermissionDenied / NotFound naming spec.policy.model, saying why the trainer reads it."""
         field, ref = "spec.policy.model", spec.policy.model
-        why = ("the trainer loads the weights of an HTTP-served base agent itself to train the LoRA on them (only "
-               "the rollouts come from the vLLM server)")
+        why = ("the trainer loads the weights of an HTTP-served base agent itself to train on them (an adapter "
+               "job's rollouts come from the vLLM server, a gate job's from those weights in-process)")
         try:
             check_model_ref(ref, field, allowed=self.model_roots)
         except PermissionDenied as exc:

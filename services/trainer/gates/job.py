@@ -175,9 +175,14 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
         # the same check as the worker's: on the target's training split, and some to label slot 0 with
         select_base_provenance(read_base_trajectories(store, config.base_provenance_uris), target_factories,
                                config, splits)
-    if spec.policy.backend != "POLICY_BACKEND_IN_PROCESS":
-        raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS (gate training routes "
-                              "every token through the in-process composition)", got=spec.policy.backend)
+    # An HTTP-served base agent (the cluster's vLLM) is trained on as an adapter job's is: its served name is
+    # loaded as the base weights (the service checks it is a model location it may read). The composition
+    # routes every token through its gates, which a LoRA server cannot do, so its episodes play in-process.
+    if spec.policy.backend not in ("POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP"):
+        raise InvalidArgument(field="spec.policy.backend", expected="POLICY_BACKEND_IN_PROCESS, or "
+                              "POLICY_BACKEND_OPENAI_HTTP whose served name is the base model's location (gate "
+                              "training loads the base and routes every token through the in-process composition)",
+                              got=spec.policy.backend, fix="a scripted policy has no weights: name the base model")
     return config
 
 

@@ -14,7 +14,7 @@ from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from tests.unit.trainer.gates.test_grpo_toy import toy_world
 from trace_common.artifacts import open_store
-from trace_common.errors import InvalidArgument, NotFound
+from trace_common.errors import InvalidArgument, NotFound, PermissionDenied
 from trace_common.jobs import JobState
 from trace_common.model_refs import UNCONFINED
 from trace_common.moe.composition_io import load_composition
@@ -64,8 +64,11 @@ def spec(adapters: dict[str, str], **kw) -> TrainingSpecModel:
     ({"config": dict(CONFIG, max_steps=0, warm_start_steps=0)}, InvalidArgument, "train nothing"),
     ({"config": dict(CONFIG, train_split="holdout")}, InvalidArgument, "config.train_split"),
     ({"capability": "R1 MoE"}, InvalidArgument, "composition name"),
-    ({"policy": {"backend": "POLICY_BACKEND_OPENAI_HTTP", "model": "m", "endpoint": "http://x/v1"}},
-     InvalidArgument, "POLICY_BACKEND_IN_PROCESS"),
+    ({"policy": {"backend": "POLICY_BACKEND_SCRIPTED", "model": "expert"}}, InvalidArgument,
+     "POLICY_BACKEND_IN_PROCESS, or POLICY_BACKEND_OPENAI_HTTP whose served name is the base model's location"),
+    # an HTTP-served base whose served name the trainer cannot load (a Hugging Face id)
+    ({"policy": {"backend": "POLICY_BACKEND_OPENAI_HTTP", "model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+                 "endpoint": "http://x/v1"}}, PermissionDenied, "is the served model name"),
 ])
 def test_gates_request_refused_before_a_job_exists(tmp_path, changes, error, text):
     domain = make_domain(tmp_path)
@@ -79,6 +82,18 @@ def test_gates_request_refused_before_a_job_exists(tmp_path, changes, error, tex
     with pytest.raises(error) as err:
         asyncio.run(go())
     assert text in err.value.reason, err.value.reason
+    assert domain.jobs.list()[0] == []
+
+
+@pytest.mark.parametrize("backend", ["POLICY_BACKEND_IN_PROCESS", "POLICY_BACKEND_OPENAI_HTTP"])
+def test_gates_accept_the_base_in_process_or_served_under_its_location(tmp_path, backend):
+    """The cluster's base agent is served by vLLM (POLICY_BACKEND_OPENAI_HTTP): a gate job loads the
+    served name's weights itself and plays in-process, as with an in-process base."""
+    domain = make_domain(tmp_path)
+    base_dir, _ = toy_world()
+    config = domain.validate(spec(publish_adapters(domain), policy={"backend": backend, "model": str(base_dir),
+                                                                    "endpoint": "http://vllm:8000/v1"}))
+    assert config.max_steps == CONFIG["max_steps"]
     assert domain.jobs.list()[0] == []
 
 
