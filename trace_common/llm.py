@@ -19,8 +19,15 @@ from typing import Any
 import openai
 
 from trace_common.endpoints import ResolvedEndpoint, read_api_key
-from trace_common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from trace_common.errors import ContextExhausted, DeadlineExceeded, InvalidArgument, Unavailable
 
+
+def context_refusal(body: str) -> bool:
+    """Whether an HTTP 400 body is the server saying the prompt is longer than the model's context
+    (the wording of vLLM and of TRACE's inference service: trace_common/policy/http_backend.py)."""
+    from trace_common.policy.http_backend import CONTEXT_REFUSAL
+
+    return bool(CONTEXT_REFUSAL.search(body))
 
 @dataclass(frozen=True)
 class LlmConfig:
@@ -96,6 +103,9 @@ class ChatClient:
             raise Unavailable(f"cannot reach LLM endpoint {where}: {err}") from None
         except openai.APIStatusError as err:
             body = str(err.body)[:300] if err.body is not None else ""
+            if err.status_code == 400 and context_refusal(body):
+                raise ContextExhausted(f"LLM endpoint {where}: the prompt does not fit the model's context: "
+                                       f"{body}") from None
             if err.status_code in (400, 404, 422):
                 raise InvalidArgument(f"LLM endpoint {where} rejected the request (HTTP {err.status_code}): "
                                       f"{body}") from None

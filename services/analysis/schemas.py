@@ -49,7 +49,7 @@ def discovery_schema(max_candidates: int) -> dict[str, Any]:
                 "properties": {
                     "name": {"type": "string", "pattern": SNAKE_RE, "maxLength": 64},
                     "description": {"type": "string", "minLength": 10, "maxLength": 600},
-                    "example_task_ids": {"type": "array", "maxItems": 10, "items": {"type": "string"}},
+                    "example_task_ids": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 80}},
                 },
             },
         }},

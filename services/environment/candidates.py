@@ -43,7 +43,7 @@ from typing import Any
 
 from trace_common.env import Environment, Trajectory
 from trace_common.env.surface import load_toolkit
-from trace_common.errors import FailedPrecondition
+from trace_common.errors import ContextExhausted, FailedPrecondition
 
 from . import library
 from .library.kit import REQUEST_MIX
@@ -327,6 +327,15 @@ def _no_code_report(reply: str, target: TargetInfo, config: ValidationConfig) ->
                             candidate={"chars": 0}, target=target.summary(), config=config.model_dump(mode="json"))
 
 
+def _too_long_report(detail: str, target: TargetInfo, config: ValidationConfig) -> ValidationReport:
+    reason = (f"the generation prompt does not fit the generator's context ({detail[:300]}); it carries the "
+              f"target's system prompt and its {len(target.tool_schemas)} tool schemas: use a generator model with a "
+              "longer context")
+    return ValidationReport(status="REJECTED", reasons=[f"generate: {reason}"],
+                            checks=[Check(name="generate", passed=False, reason=reason)],
+                            candidate={"chars": 0}, target=target.summary(), config=config.model_dump(mode="json"))
+
+
 async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: Any, validate: Validator,
                        config: ValidationConfig, *, max_retries: int, prompt: GenerationPrompt | None = None,
                        max_tokens: int | None = None, temperature: float = 0.2, seed: int | None = None,
@@ -363,7 +372,12 @@ async def generate_llm(capability: dict[str, Any], target: TargetInfo, client: A
     total = max_retries + 1
     for index in range(1, total + 1):
         t0 = time.perf_counter()
-        result = await client.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        try:
+            result = await client.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        except ContextExhausted as err:   # this candidate's prompt (target prompt, tools, evidence) is too long
+            report = _too_long_report(str(err), target, config)
+            attempts.append(Attempt(index, report.status, report.reasons, llm_seconds=round(time.perf_counter() - t0, 3)))
+            break
         llm_s = round(time.perf_counter() - t0, 3)
         reply = result.content or ""
         code = extract_module(reply)

@@ -172,6 +172,26 @@ def test_llm_loop_stops_after_the_retries_and_keeps_the_reasons():
     assert any("cancel_pending_order" in r for r in result.report.reasons)
 
 
+def test_a_prompt_longer_than_the_generators_context_rejects_that_candidate_saying_why():
+    """vLLM's 400 for a prompt past the model's context (what SmolLM2's 8k context gives tau2's prompt in
+    `tracectl rehearse`): that candidate is rejected with the reason, no retry, the job goes on."""
+    refusal = {"status": 400, "json": {"object": "error", "type": "BadRequestError", "message": (
+        "This model's maximum context length is 8192 tokens. However, your prompt contains at least 8193 input "
+        "tokens")}}
+    result, requests = _run_llm([refusal, {"json": completion(f"```python\n{GOOD}```")}], max_retries=2)
+    assert len(requests) == 1 and result.report.status == "REJECTED" and result.source == ""
+    (reason,) = result.report.reasons
+    assert reason.startswith("generate: the generation prompt does not fit the generator's context")
+    assert "maximum context length is 8192" in reason and "longer context" in reason
+
+
+def test_other_refusals_of_the_generator_still_fail_the_job():
+    from trace_common.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="HTTP 400"):
+        _run_llm([{"status": 400, "json": {"message": "unknown model 'fake-generator'"}}], max_retries=0)
+
+
 def test_llm_written_code_runs_only_in_the_sandbox():
     result, _ = _run_llm([{"json": completion(f"```python\n{ESCAPE}```")}], max_retries=0)
     assert result.report.status == "REJECTED"
