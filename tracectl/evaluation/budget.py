@@ -29,6 +29,9 @@ Budget semantics (`trace_budget`):
                   provenance episodes -- + GRPO with its re-collected groups; warm_start_rollouts is
                   the warm-start part, `warm_start_labels` says which) and its token totals
     total         sum of the components' episodes; tokens summed over the components that report them
+A stage that recorded nothing to train (analysis.on_no_capability 'baselines') ran no job: its
+component is 0 episodes and 0 tokens, its source saying why; calibration still counts every
+candidate that was calibrated and rejected.
 A job whose metrics lack rollouts_total (an older trainer) is counted from its config
 (max_steps x groups_per_batch x num_generations, plus for gates the warm start its config's
 warm_start_labels asks for: warm_start_tasks x (K+1) x warm_start_samples_per_slot replays with
@@ -175,20 +178,25 @@ def trace_budget(store, stages: Mapping[str, Any], grpo: Callable[[], GrpoCounts
                    for cap in sorted(adapters)}
     for cap, a in per_adapter.items():   # calibration episodes it trained on: counted under calibration
         a.trained_calibration_episodes = int(JobTotals.of(metrics.get(cap)).initial_batch_episodes_total or 0)
+    no_adapters = results.adapters.nothing_to_train
     components["adapters"] = _component(
         sum(a.episodes for a in per_adapter.values()), _sum_tokens(per_adapter.values(), "prompt_tokens"),
         _sum_tokens(per_adapter.values(), "completion_tokens"),
-        "trainer rollouts_total" if not any(a.estimated for a in per_adapter.values())
-        else "trainer rollouts_total, some estimated", per_adapter=per_adapter,
+        f"no job: {no_adapters}" if no_adapters else "trainer rollouts_total"
+        if not any(a.estimated for a in per_adapter.values()) else "trainer rollouts_total, some estimated",
+        per_adapter=per_adapter,
         trained_calibration_episodes=sum(a.trained_calibration_episodes or 0 for a in per_adapter.values()))
 
-    gm = results.gates.metrics
-    gc = _job_component(gm, lambda: warm_start_episodes(gates(), len(adapters)) + gates().nominal_episodes,
-                        "the gates job")
-    warm = JobTotals.of(gm).warm_start_rollouts
-    warm_n = int(warm) if warm is not None and not gc.estimated else warm_start_episodes(gates(), len(adapters))
-    labels = results.gates.warm_start_labels or gates().warm_start_labels
-    gc.warm_start_episodes, gc.grpo_episodes, gc.warm_start_labels = warm_n, gc.episodes - warm_n, labels
+    if results.gates.nothing_to_train:   # no gates job ran: nothing played, nothing to ask the trainer
+        gc = _component(0, 0, 0, f"no job: {results.gates.nothing_to_train}")
+    else:
+        gm = results.gates.metrics
+        gc = _job_component(gm, lambda: warm_start_episodes(gates(), len(adapters)) + gates().nominal_episodes,
+                            "the gates job")
+        warm = JobTotals.of(gm).warm_start_rollouts
+        warm_n = int(warm) if warm is not None and not gc.estimated else warm_start_episodes(gates(), len(adapters))
+        labels = results.gates.warm_start_labels or gates().warm_start_labels
+        gc.warm_start_episodes, gc.grpo_episodes, gc.warm_start_labels = warm_n, gc.episodes - warm_n, labels
     components["gates"] = gc
 
     parts = list(components.values())

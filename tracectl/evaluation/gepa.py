@@ -379,7 +379,7 @@ def split_tasks(seeds: Sequence[str], val_size: int, budget: int, minibatch: int
     if budget < n_val + 2 * minibatch:
         raise StageFailed(f"GEPA budget of {budget} rollouts cannot pay for one proposal ({n_val} validation + "
                           f"2 x {minibatch} minibatch episodes); TRACE's training spent too few rollouts to "
-                          "compare, or lower the GEPA minibatch size")
+                          "compare, or lower evaluation.gepa_search.minibatch_size (and val_size)")
     return order[n_val:], order[:n_val]
 
 
@@ -445,8 +445,8 @@ def run_gepa(p: EvaluationHost, budget: int, settings: GepaSettings | None = Non
     """The 'gepa' arm of the evaluation stage; returns its record (`ArmResult` as stored: the test
     run, the optimised prompt, its sha256 and GEPA's search record)."""
 
-    settings = settings or GepaSettings()
     ev = p.cfg.evaluation
+    settings = settings or GepaSettings.model_validate(ev.gepa_search)
     if ev.gepa is None:
         raise StageFailed("evaluation.arms includes 'gepa' but evaluation.gepa (the reflection model) is not set")
     if budget < 1:

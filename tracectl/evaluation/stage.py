@@ -33,6 +33,12 @@ the task is the unit: per-task success counts, a paired bootstrap over tasks, a 
 permutation p over tasks, and the difference detectable at 80 % power from the observed spread of
 per-task differences (`paired_min_detectable`).
 
+Nothing trained (analysis.on_no_capability "baselines": the analysis retained no capability, or no
+environment was accepted): the adapters and gates stages recorded why (`nothing_to_train`), B is
+what TRACE did play (the rollout stage's episodes, and the calibration of rejected candidates),
+and the arms that need adapters (`NEEDS_ADAPTERS`) are not played: `arms_not_played` records each
+with the reason. Without trace_routing there is no paired comparison (`paired`).
+
 Units (`Pipeline.unit`): every arm, its probe run, each dev rollout, the curve's training job and
 each curve point is recorded in the manifest when it finishes, so a run killed in the middle of
 the evaluation keeps what it finished, and a resumed evaluation builds the same tables (greedy
@@ -86,12 +92,15 @@ from tracectl.run.results import (
     Power,
     Probes,
     dump,
+    results_of,
 )
 
 T = messages("trainer")
 
 #: Composition arms -> PolicyRef.routing.
 ROUTING = {"trace_routing": "token", "trace_per_request": "per_request", "trace_soft": "soft_trajectory"}
+#: Arms that play TRACE's adapters (best_single) or its composition (the ROUTING arms).
+NEEDS_ADAPTERS = ("best_single", *ROUTING)
 #: The arm every other arm is compared with.
 REFERENCE = "trace_routing"
 #: Discordant-pair fractions the report states the minimum detectable difference for.
@@ -155,6 +164,12 @@ class Evaluation:
         self.budget = trace_budget(p.store, m.stages, grpo, gates)
         self.B = self.budget.total_episodes
         self.probe_limit = self.ev.probes_for(p.cfg.target.env)
+        results = results_of(m)
+        why = {"best_single": results.adapters.nothing_to_train,
+               **dict.fromkeys(ROUTING, results.gates.nothing_to_train)}
+        #: arm -> why it is not played: it needs adapters, and the run trained none (module docstring)
+        self.not_played = {arm: f"needs TRACE's adapters, and none were trained: {why[arm]}"
+                           for arm in self.ev.arms if why.get(arm)}
 
     # -- one arm ------------------------------------------------------------------------------
     @staticmethod
@@ -347,8 +362,13 @@ class Evaluation:
     # -- the stage -----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ev = self.ev
-        with ThreadPoolExecutor(max(1, min(ev.parallel, len(ev.arms)))) as pool:
-            futures = [pool.submit(self.item(arm)) for arm in ev.arms]
+        played = [arm for arm in ev.arms if arm not in self.not_played]
+        if self.not_played:
+            print(f"evaluation: not played: {', '.join(self.not_played)} (they need TRACE's adapters; none were "
+                  f"trained); playing {', '.join(played) or 'nothing'} at TRACE's budget of {self.B} episodes",
+                  flush=True)
+        with ThreadPoolExecutor(max(1, min(ev.parallel, len(played)))) as pool:
+            futures = [pool.submit(self.item(arm)) for arm in played]
             wait(futures)   # every arm runs to its end (and is recorded) even when another one failed
         for f in futures:
             if f.exception() is not None:
@@ -359,7 +379,8 @@ class Evaluation:
         result = EvaluationResult(arms=arms, budget=self.budget, trace_budget_episodes=self.B,
                                   grpo_curve=next((d.curve for d in done if d.curve is not None), []),
                                   grpo_curve_points=points,
-                                  grpo_curve_training=next((d.curve_training for d in done if d.curve_training), None))
+                                  grpo_curve_training=next((d.curve_training for d in done if d.curve_training), None),
+                                  arms_not_played=self.not_played)
         result.paired, result.power = self.paired({**arms, **points})
         if REFERENCE in arms and self.gates_out.get("composition"):
             from tracectl.run.routing import routing_usage

@@ -95,6 +95,17 @@ class AnalysisSection(Section):
     min_coverage: float = Field(0.10, ge=0.0, le=1.0)
     min_gap: float = Field(0.20, ge=0.0, le=1.0)
     max_capabilities: int = Field(4, ge=1, description="Train at most this many retained capabilities (by coverage).")
+    on_no_capability: Literal["stop", "baselines"] = Field(
+        "stop", description="What a run does when the analysis retains no capability (or its job fails "
+        "FAILED_PRECONDITION: the analyst model's replies were unusable) or the environments stage "
+        "accepts no environment. 'stop': that stage fails, saying why. 'baselines': that stage and the later TRACE "
+        "stages (environments, adapters, gates) complete with nothing, each saying so in one console line and "
+        "recording why (`nothing_to_train`), and the evaluation plays only the arms that need no adapter (base, "
+        "grpo_target with its budget curve, gepa) at TRACE's budget as counted (the rollout stage's episodes, plus "
+        "calibration's when environments were calibrated but none accepted); best_single and the trace_* arms are "
+        "recorded as not played, with the reason (e.g. a CPU rehearsal whose tiny analyst finds nothing). Here, in "
+        "the analysis section, because it changes what the analysis and every later stage produce: a change re-runs "
+        "from the analysis (the default leaves a run's stage hashes as they were before the field existed).")
 
     @model_validator(mode="after")
     def _llm(self) -> AnalysisSection:
@@ -203,6 +214,9 @@ class EvaluationSection(Section):
     bootstrap_samples: int = Field(10_000, ge=100, le=1_000_000,
                                    description="Resamples of the paired bootstrap interval (seeded by `seed`).")
     gepa: LlmSection | None = Field(None, description="Reflection LLM for the GEPA prompt-optimization arm.")
+    gepa_search: dict[str, Any] = Field(default_factory=dict, description="The GEPA arm's search knobs "
+                                        "(tracectl/evaluation/gepa.py GepaSettings: val_size, minibatch_size, "
+                                        "acceptance, ...); unset ones keep gepa's defaults.")
 
     @field_validator("grpo_budgets")
     @classmethod
@@ -210,6 +224,14 @@ class EvaluationSection(Section):
         if not v or any(not 0 < m <= 64 for m in v):
             raise ValueError(f"grpo_budgets={v}: give multiples of TRACE's budget in (0, 64], e.g. [0.5, 1, 2, 4]")
         return sorted(set(float(m) for m in v))
+
+    @field_validator("gepa_search")
+    @classmethod
+    def _gepa_search(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from tracectl.evaluation.gepa import GepaSettings  # the arm owns its knobs
+
+        GepaSettings.model_validate(v)
+        return v
 
     @model_validator(mode="after")
     def _arms(self) -> EvaluationSection:
@@ -279,7 +301,11 @@ class RunConfig(Section):
         by_stage = {"rollout": [self.target, self.base_agent, self.rollout], "analysis": [self.analysis],
                     "environments": [self.environments], "adapters": [self.training], "gates": [self.gates],
                     "evaluation": [self.evaluation], "report": []}
-        out = {"seed": self.seed, "parts": [p.model_dump() for p in by_stage[stage]]}
+        # fields added later are left out at their defaults, so runs recorded before them keep their hashes
+        unset = {id(self.analysis): {"on_no_capability"} if self.analysis.on_no_capability == "stop" else set(),
+                 id(self.evaluation): set() if self.evaluation.gepa_search else {"gepa_search"}}
+        parts = [p.model_dump(exclude=unset.get(id(p)) or None) for p in by_stage[stage]]
+        out = {"seed": self.seed, "parts": parts}
         if stage == "rollout":   # the rollout stage fixes the one completion cap every later stage uses
             cap = self.max_completion_length
             out["max_completion_length"] = cap.model_dump() if cap is not None else "derived from the target"

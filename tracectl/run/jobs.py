@@ -25,6 +25,15 @@ class StageFailed(Exception):
     """A stage's job did not succeed; the message carries the service's reason."""
 
 
+class JobFailed(StageFailed):
+    """A job that ended without succeeding: its id, its state and the service's error code (a gRPC
+    status name, e.g. FAILED_PRECONDITION), for a stage that treats one kind of failure as a result."""
+
+    def __init__(self, message: str, *, job_id: str, code: str):
+        super().__init__(message)
+        self.job_id, self.code = job_id, code
+
+
 @dataclass
 class JobRunner:
     conn: object  # tracectl.connect.Connection
@@ -46,7 +55,8 @@ class JobRunner:
         resp = getattr(stub, f"Get{stem}")(getattr(pb, f"Get{stem}Request")(job_id=job_id))
         if resp.job.state != t.JOB_STATE_SUCCEEDED:
             state = t.JobState.Name(resp.job.state).removeprefix("JOB_STATE_")
-            raise StageFailed(f"{service} job {job_id} {state}: {resp.job.error.code} {resp.job.error.message}")
+            raise JobFailed(f"{service} job {job_id} {state}: {resp.job.error.code} {resp.job.error.message}",
+                            job_id=job_id, code=str(resp.job.error.code))
         return resp
 
     def find_live(self, service: str, run_id: str, labels: dict[str, str]) -> str | None:

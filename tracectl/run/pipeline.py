@@ -15,6 +15,12 @@ by the services through their gRPC APIs. `check`, run by `tracectl run` before t
 (and alone by `tracectl run --check`), has the trainer parse the GRPO configs of the run, so a
 mistake there is reported before any work starts, as one anywhere else in the config is.
 
+Nothing to train. An analysis that retains no capability, or an environments stage that accepts no
+environment, fails its stage (analysis.on_no_capability "stop", the default). With "baselines" it
+completes, and so do the later TRACE stages, each empty, saying so in one console line and
+recording why (`nothing_to_train` of its result): no job is created, and the evaluation plays the
+arms that need no adapter (tracectl/evaluation/stage.py).
+
 One completion cap and every counted episode trained (issue 31). The rollout stage first fixes
 the run's completion cap (completion_cap.py) and records it; every later policy episode uses it:
 the base and evaluation rollouts (`rollout`), calibration (`calibration_sampling`, with the
@@ -46,7 +52,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from trace_common.suggest import closest
 from tracectl.run.completion_cap import derive as derive_completion_cap
 from tracectl.run.config import RunConfig, grpo_target_config
-from tracectl.run.jobs import JobRunner, StageFailed
+from tracectl.run.jobs import JobFailed, JobRunner, StageFailed
 from tracectl.run.manifest import STAGES, Manifest, config_hash
 from tracectl.run.results import (
     AdaptersResult,
@@ -65,6 +71,19 @@ from tracectl.run.results import (
 
 console = Console(stderr=True)
 R, A, E, T = (messages(s) for s in ("rollout", "analysis", "environment", "trainer"))
+
+
+#: What follows when the analysis (or the environments stage) finds nothing to train, under
+#: analysis.on_no_capability "baselines".
+AFTER_NO_CAPABILITY = ("environments, adapters and gates have nothing to train; the evaluation plays only the arms "
+                       "that need no adapter")
+AFTER_NO_ENVIRONMENT = "adapters and gates have nothing to train; the evaluation plays only the arms that need no adapter"
+
+
+def say_nothing_to_train(line: str) -> None:
+    """`line` on the console as one line (never wrapped): a stage completing with nothing under
+    analysis.on_no_capability 'baselines', so a rehearsal's log says why later stages did no work."""
+    console.print(f"{line} (analysis.on_no_capability: baselines)", soft_wrap=True, markup=False, highlight=False)
 
 
 def config_struct(name: str, config: dict[str, Any]) -> t.Config:
@@ -226,21 +245,41 @@ class Pipeline:
                               mode=A.ANALYST_MODE_LLM if a.mode == "llm" else A.ANALYST_MODE_DIAGNOSTICS)
         if a.llm:
             spec.llm.CopyFrom(t.LlmEndpoint(base_url=a.llm.base_url, model=a.llm.model))
-        resp = self.runner.run("analysis", spec, self.cfg.run_id, "contrastive analysis")
+        try:
+            resp = self.runner.run("analysis", spec, self.cfg.run_id, "contrastive analysis")
+        except JobFailed as err:
+            # the analyst's replies were unusable (FAILED_PRECONDITION: the model does not follow the reply
+            # format, e.g. a 135M model in `tracectl rehearse`): no capability, said so, when asked to go on
+            if a.on_no_capability == "stop" or err.code != "FAILED_PRECONDITION":
+                raise
+            why = f"the analyst produced no usable capability ({err})"
+            say_nothing_to_train(f"analysis: {why}: {AFTER_NO_CAPABILITY}")
+            return {"outputs": {}, "jobs": [err.job_id],
+                    "result": dump(AnalysisResult(candidates=[], capabilities=[], mode=a.mode, nothing_to_train=why))}
         results = [Candidate.model_validate(MessageToDict(r, preserving_proto_field_name=True)) for r in resp.results]
         retained = sorted((r for r in results if r.retained), key=lambda r: -r.coverage_mean)
         chosen = retained[: a.max_capabilities]
+        why = None
         if not chosen:
-            raise StageFailed("analysis retained no capability: nothing to train. The report lists every "
-                              "candidate with its coverage and gap; lower analysis.min_gap/min_coverage only "
-                              "with a reason")
+            if a.on_no_capability == "stop":
+                raise StageFailed("analysis retained no capability: nothing to train. The report lists every "
+                                  "candidate with its coverage and gap; lower analysis.min_gap/min_coverage only "
+                                  "with a reason, or set analysis.on_no_capability: baselines to evaluate the "
+                                  "baselines anyway")
+            why = f"the analysis retained no capability (of {len(results)} candidate(s))"
+            say_nothing_to_train(f"analysis: retained no capability (of {len(results)} candidate(s)): "
+                                 f"{AFTER_NO_CAPABILITY}")
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
                 "result": dump(AnalysisResult(candidates=results, capabilities=[c.capability for c in chosen],
-                                              mode=a.mode))}
+                                              mode=a.mode, nothing_to_train=why))}
 
     def stage_environments(self) -> dict[str, Any]:
         e = self.cfg.environments
-        caps = results_of(self.manifest).analysis.capabilities
+        analysis = results_of(self.manifest).analysis
+        if analysis.nothing_to_train:
+            say_nothing_to_train(f"environments: nothing to generate: {analysis.nothing_to_train}")
+            return {"result": dump(EnvironmentsResult(nothing_to_train=analysis.nothing_to_train))}
+        caps = analysis.capabilities
         spec = E.GenerationSpec(
             capabilities=[t.Capability(name=c.name, description=c.description, evidence=c.evidence[:10],
                                        failed_task_ids=c.failed_task_ids[:100]) for c in caps],
@@ -261,7 +300,12 @@ class Pipeline:
         accepted = [r for r in envs if r.accepted]
         if not accepted:
             reasons = "; ".join(f"{r.capability}: {r.rejection_reasons}" for r in envs)
-            raise StageFailed(f"no environment was accepted: {reasons}")
+            if self.cfg.analysis.on_no_capability == "stop":
+                raise StageFailed(f"no environment was accepted: {reasons}")
+            why = f"no environment was accepted ({reasons})"
+            say_nothing_to_train(f"environments: {why}: {AFTER_NO_ENVIRONMENT}")
+            return {"jobs": [resp.job.job_id],
+                    "result": dump(EnvironmentsResult(environments=envs, nothing_to_train=why))}
         return {"jobs": [resp.job.job_id], "outputs": {r.capability: r.code.uri if r.code else "" for r in accepted},
                 "result": dump(EnvironmentsResult(environments=envs, accepted=[r.capability for r in accepted]))}
 
@@ -277,7 +321,11 @@ class Pipeline:
         return self.runner.run("trainer", spec, self.cfg.run_id, label, labels={"capability": capability}, attach=True)
 
     def stage_adapters(self) -> dict[str, Any]:
-        envs = results_of(self.manifest).environments.environments
+        environments = results_of(self.manifest).environments
+        if environments.nothing_to_train:
+            say_nothing_to_train(f"adapters: nothing to train: {environments.nothing_to_train}")
+            return {"result": dump(AdaptersResult(nothing_to_train=environments.nothing_to_train))}
+        envs = environments.environments
         accepted = [r for r in envs if r.accepted]
 
         batches = {rec.capability: self.initial_batches(rec) for rec in accepted}
@@ -357,8 +405,12 @@ class Pipeline:
         warm start's replays play only its training tasks), and the base agent's own trajectories of
         the rollout stage (the target's training tasks: slot 0's provenance, `base_provenance_uris`,
         read only with warm_start_labels: provenance)."""
+        results = results_of(self.manifest)
+        if results.adapters.nothing_to_train:
+            say_nothing_to_train(f"gates: nothing to train: {results.adapters.nothing_to_train}")
+            return {"result": dump(GatesResult(nothing_to_train=results.adapters.nothing_to_train))}
         adapters = self.manifest.stages["adapters"].outputs
-        envs = results_of(self.manifest).environments.environments
+        envs = results.environments.environments
         refs = [t.EnvironmentRef(name=r.name, version=r.version)
                 for r in sorted(envs, key=lambda r: r.capability) if r.capability in adapters]
         refs.append(self.target_ref(split="train"))

@@ -9,7 +9,7 @@ ValidateTrainingConfig) and the target's split sizes (the rollout service's list
 Why two counts per row. Some counts are fixed by the config (the base rollouts, every evaluation
 arm's test and probe tasks); the others depend on what the run finds: how many capabilities the
 analysis retains and how many environments are accepted (1 to K for a run that finishes, K =
-analysis.max_capabilities), how many calibration levels or LLM attempts an environment takes,
+analysis.max_capabilities; 0 to K with analysis.on_no_capability "baselines"), how many calibration levels or LLM attempts an environment takes,
 whether groups are re-collected (`max_resample_rounds`), an early stop, and TRACE's own budget B for
 the GRPO curve. Each row gives its nominal count and an upper bound (`worst`), and names what makes
 it vary; a row that names nothing is deterministic: every finished run of the config plays exactly
@@ -368,7 +368,8 @@ def make_plan(cfg: RunConfig, facts: Facts, settings: PlanSettings) -> Plan:
     """The plan of `cfg` (module docstring): pure over the config, the facts and the settings."""
     price = _Pricing(turn_profile(cfg, settings), settings)
     sizes, k = facts.split_sizes, cfg.analysis.max_capabilities
-    over_k = [f"capabilities trained (1 to {k})"] if k > 1 else []
+    fewest = 0 if cfg.analysis.on_no_capability == "baselines" else 1   # "baselines" finishes with none trained
+    over_k = [f"capabilities trained ({fewest} to {k})"] if k > fewest else []
     stages: list[Row] = []
 
     # -- before the evaluation --------------------------------------------------------------------

@@ -10,6 +10,9 @@ at several budgets and the sample-efficiency plot (pass rate vs training episode
 curve from its checkpoints, TRACE at its budget, the base at 0); the budget table (every episode
 TRACE played, per component, tokens beside); the per-probe and per-required-capability pass
 rates. The stage table shows the report's own stage as "this report" while it is being written.
+A run that trained nothing (analysis.on_no_capability "baselines") lists every arm it did not play
+with the reason, and says why the parts that need TRACE's arms (paired comparison, expert usage,
+training curves) are absent.
 """
 
 from __future__ import annotations
@@ -285,16 +288,36 @@ def write_report(cfg: RunConfig, m: Manifest, store: ArtifactStore) -> dict[str,
     missing = {k: "this run has no data for it" for k, v in plots.items() if v is None}
     if no_subgoals:
         missing["subgoal_success"] = no_subgoals
+    untrained = nothing_trained(m)
+    if untrained:   # analysis.on_no_capability 'baselines': say why, not just that the data is absent
+        missing["training_curves"] = f"no adapter was trained: {untrained}"
+    no_reference = ev.arms_not_played.get("trace_routing")
+    if no_reference and "expert_usage" in missing:
+        missing["expert_usage"] = f"trace_routing was not played: {no_reference}"
     base = f"runs/{cfg.run_id}/report"
     outputs = {}
     for name, png in plots.items():
         if png is not None:
             outputs[name] = store.put_bytes(f"{base}/{name}.png", png).uri
     md = render_markdown(cfg, m, plots, missing, subgoals, no_subgoals)
-    page = render_html(cfg, md, plots, routed_example_html(ev.routed_example))
+    routed = routed_example_html(ev.routed_example) or (
+        f"<p>No routed example: trace_routing was not played ({html.escape(no_reference)}).</p>" if no_reference
+        else None)
+    page = render_html(cfg, md, plots, routed)
     outputs["markdown"] = store.put_bytes(f"{base}/report.md", md.encode()).uri
     outputs["html"] = store.put_bytes(f"{base}/report.html", page.encode()).uri
     return {"outputs": outputs, "result": dump(ReportResult(missing_sections=missing))}
+
+
+def nothing_trained(m: Manifest) -> str | None:
+    """Why the run trained nothing (analysis.on_no_capability 'baselines': no capability retained, or no
+    environment accepted), None when it trained adapters. The environments stage records either reason."""
+    return results_of(m).environments.nothing_to_train
+
+
+def _cell(text: str) -> str:
+    """`text` safe inside a markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _arm_tasks(a: ArmResult) -> str:
@@ -333,8 +356,10 @@ def paired_lines(ev: EvaluationResult, missing: dict[str, str]) -> list[str]:
     lines = ["", "## Paired comparison: TRACE routing vs each arm (same tasks)", ""]
     paired = ev.paired.vs if ev.paired else {}
     if not paired:
-        return lines[:-1] + _not_available(missing, "paired_comparison", "needs the trace_routing arm and per-task "
-                                           "outcomes (an evaluation of this version)")
+        no_reference = ev.arms_not_played.get("trace_routing")
+        return lines[:-1] + _not_available(missing, "paired_comparison", f"trace_routing was not played: {no_reference}"
+                                           if no_reference else "needs the trace_routing arm and per-task outcomes "
+                                           "(an evaluation of this version)")
     ref = ev.paired.reference
     trials = max((c.trials or 1 for c in paired.values()), default=1)
     if trials > 1:
@@ -475,10 +500,14 @@ def breakdown_lines(arms: dict[str, ArmResult], missing: dict[str, str]) -> list
     return lines
 
 
-def subgoal_lines(subgoals: dict[str, dict[str, SubgoalRate]], missing: dict[str, str], why: str) -> list[str]:
+def subgoal_lines(subgoals: dict[str, dict[str, SubgoalRate]], missing: dict[str, str], why: str,
+                  not_played: dict[str, str] | None = None) -> list[str]:
     """Per arm and capability: of the compound test tasks' sub-requests that needed the capability,
-    how many did not fail on it (does an adapter raise its own skill where the target needs it?)."""
+    how many did not fail on it (does an adapter raise its own skill where the target needs it?).
+    Arms not played (`not_played`) have no row: one line names them."""
     lines = ["", "## Per-capability sub-goal success (compound test tasks: sub-requests needing it, met / all)", ""]
+    if not_played:
+        lines += [f"No row for the arms not played ({', '.join(not_played)}): see the arms table.", ""]
     if not subgoals:
         return lines[:-1] + _not_available(missing, "per_capability_subgoals", why)
     caps = sorted({c for r in subgoals.values() for c in r})
@@ -518,18 +547,24 @@ def render_markdown(cfg: RunConfig, m: Manifest, plots: dict[str, bytes | None],
         wall = a.wall_seconds_total if a.wall_seconds_total is not None else (a.wall_seconds or 0)
         lines.append(f"| {name} | {a.pass_rate:.3f} | {a.ci[0]:.3f}–{a.ci[1]:.3f} | {_arm_tasks(a)} | "
                      f"{_n(a.training_episodes)} | {_tokens(a)} | {wall:.0f} |")
+    for name, why in ev.arms_not_played.items():
+        lines.append(f"| {name} | not played: {_cell(why)} | | | | | |")
     lines += pass_hat_k_lines(arms)
     lines += paired_lines(ev, missing)
     lines += curve_lines(ev, missing)
     lines += budget_lines(ev, missing)
     lines += breakdown_lines(arms, missing)
-    lines += subgoal_lines(subgoals or {}, missing, no_subgoals or "no arm records its test trajectories")
+    lines += subgoal_lines(subgoals or {}, missing, no_subgoals or "no arm records its test trajectories",
+                           ev.arms_not_played)
     lines += ["", "## Capability analysis", "", "| candidate | retained | coverage | Δ | passing runs | reason |",
               "|---|---|---:|---:|---:|---|"]
     for c in an.candidates:
         lines.append(f"| {c.capability.name} | {'yes' if c.retained else 'no'} | "
                      f"{c.coverage_mean:.2f} | {c.gap_mean:.2f} | {c.passing_runs} | "
                      f"{c.rejection_reason} |")
+    if untrained := nothing_trained(m):
+        lines += ["", f"Nothing trained: {untrained} (analysis.on_no_capability: baselines); environments, "
+                  "adapters and gates completed empty."]
     lines += tensorboard_lines(m)
     lines += ["", "## Stages", "", "| stage | status | seconds | jobs |", "|---|---|---:|---|"]
     for name, rec in m.stages.items():

@@ -300,6 +300,9 @@ class EvaluationResult(Record):
     power: Power | None = None
     routed_example: RoutedExample | None = None
     expert_usage: ExpertUsage | None = None
+    arms_not_played: dict[str, str] = Field(default_factory=dict, description="Arms of evaluation.arms left out, "
+                                            "each with why: under analysis.on_no_capability 'baselines' with nothing "
+                                            "trained, the arms that need adapters (best_single, trace_*).")
 
 
 # -- the other stages -----------------------------------------------------------------------------------
@@ -346,6 +349,8 @@ class AnalysisResult(Record):
     candidates: list[Candidate] = Field(default_factory=list)
     capabilities: list[CapabilityRecord] = Field(default_factory=list, description="The retained ones trained.")
     mode: str | None = None
+    nothing_to_train: str | None = Field(None, description="Why this stage trained or generated nothing "
+                                         "(analysis.on_no_capability 'baselines'); None: it did its work.")
 
 
 class ArtifactLink(Record):
@@ -375,8 +380,11 @@ class EnvironmentRecord(Record):
 
 
 class EnvironmentsResult(Record):
-    environments: list[EnvironmentRecord] = Field(default_factory=list)
+    environments: list[EnvironmentRecord] = Field(default_factory=list, description="Every candidate, the "
+                                                  "rejected ones included (their calibration is in TRACE's budget).")
     accepted: list[str] = Field(default_factory=list)
+    nothing_to_train: str | None = Field(None, description="Why this stage trained or generated nothing "
+                                         "(analysis.on_no_capability 'baselines'); None: it did its work.")
 
 
 class JobTotals(Record):
@@ -408,12 +416,16 @@ class AdaptersResult(Record):
     tensorboard: dict[str, str] = Field(default_factory=dict, description="Each job's newest event file.")
     initial_batches: dict[str, str] = Field(default_factory=dict)
     max_steps_raised: dict[str, int] = Field(default_factory=dict)
+    nothing_to_train: str | None = Field(None, description="Why this stage trained or generated nothing "
+                                         "(analysis.on_no_capability 'baselines'); None: it did its work.")
 
 
 class GatesResult(Record):
     metrics: dict[str, Any] = Field(default_factory=dict)
     warm_start_labels: str | None = Field(None, description="'outcome' or 'provenance', as the trainer parsed "
                                           "gates.config (runs before it was recorded: absent).")
+    nothing_to_train: str | None = Field(None, description="Why this stage trained or generated nothing "
+                                         "(analysis.on_no_capability 'baselines'); None: it did its work.")
 
 
 class StageOutcome(Record):

@@ -12,7 +12,7 @@ import yaml
 
 from trace_common.errors import InvalidArgument
 from tracectl.cli import main
-from tracectl.run.config import load_config
+from tracectl.run.config import RunConfig, load_config
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[3].joinpath("examples").glob("*.yaml"))
 
@@ -150,3 +150,25 @@ def test_grpo_on_the_target_plays_exactly_its_budget_points(grpo):
     out = grpo_target_config(grpo)
     assert (out["guidance_fraction"], out["early_stop_uninformative_iterations"], out["max_resample_rounds"]) == (
         0.0, 0, 0)
+
+
+@pytest.mark.parametrize(("search", "error"), [
+    ({}, None),
+    ({"minibatch_size": 1, "val_size": 1}, None),
+    ({"minibatch": 1}, "minibatch"),                 # a typo of minibatch_size
+    ({"minibatch_size": 0}, "minibatch_size"),
+])
+def test_gepa_search_is_checked_as_the_arm_parses_it(search, error):
+    from pydantic import ValidationError
+
+    from tracectl.evaluation.gepa import GepaSettings
+
+    data = {"run_id": "g", "evaluation": {"gepa_search": search}}
+    if error is None:
+        cfg = RunConfig.model_validate(data)
+        assert GepaSettings.model_validate(cfg.evaluation.gepa_search).minibatch_size == search.get("minibatch_size", 3)
+        # unset, it stays out of the evaluation stage's hash (runs recorded before the field keep theirs)
+        assert ("gepa_search" in cfg.section("evaluation")["parts"][0]) == bool(search)
+    else:
+        with pytest.raises(ValidationError, match=error):
+            RunConfig.model_validate(data)
