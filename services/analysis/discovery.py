@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_common.env import Trajectory
+from trace_common.errors import ContextExhausted
 
 from .analyst import Analyst
 from .compaction import MIN_BUDGET, compact
@@ -70,8 +71,13 @@ async def discover(analyst: Analyst, template: PromptTemplate, trajectories: lis
         warnings[:] = warn
         return cands
 
-    candidates = await analyst.ask_json(messages, validate, seed=seed, schema=schema,
-                                        what=f"discovery over {len(shown_f)} failed and {len(shown_p)} passed "
-                                             "trajectories")
+    try:
+        candidates = await analyst.ask_json(messages, validate, seed=seed, schema=schema,
+                                            what=f"discovery over {len(shown_f)} failed and {len(shown_p)} passed "
+                                                 "trajectories")
+    except ContextExhausted as err:   # the analyst's context is shorter than what discovery shows it
+        raise ContextExhausted(f"{err}. Discovery shows {len(order)} trajectories of up to {budget} characters each: "
+                               "lower TRACE_ANALYSIS_DISCOVERY_CHAR_BUDGET or TRACE_ANALYSIS_TRAJECTORY_CHAR_BUDGET, "
+                               "or use an analyst model with a longer context") from None
     return Discovery(candidates=candidates, shown_task_ids=[trajectories[i].task_id for i in order],
                      warnings=warnings)
