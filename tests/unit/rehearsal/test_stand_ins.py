@@ -1,0 +1,158 @@
+"""The rehearsal's translation of the rendered chart and the cluster config (tracectl/rehearsal/):
+the real chart rendered by the real helm with the cluster example's values, each service's process
+environment, vLLM's command and the rewritten run config checked field by field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trace_common.config import SERVICE_NAMES
+from trace_common.errors import InvalidArgument
+from tracectl.rehearsal import local
+from tracectl.rehearsal.budgets import TINY, rehearsal_config
+from tracectl.rehearsal.chart import render
+from tracectl.rehearsal.local import KUBERNETES_ONLY, SERVED_NAME, StandIns, service_env, vllm_command
+from tracectl.rehearsal.rehearse import OVERLAY, RELEASE, Paths
+from tracectl.run.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[3]
+VALUES = REPO / "charts" / "trace" / "values-tau2-retail-vllm.yaml"
+CLUSTER = REPO / "examples" / "tau2-retail-vllm.yaml"
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return render(Paths().chart, [VALUES, OVERLAY], Paths().helm, release=RELEASE)
+
+
+@pytest.fixture
+def stand(rendered, tmp_path):
+    s = StandIns.of(rendered, tmp_path, Path("/host/tau2"))
+    s.add_path("/data/tau2", Path("/host/tau2"), "data")
+    s.add_path("/adapters", tmp_path / "adapters", "adapters")
+    vllm_command(rendered.container("Deployment", f"{RELEASE}-vllm"), s, tmp_path / "m", Path("/py"))  # as rehearse()
+    return s
+
+
+def envs(rendered, stand):
+    return {n: service_env(rendered.container("Deployment", f"{RELEASE}-{n}"), n, stand) for n in SERVICE_NAMES}
+
+
+def test_every_in_cluster_address_gets_a_distinct_local_port(rendered, stand):
+    targets = rendered.service_targets()
+    assert {"trace-rollout:50051", "trace-trainer:50054", "trace-vllm:8000", "trace-minio:9000"} <= set(targets)
+    ports = list(stand.ports.values())
+    assert len(ports) == len(set(ports))
+    assert all(v.startswith("127.0.0.1:") for v in stand.addresses.values())
+    # the headless Service reaches the same container port as the plain one
+    assert stand.addresses["trace-minio:9000"] == stand.addresses["trace-minio-headless:9000"]
+
+
+@pytest.mark.parametrize(("service", "var", "expect"), [
+    ("rollout", "TRACE_ROLLOUT_HOST", lambda s: "127.0.0.1"),
+    ("rollout", "TRACE_ROLLOUT_PORT", lambda s: s.address("rollout", "grpc").split(":")[1]),
+    ("inference", "TRACE_INFERENCE_METRICS_PORT", lambda s: s.address("inference", "metrics").split(":")[1]),
+    ("inference", "TRACE_INFERENCE_HTTP_PORT", lambda s: s.address("inference", "http").split(":")[1]),
+    ("trainer", "TRACE_TRAINER_ENVIRONMENT_ADDRESS", lambda s: s.address("environment", "grpc")),
+    ("trainer", "TRACE_TRAINER_S3_ENDPOINT", lambda s: s.address("minio", "s3")),
+    ("trainer", "TRACE_TRAINER_ENDPOINTS",
+     lambda s: json.dumps({"vllm": {"base_url": f"http://{s.address('vllm', 'http')}/v1"}}, separators=(",", ":"))),
+    ("trainer", "TRACE_TRAINER_DATA_ROOTS", lambda s: json.dumps(["/host/tau2"])),
+    ("trainer", "TRACE_TRAINER_VLLM_ADAPTER_ROOT", lambda s: str(s.workdir / "adapters")),
+    ("environment", "TRACE_ENVIRONMENT_SANDBOX_BACKEND", lambda s: "process"),
+    # the operator's extraEnv for the trainer: tau2's user simulator is the served model
+    ("trainer", "TRACE_TAU2_USER_BASE_URL", lambda s: f"http://{s.address('vllm', 'http')}/v1"),
+    ("trainer", "TRACE_TAU2_USER_MODEL", lambda s: SERVED_NAME),
+    ("environment", "TRACE_ENVIRONMENT_VALIDATION_GROUPS", lambda s: "2"),      # the overlay's budgets
+    ("analysis", "TRACE_ANALYSIS_LLM_MAX_TOKENS", lambda s: "1024"),
+    ("analysis", "TRACE_ANALYSIS_LLM_RESPONSE_FORMAT", lambda s: "json_schema"),
+    ("analysis", "HOME", lambda s: str(s.workdir / "analysis" / "tmp")),
+    ("analysis", "HF_HOME", lambda s: str(s.workdir / "analysis" / "tmp" / "huggingface")),
+])
+def test_each_service_gets_the_charts_setting_at_its_stand_in(rendered, stand, service, var, expect):
+    env = envs(rendered, stand)[service]
+    got = env[var]
+    if var.endswith("_ENDPOINTS"):
+        assert json.loads(got) == json.loads(expect(stand))
+    else:
+        assert got == expect(stand)
+
+
+def test_tokens_and_keys_are_the_charts_own_secrets(rendered, stand):
+    secrets = rendered.secrets()
+    env = envs(rendered, stand)
+    tokens = {env[n][f"TRACE_{n.upper()}_AUTH_TOKEN"] for n in SERVICE_NAMES}
+    assert tokens == {secrets[("trace-auth", "token")]} and len(tokens.pop()) >= 32
+    assert env["trainer"]["TRACE_TRAINER_S3_SECRET_KEY"] == secrets[("trace-minio", "secretKey")]
+
+
+def test_kubernetes_only_settings_and_host_trace_variables_stay_out(rendered, stand, monkeypatch):
+    monkeypatch.setenv("TRACE_ROLLOUT_LOG_LEVEL", "DEBUG")          # a shell variable must not override the chart
+    monkeypatch.setenv("TRACE_TRAINER_ENDPOINTS", '{"evil": {"base_url": "http://x"}}')
+    env = envs(rendered, stand)
+    flat = {k for e in env.values() for k in e}
+    assert not flat & set(KUBERNETES_ONLY)
+    assert env["rollout"]["TRACE_ROLLOUT_LOG_LEVEL"] == "INFO"
+    assert "evil" not in env["trainer"]["TRACE_TRAINER_ENDPOINTS"]
+    hosts = {a.split(":")[0] + ":" for a in rendered.service_targets()}
+    for e in env.values():
+        for k, v in e.items():
+            assert not any(h in v for h in hosts), (k, v)   # no in-cluster address left
+
+
+def test_vllm_runs_the_charts_arguments_with_smollm2_and_the_cpu_flags(rendered, stand, tmp_path):
+    cmd, env = vllm_command(rendered.container("Deployment", f"{RELEASE}-vllm"), stand, tmp_path / "m",
+                            Path("/venv/bin/python"))
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    args = cmd[3:]
+
+    def value(flag):
+        return args[args.index(flag) + 1]
+
+    assert value("--model") == str(tmp_path / "m") and value("--served-model-name") == SERVED_NAME
+    assert value("--port") == stand.address("vllm", "http").split(":")[1] and value("--host") == "127.0.0.1"
+    for kept in (("--max-loras", "4"), ("--max-lora-rank", "16"), ("--tool-call-parser", "hermes"),
+                 ("--logprobs-mode", "processed_logprobs")):
+        assert value(kept[0]) == kept[1], kept
+    assert "--enable-lora" in args and "--enable-auto-tool-choice" in args
+    assert int(value("--max-model-len")) == local.SMOLLM2_CONTEXT
+    assert not set(args) & set(local.VLLM_GPU_FLAGS) and "Qwen/Qwen3-30B-A3B-Instruct-2507" not in args
+    assert "--no-enable-chunked-prefill" in args and value("--dtype") == "float32"
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_the_cluster_config_becomes_a_valid_tiny_local_one(stand):
+    cluster = yaml.safe_load(CLUSTER.read_text())
+    cfg, changes = rehearsal_config(cluster, stand)
+    parsed = RunConfig.model_validate(cfg)
+    text = json.dumps(cfg)
+    assert not any(a.split(":")[0] + ":" in text for a in stand.addresses)   # no in-cluster address left
+    assert "/data/tau2" not in text and "Qwen" not in text
+    assert parsed.services == {n: stand.address(n, "grpc") for n in SERVICE_NAMES}
+    assert parsed.store.s3_endpoint == stand.address("minio", "s3")
+    assert parsed.target.uri == "/host/tau2/retail"
+    assert parsed.base_agent.name == parsed.target.user_simulator.model == parsed.evaluation.gepa.model == SERVED_NAME
+    assert parsed.base_agent.endpoint == f"http://{stand.address('vllm', 'http')}/v1"
+    assert parsed.training.executor == "local" and parsed.training.grpo["rollout_backend"] == "vllm"
+    # the config's shape stays: the same arms, modes and mechanisms
+    assert parsed.evaluation.arms == cluster["evaluation"]["arms"]
+    assert (parsed.analysis.mode, parsed.environments.mode) == ("llm", "llm")
+    assert parsed.training.grpo["guidance_fraction"] == cluster["training"]["grpo"]["guidance_fraction"]
+    assert len(changes) >= len(TINY)
+    for dotted, value, _ in TINY:
+        node = cfg
+        for key in dotted.split("."):
+            node = node[key]
+        assert node == value, dotted
+
+
+def test_values_the_chart_refuses_are_invalid_argument_with_helms_reason(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  replicaCount: many\n")
+    with pytest.raises(InvalidArgument, match="--values") as err:
+        render(Paths().chart, [bad], Paths().helm)
+    assert "replicaCount" in str(err.value)

