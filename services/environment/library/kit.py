@@ -124,6 +124,10 @@ KIND_TOOL = {"cancel": "cancel_pending_order", "return": "return_delivered_order
 ORDER_WRITES = ("cancel", "return", "exchange", "modify", "order_address")
 SWAPS = ("exchange", "modify")  # an item for another variant of its product
 _PENDING = "pending"
+#: Statuses that forbid each order write (never 'cancelled': a refusal names a live order).
+FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed"),
+              "exchange": ("pending", "processed"), "modify": ("processed", "delivered"),
+              "order_address": ("processed", "delivered")}
 _VERB = {"cancel": "cancelled", "return": "returned", "exchange": "exchanged", "modify": "modified",
          "order_address": "modified"}
 
@@ -174,6 +178,9 @@ REPORT_RULE = ("When you have handled a request, tell the user its outcome: the 
 
 #: The target's record toolkit class; a bundle rebinds it with a static import after this section.
 TARGET_TOOLKIT: Any = None
+#: The baked target parameters; a bundle rebinds them at its end, so a family built with no `target`
+#: in a bundle gets them. In-process there are none: pass `target` (make_env does).
+TARGET: dict[str, Any] | None = None
 _TOOLKITS: dict[int, tuple[Any, Any]] = {}
 
 
@@ -364,8 +371,8 @@ class ServiceEnv(Environment):
     #: Fewest requests an instance has (the target's distribution conditioned on at least this many).
     min_requests: ClassVar[int] = 1
 
-    def __init__(self, target: dict[str, Any], toolkit: Any = None):
-        self.target = check_target(target)
+    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
+        self.target = check_target(target if target is not None else TARGET)
         self.cases = level_of(self.target, self.levels)
         self.surface = self.target["surface"]
         self.toolkit = toolkit if toolkit is not None else _default_toolkit(self.target)

@@ -42,8 +42,6 @@ from typing import Any, ClassVar
 
 from services.environment.library.kit import KIND_TOOL, Plan, Request, ServiceEnv
 
-TARGET: dict[str, Any] | None = None
-
 
 class MultiStepTaskCompletionEnv(ServiceEnv):
     """Two or three requests in one message (then any others one by one); see the module docstring."""
@@ -56,9 +54,6 @@ class MultiStepTaskCompletionEnv(ServiceEnv):
     capability: ClassVar[str] = "multi_step_task_completion"
     case_kinds: ClassVar[tuple[str, ...]] = tuple(KIND_TOOL)
     min_requests: ClassVar[int] = 2
-
-    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
-        super().__init__(target if target is not None else TARGET, toolkit)
 
     def chosen_cases(self, plan: Plan) -> list[int]:
         """The opening message's requests: the first `cases` of them."""

@@ -41,14 +41,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from services.environment.library.kit import ORDER_WRITES, SWAPS, Instance, Plan, Request, ServiceEnv
-
-#: Target parameters; TRACE bakes the real ones in when it bundles this module.
-TARGET: dict[str, Any] | None = None
-#: statuses that forbid each write (never 'cancelled': the refusal names a live order)
-FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed"),
-              "exchange": ("pending", "processed"), "modify": ("processed", "delivered"),
-              "order_address": ("processed", "delivered")}
+from services.environment.library.kit import (
+    FORBIDDING,
+    ORDER_WRITES,
+    SWAPS,
+    Instance,
+    Plan,
+    Request,
+    ServiceEnv,
+)
 
 
 class PreconditionVerificationEnv(ServiceEnv):
@@ -60,9 +61,6 @@ class PreconditionVerificationEnv(ServiceEnv):
     capability: ClassVar[str] = "precondition_verification"
     levels: ClassVar[tuple[int, ...]] = (3, 2)
     case_kinds: ClassVar[tuple[str, ...]] = ORDER_WRITES
-
-    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
-        super().__init__(target if target is not None else TARGET, toolkit)
 
     def prepare(self, world: Any, user: Any, plan: Plan, cases: list[int]) -> None:
         self.n_cases, self.built = len(cases), []

@@ -38,11 +38,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from services.environment.library.kit import LIST_ORDERS, SWAPS, Call, Plan, Request, ServiceEnv
+from services.environment.library.kit import FORBIDDING, LIST_ORDERS, SWAPS, Call, Plan, Request, ServiceEnv
 
-TARGET: dict[str, Any] | None = None
-FORBIDDING = {"cancel": ("processed", "delivered"), "return": ("pending", "processed"),
-              "exchange": ("pending", "processed"), "modify": ("processed", "delivered")}
 #: A swap no new variant of which the target accepts for the gold order (tau2 refuses a price
 #: difference above a gift card's balance) is asked as the write that needs no new item.
 FALLBACK = {"exchange": "return", "modify": "cancel"}
@@ -56,9 +53,6 @@ class StructuredDataReasoningEnv(ServiceEnv):
     description: ClassVar[str] = "Act on the order whose item matches every attribute, among look-alike orders"
     capability: ClassVar[str] = "structured_data_reasoning"
     case_kinds: ClassVar[tuple[str, ...]] = ("cancel", "return", "exchange", "modify")
-
-    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
-        super().__init__(target if target is not None else TARGET, toolkit)
 
     @staticmethod
     def _fits(product: Any, kind: str) -> bool:

@@ -39,7 +39,6 @@ from typing import Any, ClassVar
 
 from services.environment.library.kit import Plan, Request, ServiceEnv
 
-TARGET: dict[str, Any] | None = None
 P_LOOSE = 0.75
 
 
@@ -51,9 +50,6 @@ class ToolCallPrecisionEnv(ServiceEnv):
     description: ClassVar[str] = "Map loose order ids and paraphrased reasons to the exact tool arguments"
     capability: ClassVar[str] = "tool_call_precision"
     case_kinds: ClassVar[tuple[str, ...]] = ("cancel", "return", "exchange", "modify", "status", "order_address")
-
-    def __init__(self, target: dict[str, Any] | None = None, toolkit: Any = None):
-        super().__init__(target if target is not None else TARGET, toolkit)
 
     def prepare(self, world: Any, user: Any, plan: Plan, cases: list[int]) -> None:
         self.n_cases, self.built = len(cases), []
