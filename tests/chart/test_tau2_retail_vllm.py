@@ -20,9 +20,10 @@ from google.protobuf.json_format import MessageToDict
 from services.trainer.kubernetes_job import build_job
 from services.trainer.service import Training
 from services.trainer.servicer import TrainerServicer
+from services.trainer.specs import TrainingSpecModel
 from tests.chart.helm import CHART, FULLNAME, KUBE_VERSION, NAMESPACE, helm, render
 from tests.chart.test_training_jobs import trainer_settings, worker_spec
-from trace_common.errors import FailedPrecondition, TraceError
+from trace_common.errors import FailedPrecondition, NotFound, PermissionDenied, TraceError
 from tracectl.run.config import load_config
 from tracectl.run.pipeline import Pipeline, T, config_struct
 
@@ -94,7 +95,84 @@ def test_the_trainer_and_its_jobs_know_tau2s_user_simulator():
     for container in (trainer, train):
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["TRACE_TAU2_USER_BASE_URL"] == "http://trace-vllm:8000/v1"
-        assert env["TRACE_TAU2_USER_MODEL"] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+        assert env["TRACE_TAU2_USER_MODEL"] == RUN_CONFIG.target.user_simulator.model
+
+
+def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
+    """The served base agent's name is a directory of the weights claim (modelVolume): vLLM serves it
+    under that path after its init container filled it, and every pod that loads the base (the trainer,
+    its Jobs, rollout, environment, inference: their model roots list the mount) mounts it read-only."""
+    r = render(SET)
+    spec = _vllm()
+    (server,) = spec["containers"]
+    mount_path = "/weights"
+    assert _flag(server["args"], "--model") == RUN_CONFIG.base_agent.name
+    assert RUN_CONFIG.base_agent.name.startswith(mount_path + "/") and "--served-model-name" not in server["args"]
+
+    def weights(pod: dict, container: dict, volume: str = "weights") -> tuple[dict, dict]:
+        return (next(v for v in pod["volumes"] if v["name"] == volume)["persistentVolumeClaim"],
+                next(m for m in container["volumeMounts"] if m["name"] == volume))
+
+    read_only = ({"claimName": "trace-weights", "readOnly": True},
+                 {"name": "weights", "mountPath": mount_path, "readOnly": True})
+    assert weights(spec, server) == read_only
+    (fetch,) = spec["initContainers"]                  # the only writer, before the server starts
+    assert fetch["command"][-3:] == ["Qwen/Qwen3-30B-A3B-Instruct-2507", "main", RUN_CONFIG.base_agent.name]
+    assert weights(spec, fetch, "weights-fill") == ({"claimName": "trace-weights"},
+                                                     {"name": "weights-fill", "mountPath": mount_path})
+    job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
+    (train,) = job["spec"]["template"]["spec"]["containers"]
+    assert weights(job["spec"]["template"]["spec"], train) == read_only
+    for service in ("trainer", "rollout", "environment", "inference"):
+        pod = r.get("Deployment", f"{FULLNAME}-{service}")["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert weights(pod, c) == read_only, service
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env[f"TRACE_{service.upper()}_MODEL_ROOTS"] == mount_path, service
+    pod = r.get("Deployment", f"{FULLNAME}-analysis")["spec"]["template"]["spec"]   # loads no model
+    assert all(v["name"] != "weights" for v in pod["volumes"])
+
+
+@pytest.mark.parametrize(("model", "error", "fragments"), [
+    # the config's served name on the claim (a directory holding the model, as the init container leaves it)
+    ("CONFIG", None, []),
+    # as rendered but on this machine, where the claim is not mounted: permitted, only the directory is missing
+    ("MOUNTED", NotFound, ["spec.policy.model '/weights/Qwen3-30B-A3B-Instruct-2507' has no config.json"]),
+    # what the example named before the weights claim: a Hugging Face id the trainer may not read
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", PermissionDenied, ["spec.policy.model", "is the served model name",
+                                                           "TRACE_TRAINER_MODEL_ROOTS"]),
+])
+def test_the_trainer_may_load_the_served_base_agents_weights(model, error, fragments, tmp_path, monkeypatch):
+    """An adapter job of the example's shape (its base agent, its vLLM GRPO config) through the trainer's
+    own validation, with the model roots the chart renders; for CONFIG, the mount is a local directory."""
+    settings = trainer_settings(SET, tmp_path, monkeypatch)
+    name = RUN_CONFIG.base_agent.name
+    if model == "CONFIG":
+        mount = tmp_path / "weights"
+        (mount / Path(name).name).mkdir(parents=True)
+        (mount / Path(name).name / "config.json").write_text("{}")
+        monkeypatch.setenv("TRACE_TRAINER_MODEL_ROOTS", str(mount))
+        settings, name = type(settings)(), str(mount / Path(name).name)
+    elif model != "MOUNTED":
+        name = model
+    assert settings.model_roots == [(tmp_path / "weights").as_uri() if model == "CONFIG" else "file:///weights"]
+    policy = MessageToDict(Pipeline(RUN_CONFIG, runner=None, store=None, manifest=None).base_policy(),  # type: ignore[arg-type]
+                           preserving_proto_field_name=True)
+    spec = TrainingSpecModel.model_validate(dict(
+        kind="TRAINING_KIND_ADAPTER", capability="precondition_verification",
+        environments=[{"name": "store", "params": {"task_types": "precondition_check"}}],
+        # the store stands in for a capability environment; it has no per-instance guidance to show
+        # the tests render release "demo": its vLLM Service stands for the config's trace-vllm
+        policy={**policy, "model": name, "endpoint": f"http://{FULLNAME}-vllm:8000/v1"}, config={**CONFIGS[GRPO][2], "guidance_fraction": 0},
+        executor="EXECUTOR_KUBERNETES"))
+    training = Training(settings)
+    if error is None:
+        assert training.validate(spec).rollout_backend == "vllm"
+        return
+    with pytest.raises(error) as err:
+        training.validate(spec)
+    for fragment in fragments:
+        assert fragment in str(err.value)
 
 
 @pytest.mark.parametrize(("kind", "processes"), [("TRAINING_KIND_ADAPTER", 2), ("TRAINING_KIND_GATES", 1)])

@@ -57,7 +57,25 @@ BAD_VALUES = [
     ("trainer.surprise=1", "Additional property surprise"),
     ("gpuPools.tpu.gpusPerPod=1", "Additional property tpu"),
     ("replicas=3", "Additional property replicas"),
+    ("modelVolume.mountPath=weights", "modelVolume.mountPath"),
+    ("modelVolume.download.dir=a/b", "modelVolume.download.dir"),
 ]
+
+# --set arguments the templates refuse (helm's `fail`), and what the message must say.
+BAD_RENDERS = [
+    # the served name must be where the init container puts the weights
+    ("modelVolume.existingClaim=w,modelVolume.download.repo=Q/M,modelVolume.download.dir=M,vllm.model=Q/M",
+     'vllm.model must be the directory modelVolume.download fills, "/weights/M"'),
+    ("modelVolume.existingClaim=w,modelVolume.download.repo=Q/M",
+     "modelVolume.download.dir must be one directory name under modelVolume.mountPath"),
+]
+
+
+@pytest.mark.parametrize(("setting", "message"), BAD_RENDERS, ids=[b[0] for b in BAD_RENDERS])
+def test_templates_refuse_inconsistent_values_saying_why(setting, message):
+    proc = template("--set", setting)
+    assert proc.returncode != 0, f"helm accepted {setting}"
+    assert message in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize(("setting", "field"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
@@ -77,6 +95,8 @@ def test_schema_rejects_bad_values_naming_the_field(setting, field):
     "vllm.maxLoraRank=128",
     "artifacts.prefix=team-a/runs",
     "minio.enabled=false,artifacts.s3.endpoint=s3.example.com:443,artifacts.s3.existingSecret=s3",
+    # weights the operator filled (no download): vllm.model is theirs to name
+    "modelVolume.existingClaim=w,vllm.model=/weights/M,modelRoots[0]=/weights",
 ])
 def test_schema_accepts_good_values(setting):
     proc = template("--set", setting)

@@ -423,3 +423,20 @@ trainer's TRACE_TRAINER_VLLM_ADAPTER_ROOT is its mount path.
 {{- toYaml (dict "existingClaim" $a.existingClaim "mountPath" $a.mountPath) -}}
 {{- end -}}
 {{- end -}}
+
+
+{{/*
+The base-model weights volume (modelVolume) as YAML {existingClaim, mountPath, download} when a claim is
+named, else empty: mounted read-only in vLLM, the rollout, environment, trainer and inference pods and the
+training Jobs. A download needs one directory name under the mount.
+*/}}
+{{- define "trace.modelVolume" -}}
+{{- $m := .Values.modelVolume -}}
+{{- if $m.existingClaim -}}
+{{- if not (hasPrefix "/" $m.mountPath) -}}{{- fail (printf "modelVolume.mountPath must be an absolute path, got %q" $m.mountPath) -}}{{- end -}}
+{{- if and $m.download.repo (not (regexMatch "^[A-Za-z0-9][A-Za-z0-9._-]*$" $m.download.dir)) -}}
+{{- fail (printf "modelVolume.download.dir must be one directory name under modelVolume.mountPath (letters, digits, '.', '_', '-'), got %q; e.g. Qwen3-30B-A3B-Instruct-2507" $m.download.dir) -}}
+{{- end -}}
+{{- toYaml (dict "existingClaim" $m.existingClaim "mountPath" $m.mountPath "download" $m.download) -}}
+{{- end -}}
+{{- end -}}
