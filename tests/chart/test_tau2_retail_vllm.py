@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -115,11 +118,14 @@ def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
 
     read_only = ({"claimName": "trace-weights", "readOnly": True},
                  {"name": "weights", "mountPath": mount_path, "readOnly": True})
-    assert weights(spec, server) == read_only
+    assert weights(spec, server)[1] == read_only[1]
     (fetch,) = spec["initContainers"]                  # the only writer, before the server starts
     assert fetch["command"][-3:] == ["Qwen/Qwen3-30B-A3B-Instruct-2507", "main", RUN_CONFIG.base_agent.name]
-    assert weights(spec, fetch, "weights-fill") == ({"claimName": "trace-weights"},
-                                                     {"name": "weights-fill", "mountPath": mount_path})
+    # one volume for the claim (a pod naming one claim twice never starts), read-write for the filler only
+    assert [v["name"] for v in spec["volumes"]].count("weights") == 1
+    assert [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+            if "persistentVolumeClaim" in v].count("trace-weights") == 1
+    assert weights(spec, fetch) == ({"claimName": "trace-weights"}, {"name": "weights", "mountPath": mount_path})
     job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
     (train,) = job["spec"]["template"]["spec"]["containers"]
     assert weights(job["spec"]["template"]["spec"], train) == read_only
@@ -131,6 +137,86 @@ def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
         assert env[f"TRACE_{service.upper()}_MODEL_ROOTS"] == mount_path, service
     pod = r.get("Deployment", f"{FULLNAME}-analysis")["spec"]["template"]["spec"]   # loads no model
     assert all(v["name"] != "weights" for v in pod["volumes"])
+
+
+def test_without_a_weights_claim_no_pod_mounts_one():
+    """modelVolume unset (the default): no weights volume anywhere, no init container in vLLM."""
+    r = render("defaults")
+    pods = [d["spec"]["template"]["spec"] for d in r.of_kind("Deployment")]
+    job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
+    pods.append(job["spec"]["template"]["spec"])
+    assert len(pods) >= 6
+    for pod in pods:
+        assert all(v["name"] != "weights" for v in pod.get("volumes", []))
+        assert all(m["name"] != "weights" for c in pod["containers"] for m in c.get("volumeMounts", []))
+    assert "initContainers" not in _vllm("defaults")
+
+
+#: A stand-in huggingface_hub for the init container's script: it lists STUB_FILES, writes the files
+#: named in STUB_WRITE into local_dir, fails listing when STUB_OFFLINE is set, and logs every call.
+_STUB_HUB = """
+import os
+def _log(what):
+    with open(os.environ["STUB_LOG"], "a") as f:
+        f.write(what + "\\n")
+class HfApi:
+    def list_repo_files(self, repo, revision=None):
+        _log(f"list {repo}@{revision}")
+        if os.environ.get("STUB_OFFLINE"):
+            raise OSError("the Hub is unreachable")
+        return os.environ["STUB_FILES"].split(",")
+def snapshot_download(repo_id, revision, local_dir):
+    _log(f"download {repo_id}@{revision}")
+    for name in filter(None, os.environ["STUB_WRITE"].split(",")):
+        path = os.path.join(local_dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").write("w")
+    return local_dir
+"""
+
+FILES = "config.json,model-00001.safetensors,sub/tokenizer.json"
+
+#: (case, marker already there, files the download writes, Hub reachable,
+#:  exit ok, Hub calls made, marker after, message fragment)
+FETCH_CASES = [
+    ("fresh claim", None, FILES, True, True, ["list", "download"], "Q/M@main", "complete in"),
+    ("same revision already complete: no Hub call", "Q/M@main", "", False, True, [], "Q/M@main", "already complete"),
+    ("another revision recorded: fetched again", "Q/M@v0", FILES, True, True, ["list", "download"], "Q/M@main", ""),
+    ("download left a file out: no marker", None, "config.json,sub/tokenizer.json", True, False,
+     ["list", "download"], None, "incomplete: 1 files missing, e.g. model-00001.safetensors"),
+    ("Hub unreachable, files from an interrupted fill: no marker", None, "", False, False, ["list"], None,
+     "unreachable"),
+]
+
+
+@pytest.mark.parametrize(("case", "marker", "write", "online", "ok", "calls", "after", "message"), FETCH_CASES,
+                         ids=[c[0] for c in FETCH_CASES])
+def test_the_init_container_marks_the_weights_complete_only_when_every_file_is_there(
+        case, marker, write, online, ok, calls, after, message, tmp_path):
+    """The rendered fetch-weights script, run as the init container runs it (python3 -c SCRIPT repo revision
+    dir) against a stand-in Hub: the marker is written only after every listed file is on the claim, and a
+    restart of a complete fill calls no Hub."""
+    (fetch,) = _vllm()["initContainers"]
+    python, flag, script, repo, revision, _ = fetch["command"]
+    assert (python, flag, repo, revision) == ("python3", "-c", "Qwen/Qwen3-30B-A3B-Instruct-2507", "main")
+    (tmp_path / "stub" / "huggingface_hub").mkdir(parents=True)
+    (tmp_path / "stub" / "huggingface_hub" / "__init__.py").write_text(_STUB_HUB)
+    dest = tmp_path / "weights" / "M"
+    dest.mkdir(parents=True)
+    if marker:
+        (dest / ".trace-download").write_text(marker)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "stub"), "STUB_LOG": str(log),
+           "STUB_FILES": FILES, "STUB_WRITE": write, **({} if online else {"STUB_OFFLINE": "1"})}
+    proc = subprocess.run([sys.executable, "-c", script, "Q/M", "main", str(dest)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode == 0) == ok, proc.stderr
+    assert [line.split()[0] for line in log.read_text().splitlines()] == calls
+    marker_file = dest / ".trace-download"
+    assert (marker_file.read_text() if marker_file.exists() else None) == after
+    assert not (dest / ".trace-download.tmp").exists()
+    assert message in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(("model", "error", "fragments"), [

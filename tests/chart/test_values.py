@@ -58,6 +58,9 @@ BAD_VALUES = [
     ("gpuPools.tpu.gpusPerPod=1", "Additional property tpu"),
     ("replicas=3", "Additional property replicas"),
     ("modelVolume.mountPath=weights", "modelVolume.mountPath"),
+    ("modelVolume.mountPath=/", "modelVolume.mountPath"),
+    ("modelVolume.mountPath=/weights/", "modelVolume.mountPath"),
+    ("modelVolume.mountPath=/a/../tmp", "modelVolume.mountPath"),
     ("modelVolume.download.dir=a/b", "modelVolume.download.dir"),
 ]
 
@@ -68,6 +71,18 @@ BAD_RENDERS = [
      'vllm.model must be the directory modelVolume.download fills, "/weights/M"'),
     ("modelVolume.existingClaim=w,modelVolume.download.repo=Q/M",
      "modelVolume.download.dir must be one directory name under modelVolume.mountPath"),
+    # a download with nowhere to go, or with several writers
+    ("modelVolume.download.repo=Q/M,modelVolume.download.dir=M",
+     'modelVolume.download.repo "Q/M" needs modelVolume.existingClaim'),
+    ("modelVolume.existingClaim=w,modelVolume.download.repo=Q/M,modelVolume.download.dir=M,vllm.enabled=false",
+     "modelVolume.download runs in the vLLM pod's init container, and vllm.enabled is false"),
+    ("modelVolume.existingClaim=w,modelVolume.download.repo=Q/M,modelVolume.download.dir=M,vllm.model=/weights/M,"
+     "vllm.replicaCount=2", "modelVolume.download with vllm.replicaCount 2"),
+    # a mount path another mount of the same pods already has, holds, or lies in
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/tmp", 'modelVolume.mountPath "/tmp" overlaps "/tmp"'),
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/models/w", 'modelVolume.mountPath "/models/w" overlaps "/models"'),
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/etc", 'modelVolume.mountPath "/etc" overlaps "/etc/trace/tls"'),
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/adapters", 'modelVolume.mountPath "/adapters" overlaps "/adapters"'),
 ]
 
 

@@ -428,14 +428,33 @@ trainer's TRACE_TRAINER_VLLM_ADAPTER_ROOT is its mount path.
 {{/*
 The base-model weights volume (modelVolume) as YAML {existingClaim, mountPath, download} when a claim is
 named, else empty: mounted read-only in vLLM, the rollout, environment, trainer and inference pods and the
-training Jobs. A download needs one directory name under the mount.
+training Jobs. mountPath may not be, contain or lie inside another mount of those pods; a download needs
+the claim, one directory name under the mount, and the one vLLM pod whose init container runs it.
 */}}
 {{- define "trace.modelVolume" -}}
 {{- $m := .Values.modelVolume -}}
+{{- if and $m.download.repo (not $m.existingClaim) -}}
+{{- fail (printf "modelVolume.download.repo %q needs modelVolume.existingClaim: the claim it fills (a ReadWriteMany PVC you create)" $m.download.repo) -}}
+{{- end -}}
 {{- if $m.existingClaim -}}
-{{- if not (hasPrefix "/" $m.mountPath) -}}{{- fail (printf "modelVolume.mountPath must be an absolute path, got %q" $m.mountPath) -}}{{- end -}}
-{{- if and $m.download.repo (not (regexMatch "^[A-Za-z0-9][A-Za-z0-9._-]*$" $m.download.dir)) -}}
+{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $m.mountPath) -}}
+{{- fail (printf "modelVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /weights" $m.mountPath) -}}
+{{- end -}}
+{{- range $other := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" $.Values.vllm.adapterVolume.mountPath -}}
+{{- if or (eq $m.mountPath $other) (hasPrefix (printf "%s/" $other) $m.mountPath) (hasPrefix (printf "%s/" $m.mountPath) $other) -}}
+{{- fail (printf "modelVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /weights" $m.mountPath $other) -}}
+{{- end -}}
+{{- end -}}
+{{- if $m.download.repo -}}
+{{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9._-]*$" $m.download.dir) -}}
 {{- fail (printf "modelVolume.download.dir must be one directory name under modelVolume.mountPath (letters, digits, '.', '_', '-'), got %q; e.g. Qwen3-30B-A3B-Instruct-2507" $m.download.dir) -}}
+{{- end -}}
+{{- if not .Values.vllm.enabled -}}
+{{- fail "modelVolume.download runs in the vLLM pod's init container, and vllm.enabled is false: enable vllm, or fill the claim yourself and leave modelVolume.download.repo empty" -}}
+{{- end -}}
+{{- if gt (int .Values.vllm.replicaCount) 1 -}}
+{{- fail (printf "modelVolume.download with vllm.replicaCount %d: every replica's init container would write the same directory at once; install with one replica until the claim is filled, or fill it yourself and leave modelVolume.download.repo empty" (int .Values.vllm.replicaCount)) -}}
+{{- end -}}
 {{- end -}}
 {{- toYaml (dict "existingClaim" $m.existingClaim "mountPath" $m.mountPath "download" $m.download) -}}
 {{- end -}}
