@@ -36,7 +36,7 @@ from .labeling import LabelRun, llm_label_runs
 from .metrics import CAPABILITIES, LABELS, M
 from .prompts import default_prompts_dir, load_template
 from .report import render_markdown
-from .result import MODES, AnalysisResult, build_outcomes
+from .result import MODES, AnalysisResult, build_outcomes, unexplained_summary
 from .settings import AnalysisSettings
 from .specs import AnalysisSpecModel
 from .stats import Thresholds
@@ -177,7 +177,8 @@ async def run_analysis(ctx: JobContext, spec: AnalysisSpecModel, settings: Analy
         inputs={"rollout_uris": [s.uri for s in sources], "rollout_sha256": [s.sha256 for s in sources],
                 "n_trajectories": len(trajectories), "n_failed": n_failed, "n_passed": n_passed,
                 "trajectory_char_budget": cfg.budget},
-        capabilities=outcomes, warnings=warnings, analyst=analyst_info)
+        capabilities=outcomes, warnings=warnings, analyst=analyst_info,
+        unexplained=unexplained_summary(trajectories, runs, outcomes))
     ctx.progress(stage="report", message="writing report")
     written = await asyncio.to_thread(_write_report, result, trajectories, runs, settings, s3, observer)
     for name, info in written:  # on the loop thread: JobContext is not thread-safe

@@ -50,6 +50,19 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def unexplained_lines(report: dict[str, Any]) -> list[str]:
+    """The share of failures no capability explains (report.json's unexplained_failures)."""
+    u = report.get("unexplained_failures")
+    if not u:
+        return []
+    r, c = u["retained"], u["candidates"]
+    ids = ", ".join(_code(t, 40) for t in r["task_ids"])
+    return [f"- Failures no capability explains: {r['unexplained']} of {r['failed']} failed trajectories "
+            f"({r['share']:.0%}) are LACKING none of the retained capabilities ({c['unexplained']}, "
+            f"{c['share']:.0%}, none of the candidates): training the retained capabilities cannot be "
+            f"expected to fix them" + (f"; e.g. tasks {ids}" if ids else "")]
+
+
 def render_markdown(report: dict[str, Any], plot_files: list[str]) -> str:
     cfg, inputs = report["config"], report["inputs"]
     mode = report["mode"]
@@ -64,7 +77,8 @@ def render_markdown(report: dict[str, Any], plot_files: list[str]) -> str:
         f"- Retention rule: a run passes a capability when Cov >= rho = {cfg['min_coverage']:.2f} and "
         f"Delta >= delta = {cfg['min_gap']:.2f}; retained when it passes in >= K = {cfg['min_passing_runs']} "
         f"of N = {cfg['num_runs']} runs (seed {cfg['seed']})",
-        f"- Retained: {', '.join(c['name'] for c in report['retained']) or 'none'}", "",
+        f"- Retained: {', '.join(c['name'] for c in report['retained']) or 'none'}",
+        *unexplained_lines(report), "",
         "## Candidates", "",
         "| capability | decision | passing runs | Cov (mean ± std) | Delta (mean ± std) | ER- | ER+ | kappa "
         "| failed tasks LACKING |",

@@ -10,6 +10,10 @@ Per candidate, besides the run statistics (stats.py):
   all runs' (trajectory, capability) pairs, when both exist for that capability: LLM mode on
   trajectories that carry diagnostics naming the same capability. None when it does not apply
   or is undefined (see stats.cohen_kappa); `kappa_note` says which.
+
+Over the run, `unexplained_failures` (unexplained_failures below): how many failed trajectories no
+retained capability explains, and how many no candidate at all explains -- the share of failures the
+capabilities TRACE trains cannot be expected to fix.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class AnalysisResult:
     warnings: list[str] = field(default_factory=list)
     analyst: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)  # file name -> URI, filled when written
+    unexplained: dict[str, Any] = field(default_factory=dict)  # unexplained_failures(); {} before it ran
 
     @property
     def retained(self) -> list[CapabilityOutcome]:
@@ -78,6 +83,7 @@ class AnalysisResult:
             "retained": [c.to_dict() for c in self.retained],
             "rejected": [c.to_dict() for c in self.rejected],
             "warnings": self.warnings, "outputs": self.outputs,
+            **({"unexplained_failures": self.unexplained} if self.unexplained else {}),
         }
 
 
@@ -132,3 +138,41 @@ def build_outcomes(trajectories: list[Trajectory], candidates: list[Candidate], 
     outcomes.sort(key=lambda o: (not o.decision.retained, -o.decision.passing_runs, -o.decision.gap_mean,
                                  o.candidate.name))
     return outcomes
+
+
+def unexplained_failures(trajectories: list[Trajectory], runs: list[LabelRun], names: list[str],
+                         *, max_ids: int = 20) -> dict[str, Any]:
+    """How many failed trajectories none of `names` explains.
+
+    Semantics:
+        F       = failed trajectories drawn by at least one run
+        D(i)    = the runs that drew i (a bootstrap run counts once, whatever its multiplicity)
+        expl(i) = #{r in D(i) : exists c in names, label_r(i, c) = LACKING} * 2 > |D(i)|
+        unexplained = #{i in F : not expl(i)}        share = unexplained / |F|   (0 when F is empty)
+
+    A majority of the runs, as `failed_task_ids` uses, so an LLM analyst's independent runs vote;
+    with diagnostics labels every run agrees. Returns {failed, unexplained, share, task_ids (the
+    first `max_ids`, in trajectory order)}.
+    """
+    wanted = set(names)
+    drawn: dict[int, int] = {}
+    explained: dict[int, int] = {}
+    for run in runs:
+        for i in sorted(set(run.draws)):
+            if trajectories[i].success:
+                continue
+            drawn[i] = drawn.get(i, 0) + 1
+            if any(pl.label is Label.LACKING for c, pl in run.labels[i].items() if c in wanted):
+                explained[i] = explained.get(i, 0) + 1
+    missing = [i for i in sorted(drawn) if explained.get(i, 0) * 2 <= drawn[i]]
+    return {"failed": len(drawn), "unexplained": len(missing),
+            "share": len(missing) / len(drawn) if drawn else 0.0,
+            "task_ids": [trajectories[i].task_id for i in missing[:max_ids]]}
+
+
+def unexplained_summary(trajectories: list[Trajectory], runs: list[LabelRun],
+                        outcomes: list[CapabilityOutcome]) -> dict[str, Any]:
+    """unexplained_failures by the retained capabilities and by every candidate."""
+    return {"retained": unexplained_failures(trajectories, runs, [o.candidate.name for o in outcomes
+                                                                  if o.decision.retained]),
+            "candidates": unexplained_failures(trajectories, runs, [o.candidate.name for o in outcomes])}

@@ -31,7 +31,12 @@ def capability_to_proto(o: CapabilityOutcome) -> pb.CapabilityResult:
 def result_fields(result: AnalysisResult | None) -> dict:
     if result is None:
         return {}
-    return {"results": [capability_to_proto(o) for o in result.capabilities], "mode": _MODE[result.mode]}
+    fields = {"results": [capability_to_proto(o) for o in result.capabilities], "mode": _MODE[result.mode]}
+    if u := result.unexplained:
+        fields["unexplained_failures"] = pb.UnexplainedFailures(
+            failed=u["retained"]["failed"], by_retained=u["retained"]["unexplained"],
+            by_candidates=u["candidates"]["unexplained"])
+    return fields
 
 
 class AnalysisServicer(pb_grpc.AnalysisServiceServicer):

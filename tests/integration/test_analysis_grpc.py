@@ -1,5 +1,7 @@
 """AnalysisService over real gRPC (the embedded stack on loopback): create, watch, get, files."""
 
+import json
+
 import pytest
 
 from services.analysis.diagnostics_mode import label_trajectory
@@ -52,6 +54,13 @@ def test_diagnostics_analysis_over_grpc(embedded_stack):
                  "lacking_rates.png"):
         assert (folder / name).is_file() and name in outputs
     assert "Analyst mode: diagnostics" in (folder / "report.md").read_text()
+    # the failures no capability explains: the response carries report.json's counts
+    u = json.loads((folder / "report.json").read_text())["unexplained_failures"]
+    assert got.HasField("unexplained_failures")
+    assert (got.unexplained_failures.failed, got.unexplained_failures.by_retained,
+            got.unexplained_failures.by_candidates) == (u["retained"]["failed"], u["retained"]["unexplained"],
+                                                        u["candidates"]["unexplained"])
+    assert got.unexplained_failures.failed == sum(1 for x in planted_set() if not x.success)
 
 
 def test_llm_analysis_over_grpc(embedded_stack):

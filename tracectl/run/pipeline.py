@@ -65,6 +65,7 @@ from tracectl.run.results import (
     Rollout,
     RolloutStageResult,
     StageOutcome,
+    UnexplainedFailures,
     dump,
     results_of,
 )
@@ -257,6 +258,9 @@ class Pipeline:
             return {"outputs": {}, "jobs": [err.job_id],
                     "result": dump(AnalysisResult(candidates=[], capabilities=[], mode=a.mode, nothing_to_train=why))}
         results = [Candidate.model_validate(MessageToDict(r, preserving_proto_field_name=True)) for r in resp.results]
+        unexplained = (UnexplainedFailures.model_validate(MessageToDict(
+            resp.unexplained_failures, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))
+            if resp.HasField("unexplained_failures") else None)
         retained = sorted((r for r in results if r.retained), key=lambda r: -r.coverage_mean)
         chosen = retained[: a.max_capabilities]
         why = None
@@ -271,7 +275,8 @@ class Pipeline:
                                  f"{AFTER_NO_CAPABILITY}")
         return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
                 "result": dump(AnalysisResult(candidates=results, capabilities=[c.capability for c in chosen],
-                                              mode=a.mode, nothing_to_train=why))}
+                                              mode=a.mode, nothing_to_train=why,
+                                              unexplained_failures=unexplained))}
 
     def stage_environments(self) -> dict[str, Any]:
         e = self.cfg.environments

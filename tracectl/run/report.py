@@ -562,6 +562,11 @@ def render_markdown(cfg: RunConfig, m: Manifest, plots: dict[str, bytes | None],
         lines.append(f"| {c.capability.name} | {'yes' if c.retained else 'no'} | "
                      f"{c.coverage_mean:.2f} | {c.gap_mean:.2f} | {c.passing_runs} | "
                      f"{c.rejection_reason} |")
+    if (u := an.unexplained_failures) and u.failed:
+        lines += ["", f"Failures no capability explains: {u.by_retained} of {u.failed} failed rollout episodes "
+                  f"({u.by_retained / u.failed:.0%}) lack none of the retained capabilities ({u.by_candidates}, "
+                  f"{u.by_candidates / u.failed:.0%}, none of the candidates): training those capabilities "
+                  "cannot be expected to fix them."]
     if untrained := nothing_trained(m):
         lines += ["", f"Nothing trained: {untrained} (analysis.on_no_capability: baselines); environments, "
                   "adapters and gates completed empty."]

@@ -345,10 +345,20 @@ class Candidate(Record):
     gap_std: float = 0.0
 
 
+class UnexplainedFailures(Record):
+    """Failed rollout trajectories no capability explains (proto UnexplainedFailures)."""
+
+    failed: int = Field(0, description="Failed trajectories the analysis runs drew.")
+    by_retained: int = Field(0, description="Of those, LACKING none of the retained capabilities.")
+    by_candidates: int = Field(0, description="Of those, LACKING none of the candidates.")
+
+
 class AnalysisResult(Record):
     candidates: list[Candidate] = Field(default_factory=list)
     capabilities: list[CapabilityRecord] = Field(default_factory=list, description="The retained ones trained.")
     mode: str | None = None
+    unexplained_failures: UnexplainedFailures | None = Field(
+        None, description="What no capability explains; None: an analysis service without the field (older runs).")
     nothing_to_train: str | None = Field(None, description="Why this stage trained or generated nothing "
                                          "(analysis.on_no_capability 'baselines'); None: it did its work.")
 

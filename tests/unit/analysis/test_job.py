@@ -78,6 +78,17 @@ def test_report_counts_trace_back_to_labels(tmp_path):
             pairs = [(Label(x["labels"][cap["name"]]["label"]), x["success"])
                      for x in lines if x["run"] == r for _ in range(x["multiplicity"])]
             assert run_stats(pairs, Thresholds(num_runs=4, min_passing_runs=3)).to_dict() == stats
+    # the failures no retained capability explains, by a majority of the runs that drew each
+    retained = {c["name"] for c in report["retained"]}
+    votes: dict[int, list[bool]] = {}
+    for x in lines:
+        if not x["success"]:
+            votes.setdefault(x["index"], []).append(any(x["labels"][c]["label"] == "LACKING" for c in retained))
+    unexplained = [i for i, v in sorted(votes.items()) if sum(v) * 2 <= len(v)]
+    got = report["unexplained_failures"]["retained"]
+    assert (got["failed"], got["unexplained"]) == (len(votes), len(unexplained))
+    assert report["unexplained_failures"]["candidates"]["unexplained"] <= got["unexplained"]
+    assert f"Failures no capability explains: {len(unexplained)} of {len(votes)} failed" in files["report.md"].read_text()
 
 
 def test_known_answer_store_expert(tmp_path):

@@ -162,3 +162,26 @@ def test_a_config_the_trainer_cannot_parse_stops_the_count_saying_why(code, rais
     with pytest.raises(Exception) as err:
         p.parsed_config(1, "gates.config", {"max_stepz": 3})
     assert type(err.value).__name__ == raised and fragment in str(err.value)
+
+
+@pytest.mark.parametrize(("unexplained", "line"), [
+    (None, None),                                                      # an older run: no such line
+    ({"failed": 0, "by_retained": 0, "by_candidates": 0}, None),       # nothing failed
+    ({"failed": 120, "by_retained": 30, "by_candidates": 12},
+     "Failures no capability explains: 30 of 120 failed rollout episodes (25%) lack none of the retained "
+     "capabilities (12, 10%, none of the candidates)"),
+])
+def test_the_report_states_the_failures_no_capability_explains(unexplained, line):
+    raw = json.loads((FIXTURES / "plan/demo-seed1-manifest.json").read_text())
+    if unexplained is not None:
+        raw["stages"]["analysis"]["result"]["unexplained_failures"] = unexplained
+    m = Manifest.model_validate(raw)
+    cfg = RunConfig.model_validate(m.config)
+    plots = dict.fromkeys(("pass_rate_per_arm", "subgoal_success", "candidates", "training_curves",
+                           "sample_efficiency", "expert_usage"), b"png")
+    md = render_markdown(cfg, m, plots, {}, {}, None)
+    section = md[md.index("## Capability analysis"):md.index("## Stages")]
+    if line is None:
+        assert "Failures no capability explains" not in section
+    else:
+        assert line in section

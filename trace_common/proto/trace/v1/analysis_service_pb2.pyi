@@ -105,15 +105,29 @@ class CapabilityResult(_message.Message):
         ...
 
 class GetAnalysisJobResponse(_message.Message):
-    __slots__ = ('job', 'results', 'mode')
+    __slots__ = ('job', 'results', 'mode', 'unexplained_failures')
     JOB_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    UNEXPLAINED_FAILURES_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     results: _containers.RepeatedCompositeFieldContainer[CapabilityResult]
     mode: AnalystMode
+    unexplained_failures: UnexplainedFailures
 
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]]=..., results: _Optional[_Iterable[_Union[CapabilityResult, _Mapping]]]=..., mode: _Optional[_Union[AnalystMode, str]]=...) -> None:
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]]=..., results: _Optional[_Iterable[_Union[CapabilityResult, _Mapping]]]=..., mode: _Optional[_Union[AnalystMode, str]]=..., unexplained_failures: _Optional[_Union[UnexplainedFailures, _Mapping]]=...) -> None:
+        ...
+
+class UnexplainedFailures(_message.Message):
+    __slots__ = ('failed', 'by_retained', 'by_candidates')
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    BY_RETAINED_FIELD_NUMBER: _ClassVar[int]
+    BY_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    failed: int
+    by_retained: int
+    by_candidates: int
+
+    def __init__(self, failed: _Optional[int]=..., by_retained: _Optional[int]=..., by_candidates: _Optional[int]=...) -> None:
         ...
 
 class WatchAnalysisJobRequest(_message.Message):
