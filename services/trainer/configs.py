@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.trainer.gates.grpo import GateGRPOConfig
+from services.trainer.gates.config import GateGRPOConfig
 from services.trainer.grpo.config import ALIASES, GRPOConfig
 from trace_common.errors import InvalidArgument
 from trace_common.suggest import did_you_mean, error_line

@@ -130,7 +130,7 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
             importlib.import_module(module)
         gates = spec.kind == "TRAINING_KIND_GATES"
         if gates:
-            from .gates.grpo import GateGRPOConfig
+            from .gates.config import GateGRPOConfig
         config = parse_config(spec.config, GateGRPOConfig if gates else GRPOConfig)
         if dist.is_main:
             trackers = Trackers(config.report_to, store, spec.prefix, name=spec.capability, group=spec.run_id,

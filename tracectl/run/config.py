@@ -172,7 +172,7 @@ class TrainingSection(Section):
 
 class GatesSection(Section):
     config: dict[str, Any] = Field(default_factory=dict, description="Gate training config: services/trainer/"
-                                   "gates/grpo.py GateGRPOConfig, checked by the trainer before stage 1. Not "
+                                   "gates/config.py GateGRPOConfig, checked by the trainer before stage 1. Not "
                                    "max_completion_length (the run's one cap).")
 
     @field_validator("config")

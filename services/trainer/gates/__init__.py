@@ -11,6 +11,11 @@
   batches), `teacher_forcing.py` (the layer inputs with routing forced to the label),
   `routing_report.py` (how often the trained gates choose the label) and
   `warm_start_checkpoints.py` (its checkpoint layout, written manifest last, verified on load).
+- `config.py`: `GateGRPOConfig`, the job's config (GRPO's fields plus the warm start's) and the rules
+  that refuse an inert field.
+- `weights.py`: the gates as GRPO's trainable weights (`GateWeights`) and rollouts that count routing.
+- `mixture.py`: what GRPO on the gates plays: the target's training split, or a seeded mixture of
+  several targets.
 - `grpo.py`: the job's loop: labels, warm start, then GRPO on the gates over the target's training
   tasks (backbone and adapters frozen), with its budget accounting.
 - `job.py`: TRAINING_KIND_GATES, the trainer job around them (validation, worker side).

@@ -21,7 +21,7 @@ Only the routing decisions that generate assistant tokens are labelled (`labelle
 
 GRPO. The adapters' GRPO loop (`services.trainer.grpo.trainer.GRPOTrainer`) runs unchanged with
 `GateWeights` as its trainable weights, on the target environment's training split only (several
-target environments: a seeded mixture of them, `build_mixture`; never the capability environments,
+target environments: a seeded mixture of them, `mixture.build_mixture`; never the capability environments,
 which the adapters already trained on): the policy is the composed model (hard top-1 routing per
 token and layer; the gates learn through the straight-through factor of `composed.py`), rollouts
 come from the same in-process backend, the loss is the clipped surrogate on assistant tokens plus
@@ -55,409 +55,42 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator, model_validator
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
 
+from services.trainer.gates.config import GateGRPOConfig
 from services.trainer.gates.labelled_examples import pad_id, provenance_examples
+from services.trainer.gates.mixture import grpo_source
 from services.trainer.gates.outcomes import obtain_outcomes, recorded_outcome_budget
 from services.trainer.gates.provenance import (
     PlayedBudget,
     obtain_provenance,
-    play_provenance,
     recorded_budget,
     select_base_provenance,
 )
-from services.trainer.gates.warm_start import GateTrainer, GateTrainingConfig
-from services.trainer.gates.warm_start_checkpoints import CKPT_DIR, list_gate_checkpoints
+from services.trainer.gates.warm_start import GateTrainer
+from services.trainer.gates.warm_start_checkpoints import list_gate_checkpoints
+from services.trainer.gates.weights import CountingRollouts, GateWeights
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
-from services.trainer.grpo.rollouts import EnvFactory, PolicyRollouts
-from services.trainer.grpo.trainable import TrainableWeights
+from services.trainer.grpo.rollouts import EnvFactory
 from services.trainer.grpo.trainer import EventFn
 from trace_common.artifacts import ArtifactStore
-from trace_common.env import Environment, Observation, StepResult
 from trace_common.env.trajectory import Trajectory
-from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidArgument, NotFound
+from trace_common.errors import InvalidArgument, NotFound
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import (
     BASE_SLOT_NAME,
     GATES_FILE,
     MANIFEST_FILE,
     CompositionArtifact,
-    gates_metadata,
     write_composition,
 )
-from trace_common.specs import check_uri
 
 log = logging.getLogger(__name__)
-
-_LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
-
-
-#: Fields only one kind of warm-start label reads. Set to anything but its default under the other kind
-#: a field would do nothing, so the config refuses it (a setting that is configured but inert is an
-#: error, not a no-op); a default value passes, so a fully dumped config (ValidateTrainingConfig's
-#: answer, the worker's spec) parses again, as the LoRA fields' rule does.
-_ONLY_FOR: dict[str, frozenset[str]] = {
-    "provenance": frozenset({"warm_start_episodes", "base_provenance", "base_provenance_uris"}),
-    "outcome": frozenset({"warm_start_tasks", "warm_start_samples_per_slot", "warm_start_temperature",
-                          "warm_start_fallback_score"}),
-}
-
-
-class GateGRPOConfig(GRPOConfig):
-    """Gate-training job config: the GRPO fields (TRL names, same meaning, applied to the gates) plus
-    the warm start's. `lora_*` do not apply (the adapters are frozen) and are refused when set to
-    anything but their defaults."""
-
-    max_steps: int = Field(20, ge=0, le=1_000_000,
-                           description="GRPO iterations on the gates after the warm start (0 = warm start only).")
-    learning_rate: float = Field(1e-3, gt=0.0, le=1.0, description="AdamW learning rate of the gates in GRPO.")
-    load_balancing_coef: float = Field(
-        0.01, ge=0.0, le=10.0, description="Weight of the Switch load-balancing term added to the GRPO loss.")
-    max_resample_rounds: int = Field(
-        3, ge=0, le=16, description="Uninformative (constant-reward) GRPO groups on the gates, and groups cut short by a "
-                                    "policy error or timeout, are dropped and up to this many extra rounds draw fresh "
-                                    "target training tasks to replace them; every "
-                                    "re-collected episode is counted in rollouts_total (0: train on the informative "
-                                    "groups only). 3, as the reference re-collects.")
-    warm_start_steps: int = Field(100, ge=0, le=1_000_000,
-                                  description="Warm-start optimizer steps on the labelled sequences (0 = no warm start).")
-    warm_start_labels: Literal["outcome", "provenance"] = Field(
-        "outcome", description="Where the warm start's labels come from. `outcome` (default): every slot alone (the "
-                               "base, each adapter) replays `warm_start_tasks` target training tasks and each task is "
-                               "labelled with the slot that scores there, trained on that slot's own trajectory "
-                               "(outcomes.py). `provenance`: each token is labelled with the environment its "
-                               "trajectory came from (provenance.py) -- kept only as the ablation that measures what "
-                               "outcome labels add (it learns which environment a prompt looks like, not which adapter "
-                               "helps on the task).")
-    warm_start_tasks: int = Field(
-        32, ge=1, le=65_536, description="Outcome labels: target training tasks every slot replays (the last of GRPO's "
-                                         "seed schedule, disjoint from the tasks GRPO on the gates draws first). The "
-                                         "replays cost warm_start_tasks x (K+1) x warm_start_samples_per_slot episodes, "
-                                         "counted in the job's budget.")
-    warm_start_samples_per_slot: int = Field(
-        1, ge=1, le=64, description="Outcome labels: episodes per slot and task, at the GRPO sampling settings; a "
-                                    "slot's score on a task is its mean reward over them.")
-    warm_start_temperature: float | None = Field(
-        None, ge=0.0, le=5.0, description="Outcome labels: sampling temperature of the replays (0 = greedy, as the "
-                                          "evaluation decodes; then warm_start_samples_per_slot must be 1). None "
-                                          "(default): `temperature`, GRPO's.")
-    warm_start_fallback_score: str = Field(
-        "", max_length=64, pattern=r"^([a-z][a-z0-9_]*)?$",
-        description="Outcome labels: a reward_breakdown entry (e.g. the store's `subrequests`, the share of "
-                    "sub-requests fulfilled) that labels the tasks where no slot scores a reward above 0; the slot "
-                    "with its highest mean wins, as for the reward. Empty (default): such tasks give no label.")
-    warm_start_episodes: int = Field(
-        16, ge=1, le=4096, description="Provenance labels only: episodes played per capability environment; also the "
-                                       "most base trajectories slot 0 takes.")
-    warm_start_learning_rate: float = Field(5e-3, gt=0.0, le=1.0, description="AdamW learning rate of the warm start.")
-    warm_start_batch_size: int = Field(8, ge=1, le=4096, description="Provenance sequences per warm-start step.")
-    warm_start_max_length: int = Field(
-        8192, ge=8, le=1 << 17, description="Tokens kept per provenance sequence (GateTrainingConfig.max_length: keep "
-                                            "it above the target's prompt, or its replies carry no label).")
-    heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0,
-                                    description="Share of provenance kept out of the warm start to measure routing "
-                                                "accuracy.")
-    base_provenance_uris: list[str] = Field(
-        default_factory=list, max_length=64,
-        description="Provenance labels only (outcome labels replay the base themselves): trajectory files (JSONL "
-                    "artifacts in the trainer's store) of the base agent on the target's training tasks: slot 0's "
-                    "warm-start examples. The pipeline passes the rollout stage's output. Empty: slot 0 gets no "
-                    "example (logged; the gates then never learn to choose the base).")
-    base_provenance: Literal["successful", "all", "none"] = Field(
-        "successful", description="Provenance labels only: which base trajectories label slot 0: the successful ones "
-                                  "(default: the base acted right there), all of them, or none (provenance.py says "
-                                  "why).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            if "target_fraction" in data:
-                raise ValueError("target_fraction: GRPO on the gates plays the target's training tasks only (the "
-                                 "capability environments are the adapters' own); remove the field")
-            if "warm_start_tokens" in data:
-                raise ValueError("warm_start_tokens: provenance labels only the decisions that generate assistant "
-                                 "tokens; remove the field")
-        return data
-
-    @field_validator("base_provenance_uris")
-    @classmethod
-    def _uris(cls, v: list[str]) -> list[str]:
-        for i, uri in enumerate(v):
-            check_uri(uri, f"base_provenance_uris[{i}]")
-        return v
-
-    @model_validator(mode="after")
-    def _gates_only(self) -> GateGRPOConfig:
-        if self.rollout_backend != "in_process":
-            raise ValueError("rollout_backend must be 'in_process' for gate training: the composition routes every "
-                             "token through its gates, which a vLLM LoRA server cannot do; remove rollout_backend")
-        set_lora = sorted(f for f in _LORA_FIELDS
-                          if f in self.model_fields_set and getattr(self, f) != GRPOConfig.model_fields[f].default)
-        if set_lora:
-            raise ValueError(f"{', '.join(set_lora)}: gate training composes frozen adapters, so LoRA settings do not "
-                             "apply; remove them")
-        if self.max_steps == 0 and self.warm_start_steps == 0:
-            raise ValueError("max_steps=0 and warm_start_steps=0 train nothing; set warm_start_steps (e.g. 100) "
-                             "and/or max_steps (GRPO iterations)")
-        if self.warm_start_temperature == 0 and self.warm_start_samples_per_slot > 1:
-            raise ValueError("warm_start_temperature 0 (greedy) replays the same episode every sample; set "
-                             "warm_start_samples_per_slot 1, or a warm_start_temperature above 0")
-        if self.gradient_checkpointing:
-            raise ValueError("gradient_checkpointing does not apply to gate training (the backbone gets no "
-                             "gradient); remove it")
-        other = "provenance" if self.warm_start_labels == "outcome" else "outcome"
-        inert = sorted(f for f in _ONLY_FOR[other] & self.model_fields_set
-                       if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True))
-        if inert:
-            raise ValueError(f"{', '.join(inert)}: {other} labels only, and warm_start_labels is "
-                             f"'{self.warm_start_labels}'; remove them, or set warm_start_labels: {other}")
-        return self
-
-    def warm_start_config(self, data_digest: str = "") -> GateTrainingConfig:
-        return GateTrainingConfig(learning_rate=self.warm_start_learning_rate, max_steps=self.warm_start_steps,
-                                  per_device_train_batch_size=self.warm_start_batch_size,
-                                  max_length=self.warm_start_max_length, heldout_fraction=self.heldout_fraction,
-                                  save_steps=self.save_steps, seed=self.seed, data_digest=data_digest)
-
-
-# ---- the gates as GRPO's trainable weights -------------------------------------------------------
-class GateWeights(TrainableWeights):
-    """The per-layer gates of a composition as the GRPO loop's trainable weights (trainable.py).
-
-    Freezes everything but the gates. While `counting()` is active (the rollouts), every routing
-    decision on a real (non-padding) token is counted per slot; `iteration_metrics` reports the
-    shares since the previous call as `routing_share_<slot name>`.
-    """
-
-    weights_file = GATES_FILE
-    config_file = "gates_config.json"
-
-    def __init__(self, composed: ComposedMoEModel, load_balancing_coef: float = 0.0):
-        self.composed = composed
-        self.coef = load_balancing_coef
-        composed.requires_grad_(False)
-        for p in composed.gate_parameters():
-            p.grad = None  # a gradient left by earlier training must not enter GRPO's first step
-            p.requires_grad_(True)
-        self.names = [BASE_SLOT_NAME, *composed.adapter_names]
-        self.counts = torch.zeros(composed.num_slots, dtype=torch.float64)
-
-    def parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
-        return [(f"gates.{n}", p) for n, p in self.composed.gates.named_parameters()]
-
-    def state_bytes(self) -> bytes:
-        tensors = {k: v.contiguous().cpu() for k, v in self.composed.gate_state_dict().items()}
-        return st_save(tensors, metadata=gates_metadata(self.composed))
-
-    def config_bytes(self) -> bytes:
-        c = self.composed
-        return json.dumps({"adapters": list(c.adapter_names), "num_layers": c.num_layers,
-                           "hidden_size": c.hidden_size, "num_slots": c.num_slots,
-                           "load_balancing_coef": self.coef}, sort_keys=True).encode()
-
-    def load_state_bytes(self, data: bytes) -> None:
-        try:
-            state = st_load(data)
-        except Exception as exc:  # noqa: BLE001 - safetensors raises several types
-            raise ArtifactCorrupted(f"gate weights are not a valid safetensors file: {exc}") from exc
-        self.composed.load_gate_state_dict({k: v.float() for k, v in state.items()})
-
-    @contextmanager
-    def reference(self) -> Iterator[None]:
-        with self.composed.forced(0):  # the plain base
-            yield
-
-    def aux_loss(self) -> torch.Tensor | None:
-        if not self.coef or not torch.is_grad_enabled():
-            return None
-        # the last forward ran the decoder directly (logprobs.py), so the padding mask recorded by the
-        # base's forward hook belongs to an older call: drop it rather than risk a stale match
-        self.composed._last_mask = None
-        return self.coef * self.composed.load_balancing_loss()
-
-    @contextmanager
-    def counting(self) -> Iterator[None]:
-        """Count routing decisions of the forwards inside the block (padding excluded when known)."""
-        composed = self.composed
-        from trace_common.moe.backbone import decoder_layout
-
-        def hook(layer: int):
-            def count(_module, _args, _output) -> None:
-                ids = composed._last_ids[layer]
-                if ids is None or composed.is_forced:
-                    return
-                mask = composed._last_mask
-                if mask is not None and mask.numel() == ids.numel():
-                    ids = ids[mask.reshape(-1).to(ids.device)]
-                self.counts += torch.bincount(ids.reshape(-1).cpu(), minlength=composed.num_slots).double()
-            return count
-
-        layers = decoder_layout(composed.base).layers
-        handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-
-    def routing_share(self, reset: bool = True) -> list[float]:
-        total = float(self.counts.sum())
-        share = (self.counts / total).tolist() if total > 0 else []
-        if reset:
-            self.counts.zero_()
-        return share
-
-    def iteration_metrics(self) -> dict[str, float]:
-        share = self.routing_share()
-        return {f"routing_share_{name}": float(v) for name, v in zip(self.names, share, strict=True)}
-
-
-class CountingRollouts(PolicyRollouts):
-    """In-process rollouts of the composition that count its routing decisions (GateWeights)."""
-
-    def __init__(self, policy, weights: GateWeights):
-        super().__init__(policy)
-        self.weights = weights
-
-    async def play(self, env_factory, specs, **kwargs):
-        with self.weights.counting():
-            return await super().play(env_factory, specs, **kwargs)
-
-
-# ---- the mixture of environments ------------------------------------------------------------------
-@dataclass(frozen=True)
-class MixtureSource:
-    """One environment of the GRPO mixture: a label (capability name or the target's), a factory,
-    its training seeds and its sampling weight."""
-
-    label: str
-    factory: EnvFactory
-    seeds: Sequence[int]
-    weight: float
-
-
-@dataclass(frozen=True)
-class Mixture:
-    sources: tuple[MixtureSource, ...]
-    size: int = 1_000_000  # mixture seeds (each maps to one source instance)
-    max_turns: int = 20
-
-    def factory(self) -> MixtureEnv:
-        return MixtureEnv(self)
-
-    def pick(self, seed: int) -> tuple[MixtureSource, int]:
-        """Semantics: u = Random(seed).random(); source j = first with cumulative weight > u;
-        instance = Random(seed).choice(source j's seeds) (drawn after u)."""
-        rng = random.Random(seed)
-        u = rng.random() * sum(s.weight for s in self.sources)
-        acc = 0.0
-        chosen = self.sources[-1]
-        for source in self.sources:
-            acc += source.weight
-            if u < acc:
-                chosen = source
-                break
-        return chosen, int(chosen.seeds[rng.randrange(len(chosen.seeds))])
-
-
-def build_mixture(target_envs: Sequence[tuple[str, EnvFactory]], *, split: str,
-                  splits: Mapping[str, str] | None = None) -> Mixture:
-    """The GRPO mixture of several target environments, equal weights (module docstring); each source's
-    seeds (its `splits[label]`, default `split`) are read once here."""
-    if not target_envs:
-        raise InvalidArgument(field="spec.environments", expected="the target environment (GRPO on the gates plays "
-                              "the target's training tasks)", fix="list the target after the capability environments, "
-                              "with params split=train")
-    sources: list[MixtureSource] = []
-    max_turns = 1
-    for label, factory in target_envs:
-        probe = factory()
-        have = probe.splits()
-        want = (splits or {}).get(label) or split
-        if want not in have or len(have[want]) == 0:
-            raise InvalidArgument(field="spec.environments", expected=f"environment {probe.name!r} to define a "
-                                  f"non-empty {want!r} split", got=sorted(have),
-                                  fix="set config.train_split (or the environment's split param) to a split it "
-                                      "defines")
-        max_turns = max(max_turns, int(probe.default_max_turns))
-        sources.append(MixtureSource(label, factory, have[want], 1.0 / len(target_envs)))
-    return Mixture(tuple(sources), max_turns=max_turns)
-
-
-class MixtureEnv(Environment):
-    """Plays the instance a mixture seed maps to (`Mixture.pick`); everything else is delegated to
-    that source's environment (created lazily, one per source, per MixtureEnv instance)."""
-
-    name: ClassVar[str] = "gate-mixture"
-    version: ClassVar[str] = "1.0.0"
-
-    def __init__(self, mixture: Mixture):
-        self.mixture = mixture
-        self.default_max_turns = mixture.max_turns  # type: ignore[misc]
-        self._envs: dict[str, Environment] = {}
-        self._env: Environment | None = None
-        self._label = ""
-
-    def splits(self) -> dict[str, Sequence[int]]:
-        return {"train": range(self.mixture.size)}
-
-    def _current(self) -> Environment:
-        if self._env is None:
-            raise FailedPrecondition("reset the mixture environment first")
-        return self._env
-
-    def reset(self, seed: int) -> Observation:
-        source, inner = self.mixture.pick(self.check_seed(seed))
-        if source.label not in self._envs:
-            self._envs[source.label] = source.factory()
-        self._env, self._label = self._envs[source.label], source.label
-        self.name = self._env.name  # type: ignore[misc] - trajectories name the environment actually played
-        self.version = self._env.version  # type: ignore[misc]
-        return self._env.reset(inner)
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return self._current().tool_schemas()
-
-    def step(self, action: Any) -> StepResult:
-        return self._current().step(action)
-
-    @property
-    def done(self) -> bool:
-        return self._current().done
-
-    def reward(self) -> float:
-        return self._current().reward()
-
-    @property
-    def task_id(self) -> str:
-        return self._current().task_id
-
-    def diagnostics(self) -> list[dict[str, Any]]:
-        return self._current().diagnostics()
-
-    def reward_breakdown(self) -> dict[str, float]:
-        return self._current().reward_breakdown()
-
-    def failure_reason(self) -> str | None:
-        return self._current().failure_reason()
-
-    def episode_info(self) -> dict[str, Any]:
-        return {**self._current().episode_info(), "mixture_source": self._label}
-
-    @property
-    def termination(self):
-        return self._current().termination
 
 
 # ---- the job ----------------------------------------------------------------------------------------
@@ -482,19 +115,6 @@ def _matching_warm_start(store: ArtifactStore, prefix: str, digest: str) -> str 
         except (NotFound, ValueError):
             continue
     return None
-
-
-def grpo_source(target_envs: Sequence[tuple[str, EnvFactory]], config: GateGRPOConfig,
-                splits: Mapping[str, str] | None = None) -> tuple[EnvFactory, str, Sequence[int]]:
-    """(environment factory, split name, its seeds) that GRPO on the gates plays: the one target's
-    training split, or the mixture of several targets (its own `train` split). The outcome replays
-    read the same seeds through the same schedule (outcomes.py)."""
-    if len(target_envs) == 1:
-        label, factory = target_envs[0]
-        split = (splits or {}).get(label) or config.train_split
-        return factory, split, factory().splits()[split]
-    mixture = build_mixture(target_envs, split=config.train_split, splits=splits)
-    return mixture.factory, "train", range(mixture.size)
 
 
 @dataclass
@@ -730,5 +350,4 @@ def _final_share(weights: GateWeights, history: list[dict[str, float]], warm: di
     return [float(v) for v in warm.get("routing_share") or []]
 
 
-__all__ = ["CKPT_DIR", "CountingRollouts", "GateGRPOConfig", "GateJobResult", "GateWeights", "Mixture",
-           "MixtureEnv", "PlayedBudget", "build_mixture", "play_provenance", "train_gate_job"]
+__all__ = ["GateJobResult", "train_gate_job"]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.trainer.gates.grpo import GateGRPOConfig
+from services.trainer.gates.config import GateGRPOConfig
 from services.trainer.grpo.config import parse_config
 from services.trainer.jobspec import DATA_ROOTS_SETTING, confined_environment, env_factory, worker_model_roots
 from trace_common.artifacts import ArtifactStore

@@ -12,7 +12,7 @@ as the evaluation decodes), and records each slot's reward per task. Every repla
 in its budget (`PlayedBudget`: `warm_start_rollouts`, inside `rollouts_total`).
 
 Which tasks. The target GRPO on the gates plays (one target: its training split; several: their
-seeded mixture, `grpo.build_mixture`), read through GRPO's own seed schedule
+seeded mixture, `mixture.build_mixture`), read through GRPO's own seed schedule
 (`services.trainer.grpo.seeds.SeedSchedule`, same split, same seed): the replays take the *last*
 `warm_start_tasks` positions of its first pass, GRPO draws from the first. The two are disjoint as
 long as GRPO draws fewer than `len(split) - warm_start_tasks` seeds (max_steps x groups_per_batch x

@@ -4,7 +4,7 @@ The loop (trainer.py) needs five things from the trained weights: the parameters
 their bytes for a checkpoint (and back), the model to take the KL reference from, an optional
 auxiliary loss added to each micro-batch's GRPO loss, and optional per-iteration metrics.
 `LoraWeights` is the capability-adapter case (a PEFT LoRA on a frozen base, the default);
-`services.trainer.gates.grpo.GateWeights` is the MoE case (only the per-layer gates of a
+`services.trainer.gates.weights.GateWeights` is the MoE case (only the per-layer gates of a
 composition of frozen adapters train). Keeping the loop behind this interface is what lets gate
 training reuse the rollouts, advantages, loss, checkpoints and resume of adapter training
 instead of copying them.

@@ -187,7 +187,7 @@ def test_a_resumed_job_shows_each_iteration_once(tmp_path):
 
 # ---- the gate job: its warm start and its GRPO iterations ---------------------------------------------------------
 def test_a_gate_job_logs_its_warm_start_steps_and_its_iterations(tmp_path):
-    from services.trainer.gates.grpo import GateGRPOConfig
+    from services.trainer.gates.config import GateGRPOConfig
     from tests.unit.trainer.gates.test_grpo import PROV, composed
     from tests.unit.trainer.gates.test_grpo import run as gate_job
 

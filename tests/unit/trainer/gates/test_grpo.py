@@ -27,8 +27,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from services.trainer.gates.grpo import _ONLY_FOR, GateGRPOConfig, build_mixture, train_gate_job
+from services.trainer.gates.config import _ONLY_FOR, GateGRPOConfig
+from services.trainer.gates.grpo import train_gate_job
 from services.trainer.gates.labelled_examples import collate, provenance_examples
+from services.trainer.gates.mixture import build_mixture
 from services.trainer.gates.provenance import select_base_provenance
 from services.trainer.gates.warm_start import GateTrainingConfig
 from services.trainer.grpo.config import parse_config
@@ -58,7 +60,7 @@ def labels_config(labels: str, episodes: int = 8) -> dict:
 
 def for_labels(config: dict, labels: str, episodes: int = 8) -> dict:
     """`config` under warm-start `labels`: the other labels' fields dropped (the config refuses them:
-    grpo._ONLY_FOR), `labels_config(labels, episodes)` added."""
+    config._ONLY_FOR), `labels_config(labels, episodes)` added."""
     other = _ONLY_FOR["provenance" if labels == "outcome" else "outcome"]
     return {**{k: v for k, v in config.items() if k not in other}, **labels_config(labels, episodes)}
 

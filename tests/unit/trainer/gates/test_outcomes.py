@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from services.trainer.gates.grpo import GateGRPOConfig
+from services.trainer.gates.config import GateGRPOConfig
 from services.trainer.gates.labelled_examples import collate, provenance_examples
 from services.trainer.gates.outcomes import label_task, outcome_table, replay_seeds
 from services.trainer.gates.warm_start import GateTrainingConfig
