@@ -27,6 +27,13 @@ from peft import PeftModel
 from trace_common.policy.generation import RowParams, generate_batch
 
 
+class _Server(ThreadingHTTPServer):
+    # the standard library's listen backlog is 5: two ranks open 16 connections at once, and on a loaded
+    # machine the kernel refused the overflow before the accept loop ran (policy errors in the ranks'
+    # rows, not a property of the code under test); vLLM's uvicorn listens with a backlog of 2048
+    request_queue_size = 128
+
+
 class FakeVLLM:
     def __init__(self, base: torch.nn.Module, stop_ids: list[int], pad_id: int, base_name: str = "base"):
         self.base = base
@@ -87,7 +94,7 @@ class FakeVLLM:
                 status, payload = route(body)
                 self._send(status, payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
