@@ -183,6 +183,26 @@ def all_sum_named(dist: Dist, values: dict[str, float]) -> dict[str, float]:
     return dict(zip(values, dist.all_sum(list(values.values())), strict=True))
 
 
+@dataclass
+class _Passes:
+    """What one iteration's optimisation passes share: per micro-batch, the reference, pi_old and
+    importance-weight tensors (fixed before or in the first pass); the sums reported (reduced over
+    ranks by name, in this order) and the time spent per part."""
+
+    batches: int
+    ref: list[torch.Tensor | None] = field(init=False)
+    old: list[torch.Tensor | None] = field(init=False)
+    importance: list[torch.Tensor | None] = field(init=False)
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("loss", "clipped", "kl", "weight", "entropy", "ent_n", "is_sum", "is_n"), 0.0))
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("forward_backward", "logprob", "backward", "ref_logprob", "optimizer"), 0.0))
+    grad_norm: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.ref, self.old, self.importance = ([None] * self.batches for _ in range(3))
+
+
 class GRPOTrainer:
     """Trains the LoRA adapter of `model` (a `PeftModel` from `lora.attach_lora`) on one
     environment -- or, given `weights`, whatever those weights are (trainable.py; e.g. the gates
@@ -541,7 +561,8 @@ class GRPOTrainer:
         return metrics
 
     def _update(self, episodes: list[TrainEpisode]) -> dict[str, float]:
-        """The optimisation passes over this iteration's episodes; {} when nothing was trained."""
+        """The optimisation passes over this iteration's episodes (module docstring: `num_iterations`
+        passes over the micro-batches, one optimizer step each); {} when nothing was trained."""
         cfg = self.config
         t0 = time.perf_counter()
         in_loss = [not (e.guided and cfg.guidance_mode == "exclude") for e in episodes]
@@ -561,100 +582,101 @@ class GRPOTrainer:
         batches = [collate(episodes, seqs, ids, weights, in_loss, self.pad_id) for ids in chunks]
         # the shared system prompt + tools prefix of each micro-batch runs once (logprobs.py)
         prefixes = [shared_prefix_len(mb.input_ids, mb.attention_mask, mb.target_mask) for mb in batches]
-        dev = self.device
-        ref_cache: list[torch.Tensor | None] = [None] * len(batches)
-        t_ref = 0.0
-        if cfg.beta > 0:
-            tr = time.perf_counter()
-            self.model.eval()
-            with torch.no_grad(), self.weights.reference():
-                for k, mb in enumerate(batches):
-                    ref, _ = selected_logprobs(self.model, mb.input_ids.to(dev), mb.attention_mask.to(dev),
-                                               mb.target_mask.to(dev), temperature=cfg.temperature,
-                                               with_entropy=False, prefix_len=prefixes[k])
-                    ref_cache[k] = ref.detach()
-            t_ref = time.perf_counter() - tr
-        old_cache: list[torch.Tensor | None] = [None] * len(batches)
-        is_cache: list[torch.Tensor | None] = [None] * len(batches)
-        sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "weight": 0.0, "entropy": 0.0, "ent_n": 0.0,
-                "is_sum": 0.0, "is_n": 0.0}
-        grad_norm = 0.0
-        t_fb = t_opt = 0.0
+        passes = _Passes(len(batches))
+        self._reference_logprobs(batches, prefixes, passes)
         self.model.train()
-        t_fwd = t_bwd = 0.0
         for p in range(cfg.num_iterations):
-            tb = time.perf_counter()
-            for k, mb in enumerate(batches):
-                tf = time.perf_counter()
-                ids, att, tmask = mb.input_ids.to(dev), mb.attention_mask.to(dev), mb.target_mask.to(dev)
-                logp, entropy = selected_logprobs(self.model, ids, att, tmask, temperature=cfg.temperature,
-                                                  with_entropy=(p == 0), prefix_len=prefixes[k])
-                if p == 0:
-                    guided = mb.selected(mb.guided).to(dev)
-                    behaviour = mb.selected(mb.behaviour_logp).to(dev)
-                    # pi_old: the current policy's logprob, or the sampler's for episodes of an earlier
-                    # policy (initial batches of calibration episodes, initial_batches.py)
-                    old_cache[k] = torch.where(mb.selected(mb.off_policy).to(dev), behaviour, logp.detach())
-                    w = torch.ones_like(logp)
-                    if self.n_guided and cfg.guidance_mode == "importance_weighted" and bool(guided.any()):
-                        iw = guided_importance_weights(logp.detach(), behaviour, cfg.guidance_importance_cap)
-                        w = torch.where(guided, iw, w)
-                        sums["is_sum"] += float(iw[guided].sum())
-                        sums["is_n"] += float(guided.sum())
-                    is_cache[k] = w
-                    if entropy is not None:
-                        sums["entropy"] += float(entropy.sum())
-                        sums["ent_n"] += float(entropy.numel())
-                terms = grpo_token_loss(logp, old_cache[k], mb.selected(mb.advantage).to(dev),
-                                        mb.selected(mb.weight).to(dev), epsilon=cfg.epsilon,
-                                        epsilon_high=cfg.epsilon_high, beta=cfg.beta, ref_logp=ref_cache[k],
-                                        is_weights=is_cache[k])
-                aux = self.weights.aux_loss()
-                loss = terms.loss if aux is None else terms.loss + aux / len(batches)
-                tk = time.perf_counter()
-                t_fwd += tk - tf
-                loss.backward()
-                t_bwd += time.perf_counter() - tk
-                if p == cfg.num_iterations - 1:
-                    sums["loss"] += float(loss.detach())
-                    sums["clipped"] += terms.clipped_tokens
-                    sums["kl"] += terms.kl_sum
-                    sums["weight"] += terms.weight_sum
-            t_fb += time.perf_counter() - tb
-            to = time.perf_counter()
-            params = [q for _, q in self.trainable]
-            self.dist.sync_grads(params)
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-            else:
-                grad_norm = float(torch.norm(torch.stack([q.grad.norm() for q in params if q.grad is not None])))
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            t_opt += time.perf_counter() - to
+            self._optimisation_pass(p, batches, prefixes, passes)
         self.model.eval()
-        loss, clipped, kl, wsum, ent, ent_n, is_sum, is_n = self.dist.all_sum(
-            [sums["loss"], sums["clipped"], sums["kl"], sums["weight"], sums["entropy"], sums["ent_n"],
-             sums["is_sum"], sums["is_n"]])
+        sums = all_sum_named(self.dist, passes.sums)
+        wsum = sums["weight"]
         out = {
-            "loss": loss,
-            "clip_fraction": clipped / wsum if wsum else 0.0,
-            "entropy": ent / ent_n if ent_n else 0.0,
-            "grad_norm": grad_norm,
+            "loss": sums["loss"],
+            "clip_fraction": sums["clipped"] / wsum if wsum else 0.0,
+            "entropy": sums["entropy"] / sums["ent_n"] if sums["ent_n"] else 0.0,
+            "grad_norm": passes.grad_norm,
             "trained_tokens": g_tokens,
             "trained_episodes": g_eps,
             "train_seconds": time.perf_counter() - t0,
-            "forward_backward_seconds": t_fb,
-            "logprob_seconds": t_fwd,
-            "backward_seconds": t_bwd,
-            "ref_logprob_seconds": t_ref,
-            "optimizer_seconds": t_opt,
+            **{f"{k}_seconds": v for k, v in passes.seconds.items()},
         }
         if cfg.beta > 0:
-            out["kl"] = kl / wsum if wsum else 0.0
-        if is_n:
-            out["importance_weight_mean"] = is_sum / is_n
+            out["kl"] = sums["kl"] / wsum if wsum else 0.0
+        if sums["is_n"]:
+            out["importance_weight_mean"] = sums["is_sum"] / sums["is_n"]
         return out
+
+    def _reference_logprobs(self, batches: list[Any], prefixes: list[int], passes: _Passes) -> None:
+        """The KL reference's logprobs of every micro-batch (beta > 0 only), once per iteration."""
+        cfg = self.config
+        if cfg.beta <= 0:
+            return
+        tr = time.perf_counter()
+        dev = self.device
+        self.model.eval()
+        with torch.no_grad(), self.weights.reference():
+            for k, mb in enumerate(batches):
+                ref, _ = selected_logprobs(self.model, mb.input_ids.to(dev), mb.attention_mask.to(dev),
+                                           mb.target_mask.to(dev), temperature=cfg.temperature,
+                                           with_entropy=False, prefix_len=prefixes[k])
+                passes.ref[k] = ref.detach()
+        passes.seconds["ref_logprob"] = time.perf_counter() - tr
+
+    def _optimisation_pass(self, p: int, batches: list[Any], prefixes: list[int], passes: _Passes) -> None:
+        """Pass `p`: forward and backward over every micro-batch, then one optimizer step. The first
+        pass fixes pi_old and the guided tokens' importance weights; the last one's losses are reported."""
+        cfg = self.config
+        dev = self.device
+        sums, seconds = passes.sums, passes.seconds
+        tb = time.perf_counter()
+        for k, mb in enumerate(batches):
+            tf = time.perf_counter()
+            ids, att, tmask = mb.input_ids.to(dev), mb.attention_mask.to(dev), mb.target_mask.to(dev)
+            logp, entropy = selected_logprobs(self.model, ids, att, tmask, temperature=cfg.temperature,
+                                              with_entropy=(p == 0), prefix_len=prefixes[k])
+            if p == 0:
+                guided = mb.selected(mb.guided).to(dev)
+                behaviour = mb.selected(mb.behaviour_logp).to(dev)
+                # pi_old: the current policy's logprob, or the sampler's for episodes of an earlier
+                # policy (initial batches of calibration episodes, initial_batches.py)
+                passes.old[k] = torch.where(mb.selected(mb.off_policy).to(dev), behaviour, logp.detach())
+                w = torch.ones_like(logp)
+                if self.n_guided and cfg.guidance_mode == "importance_weighted" and bool(guided.any()):
+                    iw = guided_importance_weights(logp.detach(), behaviour, cfg.guidance_importance_cap)
+                    w = torch.where(guided, iw, w)
+                    sums["is_sum"] += float(iw[guided].sum())
+                    sums["is_n"] += float(guided.sum())
+                passes.importance[k] = w
+                if entropy is not None:
+                    sums["entropy"] += float(entropy.sum())
+                    sums["ent_n"] += float(entropy.numel())
+            terms = grpo_token_loss(logp, passes.old[k], mb.selected(mb.advantage).to(dev),
+                                    mb.selected(mb.weight).to(dev), epsilon=cfg.epsilon,
+                                    epsilon_high=cfg.epsilon_high, beta=cfg.beta, ref_logp=passes.ref[k],
+                                    is_weights=passes.importance[k])
+            aux = self.weights.aux_loss()
+            loss = terms.loss if aux is None else terms.loss + aux / len(batches)
+            tk = time.perf_counter()
+            seconds["logprob"] += tk - tf
+            loss.backward()
+            seconds["backward"] += time.perf_counter() - tk
+            if p == cfg.num_iterations - 1:
+                sums["loss"] += float(loss.detach())
+                sums["clipped"] += terms.clipped_tokens
+                sums["kl"] += terms.kl_sum
+                sums["weight"] += terms.weight_sum
+        seconds["forward_backward"] += time.perf_counter() - tb
+        to = time.perf_counter()
+        params = [q for _, q in self.trainable]
+        self.dist.sync_grads(params)
+        if cfg.max_grad_norm > 0:
+            passes.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        else:
+            passes.grad_norm = float(torch.norm(torch.stack([q.grad.norm() for q in params if q.grad is not None])))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        seconds["optimizer"] += time.perf_counter() - to
 
     # -- artifacts ------------------------------------------------------------------------------------
     def save_checkpoint(self) -> ckpt.CheckpointInfo | None:
