@@ -149,7 +149,8 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
         cache = Path(spec.cache_dir or tempfile.gettempdir()) / "trace-models"
         device = dist.device
         base, tokenizer, label = load_base(spec.policy["model"], adapter_ref=spec.policy.get("adapter_uri", ""),
-                                           cache_dir=cache, s3=s3, device=device, allowed=worker_model_roots(spec))
+                                           cache_dir=cache, s3=s3, dtype=config.dtype, device=device,
+                                           allowed=worker_model_roots(spec))
         trainer = make_trainer(config, base, tokenizer, env_factory, store=store, prefix=spec.prefix,
                                capability=spec.capability, on_event=emit, should_stop=stop.is_set, dist=dist,
                                model_label=label, lineage=adapter_lineage(spec.prefix),

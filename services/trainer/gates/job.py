@@ -206,7 +206,8 @@ def run_gates(spec: Any, store: ArtifactStore, *, s3: Any, emit: Callable[[str, 
         if config.warm_start_steps and config.warm_start_labels == "provenance" and config.base_provenance != "none" \
         else []
     allowed = worker_model_roots(spec)
-    base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, device=device, allowed=allowed)
+    base, tokenizer, label = load_base(spec.policy["model"], cache_dir=cache, s3=s3, dtype=config.dtype, device=device,
+                                       allowed=allowed)
     dirs = [materialize(uri, allowed=allowed, cache_dir=cache, s3=s3, field="adapter_uris") for uri in dir_uris.values()]
     composed = ComposedMoEModel.from_adapter_dirs(base, dirs, names=list(dir_uris))
     result = train_gate_job(config, composed, tokenizer, capability_envs={a: r.factory for a, r in assigned.items()},

@@ -9,6 +9,7 @@ import os
 import signal
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from services.trainer.service import Training
@@ -123,6 +124,26 @@ def test_worker_failure_reason_reaches_the_job(tmp_path, model_dir):
     final = asyncio.run(go())
     assert final.state == JobState.FAILED
     assert final.error_code == "INTERNAL" and "OSError" in final.error_message
+
+
+def test_the_base_loads_in_the_configured_dtype_and_the_adapter_stays_float32(tmp_path, model_dir):
+    """`dtype: bfloat16` reaches the worker's load (the same seed trains a different adapter than under
+    float32: the forward runs in bfloat16), while the LoRA weights it writes stay float32."""
+    domain = make_domain(tmp_path)
+
+    async def go(run: str, dtype: str):
+        rec = domain.create_job(spec(model_dir, max_steps=2, save_steps=0, dtype=dtype), run, {}, "")
+        return await domain.jobs.wait(rec.job_id, 300)
+    adapters = {}
+    for dtype in ("float32", "bfloat16"):
+        final = asyncio.run(go(f"run-{dtype}", dtype))
+        assert final.state == JobState.SUCCEEDED, final.error_message
+        uri = {o.kind: o for o in final.outputs}["adapter"].uri
+        adapters[dtype] = load_file(uri.removeprefix("file://"))
+        assert {t.dtype for t in adapters[dtype].values()} == {torch.float32}
+    a, b = adapters["float32"], adapters["bfloat16"]
+    assert a.keys() == b.keys()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
 def test_capabilities_train_in_parallel(tmp_path, model_dir):

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
+from safetensors.torch import load as st_load
 
 from services.trainer.gates.job import read_base_trajectories, validate_gates
+from services.trainer.jobspec import WorkerSpec
 from services.trainer.specs import TrainingSpecModel
 from tests.support.tau2_data import require_tau2_data, tau2_data_root
 from tests.unit.trainer.gates.test_grpo import _traj
@@ -127,3 +132,36 @@ def test_a_tau2_target_under_a_root_is_accepted_through_a_symlink(store, tmp_pat
     target = {"name": "tau2-retail", "params": {"split": "train", "data": str(tmp_path / "link")}}
     parsed = validate_gates(_spec(store, target=target), store, data_roots=[tau2])
     assert parsed.max_steps == CONFIG["max_steps"]
+
+
+@pytest.mark.parametrize("dtype, want", [(None, torch.float32), ("bfloat16", torch.bfloat16)])
+def test_a_gate_job_loads_its_base_in_the_configured_dtype(store, tmp_path, monkeypatch, dtype, want):
+    """run_gates, the worker body, loads the composition's base in `config.dtype` (spied, not replaced:
+    the real load runs) and writes a composition whose gates stay float32."""
+    import services.trainer.grpo.models as models
+    from services.trainer.gates.job import run_gates
+
+    loaded = []
+    real = models.load_base
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        loaded.append(next(out[0].parameters()).dtype)
+        return out
+    monkeypatch.setattr(models, "load_base", spy)
+    config = {"max_steps": 1, "warm_start_steps": 2, "warm_start_tasks": 2, **({"dtype": dtype} if dtype else {})}
+    request = _spec(store, **config)
+    base_dir, _ = toy_world()
+    spec = WorkerSpec(job_id="j1", run_id="r1", kind="TRAINING_KIND_GATES", capability="r1-moe",
+                      environment=request.environments[0].model_dump(),
+                      environments=[e.model_dump() for e in request.environments],
+                      adapter_uris=dict(request.adapter_uris), policy=request.policy.model_dump(),
+                      config=validate_gates(request, store).model_dump(mode="json"), artifact_root=store.root_uri,
+                      model_roots=[Path(base_dir).parent.as_uri()], prefix="runs/r1/gates/moe")
+    events = []
+    code = run_gates(spec, store, s3=None, emit=lambda kind, payload: events.append((kind, payload)),
+                     should_stop=lambda: False, cache=tmp_path / "cache", device="cpu")
+    assert code == 0, events[-1]
+    assert loaded == [want]
+    gates = st_load(store.get_bytes("runs/r1/gates/moe/gates.safetensors"))
+    assert gates and {t.dtype for t in gates.values()} == {torch.float32}

@@ -18,6 +18,7 @@ from trace_common.errors import InvalidArgument
     ({"num_generations": 1}, "config.num_generations", "greater than or equal to 2"),
     ({"epsilon": 0.3, "epsilon_high": 0.2}, "config", "e.g. epsilon=0.2, epsilon_high=0.28"),
     ({"scale_rewards": "global"}, "config.scale_rewards", "'group', 'batch' or 'none'"),
+    ({"dtype": "int8"}, "config.dtype", "'float32', 'bfloat16' or 'float16'"),
     ({"temperature": 0.0}, "config.temperature", "greater than 0"),
     ({"top_k": 1}, "config", "use top_k=0"),
     ({"guidance_fraction": 0.95, "num_generations": 4}, "config", "lower it below"),
@@ -64,6 +65,7 @@ def test_valid_config(values, check):
     ({"vllm": {"base_url": "http://v:8000/v1", "adapter_dir": "/a"}}, True),     # where rollouts are served
     ({"report_to": ["wandb"]}, True),                                             # where the metrics are logged
     ({"learning_rate": 1e-3}, False),                                             # what is trained
+    ({"dtype": "bfloat16"}, False),                                               # ... in another precision
 ])
 def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
     assert (GRPOConfig(**changed).resume_digest() == GRPOConfig().resume_digest()) is same_resume_digest
@@ -71,9 +73,9 @@ def test_resume_digest_ignores_only_neutral_fields(changed, same_resume_digest):
 
 def _old_digest(cfg: GRPOConfig, neutral, position: str) -> str:
     """The digest an older TRACE recorded for `cfg`'s values: its dump still held guidance_position, and
-    had no initial_batches_uri or report_to yet."""
+    had no initial_batches_uri, report_to or dtype yet."""
     data = {k: v for k, v in cfg.model_dump(mode="json").items()
-            if k not in neutral and k not in ("initial_batches_uri", "report_to")}
+            if k not in neutral and k not in ("initial_batches_uri", "report_to", "dtype")}
     data["guidance_position"] = position
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -110,3 +112,14 @@ def test_an_old_digest_resumes_only_the_same_values():
 def test_digest_changes_with_values():
     assert GRPOConfig().digest() == GRPOConfig().digest()
     assert GRPOConfig(learning_rate=1e-3).digest() != GRPOConfig().digest()
+
+
+def test_the_default_dtype_keeps_the_digest_of_a_config_from_before_the_field():
+    """A checkpoint written before `dtype` existed (its dump had no such key) continues under float32, the
+    weights it was trained with; bfloat16 is a different training."""
+    cfg = GRPOConfig(learning_rate=3e-4)
+    data = {k: v for k, v in cfg.model_dump(mode="json").items()
+            if k not in GRPOConfig.RESUME_NEUTRAL and k not in ("initial_batches_uri", "dtype")}
+    before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert cfg.resume_digest() == before
+    assert GRPOConfig(learning_rate=3e-4, dtype="bfloat16").resume_digest() != before
