@@ -140,6 +140,17 @@ def test_gpu_requests_only_where_meant(value_set):
     assert got == expected
 
 
+@pytest.mark.parametrize("value_set", [s for s in SETS if s != "minimal"])   # minimal deploys no inference
+def test_the_inference_service_computes_on_the_gpu_its_pod_gets(value_set):
+    """TRACE_INFERENCE_DEVICE follows the pod's GPU request (inference.device empty): a GPU pod that
+    loaded its compositions on the CPU would hold the GPU and leave it idle; gpu-off renders cpu."""
+    r = render(value_set)
+    container = r.get("Deployment", f"{FULLNAME}-inference")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TRACE_INFERENCE_DEVICE"] == ("cuda" if gpu_request(container) else "cpu")
+    assert env["TRACE_INFERENCE_DTYPE"] == ("bfloat16" if value_set.startswith("tau2-retail-vllm") else "float32")
+
+
 @pytest.mark.parametrize("value_set", ["defaults", "gpu-pools"])
 def test_gpu_pods_land_on_their_pool_and_others_do_not(value_set):
     values = yaml.safe_load((CHART / "values.yaml").read_text())

@@ -21,7 +21,7 @@ from tests.support.tls import self_signed
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 #: Keys only some service blocks have (everything else is the shared shape).
-SERVICE_EXTRAS = {"environment": {"sandbox", "dataRoots"}, "trainer": {"jobs", "dataRoots"}, "inference": {"http"},
+SERVICE_EXTRAS = {"environment": {"sandbox", "dataRoots"}, "trainer": {"jobs", "dataRoots"}, "inference": {"http", "device", "dtype"},
                   "rollout": {"dataRoots"}, "analysis": {"rolloutRoots"}}
 
 # --set arguments helm must refuse, and the field path its message must name.
@@ -34,6 +34,8 @@ BAD_VALUES = [
     ("vllm.maxLoraRank=48", "vllm.maxLoraRank"),
     ("vllm.tensorParallelSize=0", "vllm.tensorParallelSize"),
     ("vllm.gpuMemoryUtilization=1.5", "vllm.gpuMemoryUtilization"),
+    ("inference.device=gpu", "inference.device"),
+    ("inference.dtype=int8", "inference.dtype"),
     ("inference.gpu.pool=tpu", "inference.gpu.pool"),
     ("gpuPools.trainer.gpusPerPod=0", "gpuPools.trainer.gpusPerPod"),
     (r"rollout.resources.limits.nvidia\.com/gpu=1", "rollout.resources.limits"),

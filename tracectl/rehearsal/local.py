@@ -109,6 +109,11 @@ def service_env(c: Container, component: str, s: StandIns) -> dict[str, str]:
             value = str(s.ports[(component, named[0])]) if named else value
         elif value == "/tmp" or value.startswith("/tmp/"):
             value = str(tmp) + value[len("/tmp"):]
+        elif name.endswith("_DEVICE") and value.startswith("cuda"):   # the rehearsal runs on CPUs
+            change = f"{name} {value} -> cpu (the GPU pod's device; this rehearsal runs on CPUs)"
+            if change not in s.changes:
+                s.changes.append(change)
+            value = "cpu"
         else:
             value = s.rewrite(value)
         env[name] = value

@@ -296,6 +296,11 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{- if eq .name "inference" }}
 - name: TRACE_INFERENCE_HTTP_PORT
   value: {{ $v.http.port | quote }}
+{{- $gpus := include "trace.gpuCount" (dict "root" $root "gpu" $v.gpu) | int }}
+- name: TRACE_INFERENCE_DEVICE
+  value: {{ $v.device | default (ternary "cuda" "cpu" (gt $gpus 0)) | quote }}
+- name: TRACE_INFERENCE_DTYPE
+  value: {{ $v.dtype | quote }}
 {{- end }}
 {{- if eq .name "trainer" }}
 - name: TRACE_TRAINER_KUBERNETES_NAMESPACE

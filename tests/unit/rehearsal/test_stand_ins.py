@@ -68,6 +68,8 @@ def test_every_in_cluster_address_gets_a_distinct_local_port(rendered, stand):
     ("trainer", "TRACE_TAU2_USER_BASE_URL", lambda s: f"http://{s.address('vllm', 'http')}/v1"),
     ("trainer", "TRACE_TAU2_USER_MODEL", lambda s: SERVED_NAME),
     ("environment", "TRACE_ENVIRONMENT_VALIDATION_GROUPS", lambda s: "2"),      # the overlay's budgets
+    ("inference", "TRACE_INFERENCE_DEVICE", lambda s: "cpu"),                    # the chart's cuda, on CPUs here
+    ("inference", "TRACE_INFERENCE_DTYPE", lambda s: "bfloat16"),                # the values file's, kept
     ("analysis", "TRACE_ANALYSIS_LLM_MAX_TOKENS", lambda s: "1024"),
     ("analysis", "TRACE_ANALYSIS_LLM_RESPONSE_FORMAT", lambda s: "json_schema"),
     ("analysis", "HOME", lambda s: str(s.workdir / "analysis" / "tmp")),
@@ -80,6 +82,11 @@ def test_each_service_gets_the_charts_setting_at_its_stand_in(rendered, stand, s
         assert json.loads(got) == json.loads(expect(stand))
     else:
         assert got == expect(stand)
+
+
+def test_the_gpu_device_stand_in_is_listed(rendered, stand):
+    envs(rendered, stand)
+    assert [c for c in stand.changes if "TRACE_INFERENCE_DEVICE cuda -> cpu" in c]
 
 
 def test_tokens_and_keys_are_the_charts_own_secrets(rendered, stand):
