@@ -139,6 +139,33 @@ def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
     assert all(v["name"] != "weights" for v in pod["volumes"])
 
 
+def test_the_tau2_data_claim_is_mounted_read_only_where_the_target_is_read():
+    """dataVolume: the claim of tau2-bench's domains is mounted read-only at /data/tau2 in the pods that
+    read the target (rollout, environment, trainer and its Jobs), whose data roots hold the run config's
+    target.uri; the analysis, inference and vLLM pods read no target and mount none."""
+    r = render(SET)
+    mount_path = "/data/tau2"
+    assert str(RUN_CONFIG.target.uri).removeprefix("file://").startswith(mount_path + "/")
+    want = ({"claimName": "trace-tau2-data", "readOnly": True}, {"name": "data", "mountPath": mount_path,
+                                                                "readOnly": True})
+
+    def data(pod: dict) -> tuple[dict, dict]:
+        (c,) = pod["containers"]
+        return (next(v for v in pod["volumes"] if v["name"] == "data")["persistentVolumeClaim"],
+                next(m for m in c["volumeMounts"] if m["name"] == "data"))
+
+    job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
+    assert data(job["spec"]["template"]["spec"]) == want
+    for service in ("rollout", "environment", "trainer"):
+        pod = r.get("Deployment", f"{FULLNAME}-{service}")["spec"]["template"]["spec"]
+        assert data(pod) == want, service
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert json.loads(env[f"TRACE_{service.upper()}_DATA_ROOTS"]) == [mount_path], service
+    for name in ("analysis", "inference", "vllm"):
+        pod = r.get("Deployment", f"{FULLNAME}-{name}")["spec"]["template"]["spec"]
+        assert all(v["name"] != "data" for v in pod["volumes"]), name
+
+
 def test_without_a_weights_claim_no_pod_mounts_one():
     """modelVolume unset (the default): no weights volume anywhere, no init container in vLLM."""
     r = render("defaults")
@@ -146,9 +173,9 @@ def test_without_a_weights_claim_no_pod_mounts_one():
     job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
     pods.append(job["spec"]["template"]["spec"])
     assert len(pods) >= 6
-    for pod in pods:
-        assert all(v["name"] != "weights" for v in pod.get("volumes", []))
-        assert all(m["name"] != "weights" for c in pod["containers"] for m in c.get("volumeMounts", []))
+    for pod in pods:   # nor a data volume (dataVolume unset, the default)
+        assert all(v["name"] not in ("weights", "data") for v in pod.get("volumes", []))
+        assert all(m["name"] not in ("weights", "data") for c in pod["containers"] for m in c.get("volumeMounts", []))
     assert "initContainers" not in _vllm("defaults")
 
 

@@ -36,6 +36,7 @@ BAD_VALUES = [
     ("vllm.gpuMemoryUtilization=1.5", "vllm.gpuMemoryUtilization"),
     ("inference.device=gpu", "inference.device"),
     ("inference.dtype=int8", "inference.dtype"),
+    ("dataVolume.existingClaim=Bad_Claim", "dataVolume.existingClaim"),
     ("inference.gpu.pool=tpu", "inference.gpu.pool"),
     ("gpuPools.trainer.gpusPerPod=0", "gpuPools.trainer.gpusPerPod"),
     (r"rollout.resources.limits.nvidia\.com/gpu=1", "rollout.resources.limits"),
@@ -85,6 +86,13 @@ BAD_RENDERS = [
     ("modelVolume.existingClaim=w,modelVolume.mountPath=/models/w", 'modelVolume.mountPath "/models/w" overlaps "/models"'),
     ("modelVolume.existingClaim=w,modelVolume.mountPath=/etc", 'modelVolume.mountPath "/etc" overlaps "/etc/trace/tls"'),
     ("modelVolume.existingClaim=w,modelVolume.mountPath=/adapters", 'modelVolume.mountPath "/adapters" overlaps "/adapters"'),
+    # the data volume: plain absolute directories, clear of every other mount (the weights' included)
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=data", "dataVolume.mountPath must be an absolute path"),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/data/", "dataVolume.mountPath must be an absolute path"),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/tmp/tau2", 'dataVolume.mountPath "/tmp/tau2" overlaps "/tmp"'),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/weights/d,modelVolume.existingClaim=w",
+     'dataVolume.mountPath "/weights/d" overlaps "/weights"'),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/etc", 'dataVolume.mountPath "/etc" overlaps "/etc/trace/tls"'),
 ]
 
 

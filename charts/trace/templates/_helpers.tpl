@@ -464,3 +464,26 @@ the claim, one directory name under the mount, and the one vLLM pod whose init c
 {{- toYaml (dict "existingClaim" $m.existingClaim "mountPath" $m.mountPath "download" $m.download) -}}
 {{- end -}}
 {{- end -}}
+
+
+{{/*
+The targets' data volume (dataVolume) as YAML {existingClaim, mountPath} when a claim is named, else empty:
+mounted read-only in the rollout, environment and trainer pods and the training Jobs. mountPath may not be,
+contain or lie inside another mount of those pods (the weights volume's included).
+*/}}
+{{- define "trace.dataVolume" -}}
+{{- $d := .Values.dataVolume -}}
+{{- if $d.existingClaim -}}
+{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $d.mountPath) -}}
+{{- fail (printf "dataVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /data/tau2" $d.mountPath) -}}
+{{- end -}}
+{{- $others := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" $.Values.vllm.adapterVolume.mountPath -}}
+{{- if $.Values.modelVolume.existingClaim }}{{- $others = append $others $.Values.modelVolume.mountPath }}{{- end -}}
+{{- range $other := $others -}}
+{{- if or (eq $d.mountPath $other) (hasPrefix (printf "%s/" $other) $d.mountPath) (hasPrefix (printf "%s/" $d.mountPath) $other) -}}
+{{- fail (printf "dataVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /data/tau2" $d.mountPath $other) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "existingClaim" $d.existingClaim "mountPath" $d.mountPath) -}}
+{{- end -}}
+{{- end -}}
