@@ -120,6 +120,12 @@ class Training:
             raise InvalidArgument(field="spec.environments", expected="exactly one environment for "
                                   "TRAINING_KIND_ADAPTER (the capability's environment)", got=len(spec.environments))
         config = validate_training_config(spec.kind, spec.config, "spec.config")
+        if spec.policy.adapter_uri and config.dtype != "float32":   # the worker would refuse it after queueing
+            raise InvalidArgument(field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is merged "
+                                  "into the base", got=config.dtype,
+                                  fix="bfloat16 weights cannot hold most of a LoRA delta (it lies below their "
+                                      "precision), so a merged adapter would be mostly lost: set dtype float32, or "
+                                      "train without adapter_uri")
         ref = spec.environments[0]
         # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
         refuse_outbound_params(ref.params, "spec.environments[0].params")  # no URL or key chosen by a request

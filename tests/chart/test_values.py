@@ -93,6 +93,14 @@ BAD_RENDERS = [
     ("dataVolume.existingClaim=d,dataVolume.mountPath=/weights/d,modelVolume.existingClaim=w",
      'dataVolume.mountPath "/weights/d" overlaps "/weights"'),
     ("dataVolume.existingClaim=d,dataVolume.mountPath=/etc", 'dataVolume.mountPath "/etc" overlaps "/etc/trace/tls"'),
+    # nor hide what the images hold (code, Python environment, system directories)
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/app", 'dataVolume.mountPath "/app" would hide /app'),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/opt/venv", 'dataVolume.mountPath "/opt/venv" would hide /opt'),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/proc/tau2", 'dataVolume.mountPath "/proc/tau2" would hide /proc'),
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/usr", 'modelVolume.mountPath "/usr" would hide /usr'),
+    ("modelVolume.existingClaim=w,modelVolume.mountPath=/opt", 'modelVolume.mountPath "/opt" would hide /opt'),
+    # a CUDA device for an inference pod without a GPU
+    ("inference.gpu.enabled=false,inference.device=cuda", 'inference.device "cuda" needs a GPU in the inference pod'),
 ]
 
 

@@ -297,6 +297,9 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 - name: TRACE_INFERENCE_HTTP_PORT
   value: {{ $v.http.port | quote }}
 {{- $gpus := include "trace.gpuCount" (dict "root" $root "gpu" $v.gpu) | int }}
+{{- if and (hasPrefix "cuda" $v.device) (eq $gpus 0) }}
+{{- fail (printf "inference.device %q needs a GPU in the inference pod, and inference.gpu gives it none: enable inference.gpu (and a pool with GPUs), or leave inference.device empty (cpu then)" $v.device) }}
+{{- end }}
 - name: TRACE_INFERENCE_DEVICE
   value: {{ $v.device | default (ternary "cuda" "cpu" (gt $gpus 0)) | quote }}
 - name: TRACE_INFERENCE_DTYPE
@@ -450,6 +453,7 @@ the claim, one directory name under the mount, and the one vLLM pod whose init c
 {{- fail (printf "modelVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /weights" $m.mountPath $other) -}}
 {{- end -}}
 {{- end -}}
+{{- include "trace.clearOfTheImage" (dict "field" "modelVolume.mountPath" "path" $m.mountPath "example" "/weights") -}}
 {{- if $m.download.repo -}}
 {{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9._-]*$" $m.download.dir) -}}
 {{- fail (printf "modelVolume.download.dir must be one directory name under modelVolume.mountPath (letters, digits, '.', '_', '-'), got %q; e.g. Qwen3-30B-A3B-Instruct-2507" $m.download.dir) -}}
@@ -484,6 +488,23 @@ contain or lie inside another mount of those pods (the weights volume's included
 {{- fail (printf "dataVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /data/tau2" $d.mountPath $other) -}}
 {{- end -}}
 {{- end -}}
+{{- include "trace.clearOfTheImage" (dict "field" "dataVolume.mountPath" "path" $d.mountPath "example" "/data/tau2") -}}
 {{- toYaml (dict "existingClaim" $d.existingClaim "mountPath" $d.mountPath) -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/*
+Fails when a volume's mountPath would hide a directory of the images or of the kernel: it may not be,
+or hold, /app (the services' code and prompts), /opt (their Python environment), /usr, /bin, /sbin,
+/lib, /lib64, /etc, /var, /run, /root or /home, nor lie inside /app, /opt, /proc, /sys or /dev.
+Input: dict field, path, example.
+*/}}
+{{- define "trace.clearOfTheImage" -}}
+{{- range $dir := list "/app" "/opt" "/usr" "/bin" "/sbin" "/lib" "/lib64" "/etc" "/var" "/run" "/root" "/home" "/proc" "/sys" "/dev" -}}
+{{- $inside := and (has $dir (list "/app" "/opt" "/proc" "/sys" "/dev")) (hasPrefix (printf "%s/" $dir) $.path) -}}
+{{- if or (eq $.path $dir) (hasPrefix (printf "%s/" $.path) $dir) $inside -}}
+{{- fail (printf "%s %q would hide %s of the images or the kernel; choose a directory of its own, e.g. %s" $.field $.path $dir $.example) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

@@ -205,6 +205,8 @@ def outcomes_digest(config: Any, adapter_names: Sequence[str], targets: Sequence
     the target environments and their splits."""
     payload = {"config": {f: getattr(config, f) for f in _PLAY_FIELDS}, "adapters": list(adapter_names),
                "targets": list(targets), "splits": dict(sorted((splits or {}).items())), "kind": "outcome"}
+    if getattr(config, "dtype", "float32") != "float32":   # played in another precision; float32 keeps older digests
+        payload["config"]["dtype"] = config.dtype
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

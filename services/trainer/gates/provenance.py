@@ -158,6 +158,8 @@ def provenance_digest(config: Any, adapter_names: Sequence[str], base: Sequence[
     """What determines the provenance: the playing config, the adapters in slot order, their splits and
     the selected base trajectories themselves."""
     keep = {f: getattr(config, f) for f in _PLAY_FIELDS}
+    if getattr(config, "dtype", "float32") != "float32":   # played in another precision; float32 keeps older digests
+        keep["dtype"] = config.dtype
     payload = {"config": keep, "adapters": list(adapter_names), "splits": dict(sorted((splits or {}).items())),
                "base": hashlib.sha256(dumps_jsonl(base)).hexdigest()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -202,11 +202,14 @@ class GRPOConfig(BaseModel):
         5, ge=0, description="Stop (reason given) after this many consecutive iterations with no informative "
         "group; 0 never stops early.")
     # -- precision ------------------------------------------------------------------------------------
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+    dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Dtype the base weights load in (TRL: model_init_kwargs={'dtype': ...}). 'bfloat16' "
         "halves the base's memory on every rank (a 30B base: ~61 GB instead of ~122 GB), as the reference trains; "
-        "the LoRA weights, their gradients and AdamW state stay float32 (PEFT casts adapter weights up) and logprobs "
-        "are taken from float32 logits. Gate jobs load their composition's base in it too (the gates stay float32).")
+        "an adapter job's LoRA weights, their gradients and AdamW state stay float32 (PEFT casts adapter weights "
+        "up), the forward (the LM head included) runs in bfloat16 and the log-softmax over its logits in float32. "
+        "A gate job loads its composition's base in it, the frozen adapters cast to it, the gates float32. No "
+        "float16: without loss scaling its gradients overflow. An adapter_uri to merge into the base needs "
+        "float32 (bfloat16 cannot hold most of a LoRA delta: below its precision).")
     deterministic: bool = Field(
         False, description="torch deterministic algorithms; with a fixed thread count, repeated and resumed "
         "runs give bitwise-identical adapters on CPU.")

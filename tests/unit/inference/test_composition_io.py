@@ -55,6 +55,21 @@ def test_routing_modes(world, tmp_path, routing, merged_adapter, expect_composed
     assert logits.shape == (1, 4, len(world.tokenizer))
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_merging_into_half_precision_weights_is_refused(world, tmp_path, dtype):
+    """Half-precision weights cannot hold most of a LoRA delta, so a merged export would serve mostly the
+    base: refused naming routing, before anything is loaded; routing token serves the same weights."""
+    art = write_tiny_composition(world, tmp_path / "store")
+    with pytest.raises(InvalidArgument) as err:
+        load_composition(art.manifest_uri, routing="merged", dtype=dtype, cache_dir=tmp_path / "cache",
+                         allowed=UNCONFINED)
+    assert err.value.reason.startswith("routing") and "merged adapter would be mostly lost" in err.value.reason
+    assert not (tmp_path / "cache").exists()
+    loaded = load_composition(art.manifest_uri, routing="token", dtype=dtype, cache_dir=tmp_path / "cache",
+                              allowed=UNCONFINED)
+    assert next(loaded.model.parameters()).dtype == getattr(torch, dtype)
+
+
 def test_merged_equals_forcing_that_adapter(world, tmp_path):
     """The merged export computes what the composition computes with every token forced to that slot."""
     art = write_tiny_composition(world, tmp_path / "store")

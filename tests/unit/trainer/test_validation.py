@@ -54,6 +54,24 @@ def test_refused_with_reason(tmp_path, changes, error, text):
     assert domain.jobs.list()[0] == []  # no job was created
 
 
+def test_an_adapter_merged_into_bfloat16_weights_is_refused(tmp_path):
+    """bfloat16 cannot hold most of a LoRA delta: merging spec.policy.adapter_uri into such weights would
+    lose it, so the request is refused naming the field (float32 takes the same adapter)."""
+    domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
+    policy = {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro",
+              "adapter_uri": f"{tmp_path.as_uri()}/runs/r0/adapters/x/v1"}
+
+    async def go(dtype: str):
+        domain.create_job(spec(policy=policy, config={"max_steps": 2, "dtype": dtype}), "run1", {}, "")
+    with pytest.raises(InvalidArgument) as err:
+        asyncio.run(go("bfloat16"))
+    assert err.value.reason.startswith("spec.config.dtype") and "set dtype float32" in err.value.reason
+    assert domain.jobs.list()[0] == []
+    with pytest.raises(NotFound) as err:   # float32 passes the dtype rule and reaches the adapter's own check
+        domain.validate(spec(policy=policy, config={"max_steps": 2, "dtype": "float32"}))
+    assert "has no adapter_config.json" in err.value.reason
+
+
 def test_config_struct_values_arrive_as_floats(tmp_path):
     domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
     cfg = domain.validate(spec(config={"values": {"num_generations": 4.0, "max_steps": 2.0}}))

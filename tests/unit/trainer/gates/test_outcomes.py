@@ -193,3 +193,23 @@ def test_tasks_no_slot_scores_give_no_label_unless_a_fallback_score_separates_th
     else:
         assert v["outcome_labelled_tasks"] == v["outcome_labelled_by_fallback"] == 9  # crossed: every task has a winner
         assert v["outcome_labels_late"] == 3 and v["warm_start_steps"] == 20
+
+
+@pytest.mark.parametrize("kind, values, same", [
+    # float32: the digest commit 5028f1a (no dtype field) computed, so stored replays and provenance still serve
+    ("outcome", {}, "a733e4c371b984c2"),
+    ("outcome", {"dtype": "float32"}, "a733e4c371b984c2"),
+    ("provenance", {"warm_start_labels": "provenance"}, "9ecd78e0a25b7381"),
+    # played in bfloat16: other episodes, never the float32 ones (nor the warm start fitted to them)
+    ("outcome", {"dtype": "bfloat16"}, None),
+    ("provenance", {"warm_start_labels": "provenance", "dtype": "bfloat16"}, None),
+])
+def test_the_stored_warm_start_data_is_reused_only_at_the_precision_it_was_played_in(kind, values, same):
+    from services.trainer.gates.outcomes import outcomes_digest
+    from services.trainer.gates.provenance import provenance_digest
+
+    config = GateGRPOConfig(**values)
+    digest = outcomes_digest(config, ["a", "b"], ["store"]) if kind == "outcome" else \
+        provenance_digest(config, ["a", "b"], [])
+    old = {"outcome": "a733e4c371b984c2", "provenance": "9ecd78e0a25b7381"}[kind]
+    assert (digest == old) is (same is not None)

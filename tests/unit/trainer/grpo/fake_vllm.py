@@ -29,8 +29,9 @@ from trace_common.policy.generation import RowParams, generate_batch
 
 class _Server(ThreadingHTTPServer):
     # the standard library's listen backlog is 5: two ranks open 16 connections at once, and on a loaded
-    # machine the kernel refused the overflow before the accept loop ran (policy errors in the ranks'
-    # rows, not a property of the code under test); vLLM's uvicorn listens with a backlog of 2048
+    # machine the kernel dropped the overflow before the accept loop ran, so connects stalled past the
+    # clients' retries (policy errors in the ranks' rows, not a property of the code under test); vLLM's
+    # uvicorn listens with a backlog of 2048
     request_queue_size = 128
 
 
