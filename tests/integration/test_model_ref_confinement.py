@@ -16,6 +16,7 @@ import asyncio
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -210,6 +211,15 @@ def _cancel(site, service: str, job_id: str) -> None:
         cancel()
     except grpc.RpcError as err:  # it already ended: the stub model does not load
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err.details()
+    if service == "trainer":
+        # the next case trains the same run and capability, which the trainer refuses while this job still
+        # writes there (one writer per prefix): wait until it has ended (on a loaded machine its worker
+        # process takes seconds to stop)
+        deadline = time.monotonic() + 120
+        ended = {t.JOB_STATE_SUCCEEDED, t.JOB_STATE_FAILED, t.JOB_STATE_CANCELLED}
+        while s.GetTrainingJob(T.GetTrainingJobRequest(job_id=job_id)).job.state not in ended:
+            assert time.monotonic() < deadline, f"training job {job_id} did not end within 120 s of its cancel"
+            time.sleep(0.2)
 
 
 @pytest.mark.parametrize("where", sorted(INSIDE))
