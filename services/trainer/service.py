@@ -123,9 +123,15 @@ class Training:
         if spec.policy.adapter_uri and config.dtype != "float32":   # the worker would refuse it after queueing
             raise InvalidArgument(field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is merged "
                                   "into the base", got=config.dtype,
-                                  fix="bfloat16 weights cannot hold most of a LoRA delta (it lies below their "
+                                  fix=f"{config.dtype} weights cannot hold most of a LoRA delta (it lies below their "
                                       "precision), so a merged adapter would be mostly lost: set dtype float32, or "
                                       "train without adapter_uri")
+        if spec.policy.adapter_uri and config.rollout_backend == "vllm":
+            raise InvalidArgument(field="spec.policy.adapter_uri", expected="empty with config.rollout_backend 'vllm'",
+                                  got=spec.policy.adapter_uri,
+                                  fix="the job would train on the base with this adapter merged while the vLLM server "
+                                      "samples from the base and the new LoRA only (another policy): train from the "
+                                      "plain base, or roll out in-process (rollout_backend in_process)")
         ref = spec.environments[0]
         # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
         refuse_outbound_params(ref.params, "spec.environments[0].params")  # no URL or key chosen by a request

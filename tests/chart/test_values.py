@@ -99,7 +99,16 @@ BAD_RENDERS = [
     ("dataVolume.existingClaim=d,dataVolume.mountPath=/proc/tau2", 'dataVolume.mountPath "/proc/tau2" would hide /proc'),
     ("modelVolume.existingClaim=w,modelVolume.mountPath=/usr", 'modelVolume.mountPath "/usr" would hide /usr'),
     ("modelVolume.existingClaim=w,modelVolume.mountPath=/opt", 'modelVolume.mountPath "/opt" would hide /opt'),
-    # a CUDA device for an inference pod without a GPU
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/usr/lib", 'dataVolume.mountPath "/usr/lib" would hide /usr'),
+    ("dataVolume.existingClaim=d,dataVolume.mountPath=/etc/ssl", 'dataVolume.mountPath "/etc/ssl" would hide /etc'),
+    # the adapter claim: the same rules
+    ("vllm.adapterVolume.existingClaim=a,vllm.adapterVolume.mountPath=/dev/shm",
+     'vllm.adapterVolume.mountPath "/dev/shm" overlaps "/dev/shm"'),
+    ("vllm.adapterVolume.existingClaim=a,vllm.adapterVolume.mountPath=/usr", 'vllm.adapterVolume.mountPath "/usr" would hide'),
+    ("vllm.adapterVolume.existingClaim=a,vllm.adapterVolume.mountPath=/adapters/",
+     "vllm.adapterVolume.mountPath must be an absolute path of plain directory names"),
+    # a CUDA device for an inference pod without a GPU, or past its GPUs
+    ("inference.device=cuda:1", 'inference.device "cuda:1" names a GPU the inference pod does not have: it gets 1'),
     ("inference.gpu.enabled=false,inference.device=cuda", 'inference.device "cuda" needs a GPU in the inference pod'),
 ]
 

@@ -149,6 +149,12 @@ def merge_single_adapter(base: nn.Module, adapter_dir: str | Path, *, name: str 
     if getattr(base, _COMPOSED_MARK, False):
         raise FailedPrecondition("this base carries an MoE composition; call remove() on it (or use a fresh "
                                  "base) before merging an adapter into its weights")
+    dtype = next(base.parameters()).dtype
+    if dtype != torch.float32:
+        raise InvalidArgument(field="routing", expected="float32 base weights to merge an adapter into", got=str(dtype),
+                              fix="half-precision weights cannot hold most of a LoRA delta (it lies below their "
+                                  "precision), so a merged adapter would be mostly lost: route the adapter (routing "
+                                  "token) or load the base in float32")
     load_lora_adapter(adapter_dir, base, name=name)
     peft_model = PeftModel.from_pretrained(base, str(adapter_dir))
     return peft_model.merge_and_unload()

@@ -10,7 +10,8 @@ model's chat template (`ChatFormat`), replies parsed by `parse_assistant_text`.
 
 A PEFT adapter is merged into the freshly loaded base weights by default
 (`merge_and_unload`): unmerged LoRA generates 1.3-1.7x slower on CPU (measured on the project's machines). Pass
-`merge_adapter=False` to keep it unmerged (e.g. to compare with a training-time model).
+`merge_adapter=False` to keep it unmerged (e.g. to compare with a training-time model); a bfloat16 or
+float16 model always keeps it unmerged (half precision cannot hold most of a LoRA delta).
 `from_model` wraps a model object owned by someone else (the GRPO trainer): no copy is
 made, and the prefix KV cache notices in-place weight updates (see `PrefixCache`).
 """
@@ -87,8 +88,10 @@ class TransformersPolicy(Policy):
             if not (adapter_dir / "adapter_config.json").is_file():
                 raise NotFound(f"{adapter_dir} is not a PEFT adapter directory (no adapter_config.json)")
             model = PeftModel.from_pretrained(model, adapter_dir)
-            if merge_adapter:
-                model = model.merge_and_unload()  # this process loaded its own copy: merge in place
+            # this process loaded its own copy: merge in place, unless the weights are half precision, which
+            # cannot hold most of a LoRA delta (it lies below their precision): then PEFT applies it unmerged
+            if merge_adapter and dtype == "float32":
+                model = model.merge_and_unload()
             adapter = str(adapter_dir)
         kwargs.setdefault("name", str(model_dir))
         return cls(model, tokenizer, adapter=adapter, **kwargs)

@@ -300,6 +300,9 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{- if and (hasPrefix "cuda" $v.device) (eq $gpus 0) }}
 {{- fail (printf "inference.device %q needs a GPU in the inference pod, and inference.gpu gives it none: enable inference.gpu (and a pool with GPUs), or leave inference.device empty (cpu then)" $v.device) }}
 {{- end }}
+{{- if and (hasPrefix "cuda:" $v.device) (ge (int (trimPrefix "cuda:" $v.device)) $gpus) }}
+{{- fail (printf "inference.device %q names a GPU the inference pod does not have: it gets %d (cuda:0 to cuda:%d); leave inference.device empty (cuda) or raise inference.gpu.count" $v.device $gpus (sub $gpus 1)) }}
+{{- end }}
 - name: TRACE_INFERENCE_DEVICE
   value: {{ $v.device | default (ternary "cuda" "cpu" (gt $gpus 0)) | quote }}
 - name: TRACE_INFERENCE_DTYPE
@@ -427,7 +430,13 @@ trainer's TRACE_TRAINER_VLLM_ADAPTER_ROOT is its mount path.
 {{- define "trace.adapterVolume" -}}
 {{- $a := .Values.vllm.adapterVolume -}}
 {{- if and .Values.vllm.enabled $a.existingClaim -}}
-{{- if not (hasPrefix "/" $a.mountPath) -}}{{- fail (printf "vllm.adapterVolume.mountPath must be an absolute path, got %q" $a.mountPath) -}}{{- end -}}
+{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $a.mountPath) -}}{{- fail (printf "vllm.adapterVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /adapters" $a.mountPath) -}}{{- end -}}
+{{- range $other := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" -}}
+{{- if or (eq $a.mountPath $other) (hasPrefix (printf "%s/" $other) $a.mountPath) (hasPrefix (printf "%s/" $a.mountPath) $other) -}}
+{{- fail (printf "vllm.adapterVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /adapters" $a.mountPath $other) -}}
+{{- end -}}
+{{- end -}}
+{{- include "trace.clearOfTheImage" (dict "field" "vllm.adapterVolume.mountPath" "path" $a.mountPath "example" "/adapters") -}}
 {{- toYaml (dict "existingClaim" $a.existingClaim "mountPath" $a.mountPath) -}}
 {{- end -}}
 {{- end -}}
@@ -497,12 +506,13 @@ contain or lie inside another mount of those pods (the weights volume's included
 {{/*
 Fails when a volume's mountPath would hide a directory of the images or of the kernel: it may not be,
 or hold, /app (the services' code and prompts), /opt (their Python environment), /usr, /bin, /sbin,
-/lib, /lib64, /etc, /var, /run, /root or /home, nor lie inside /app, /opt, /proc, /sys or /dev.
+/lib, /lib64, /etc, /var, /run, /root or /home, nor lie inside /app, /opt, /usr, /bin, /sbin, /lib,
+/lib64, /etc (libraries, CA certificates), /proc, /sys or /dev.
 Input: dict field, path, example.
 */}}
 {{- define "trace.clearOfTheImage" -}}
 {{- range $dir := list "/app" "/opt" "/usr" "/bin" "/sbin" "/lib" "/lib64" "/etc" "/var" "/run" "/root" "/home" "/proc" "/sys" "/dev" -}}
-{{- $inside := and (has $dir (list "/app" "/opt" "/proc" "/sys" "/dev")) (hasPrefix (printf "%s/" $dir) $.path) -}}
+{{- $inside := and (has $dir (list "/app" "/opt" "/usr" "/bin" "/sbin" "/lib" "/lib64" "/etc" "/proc" "/sys" "/dev")) (hasPrefix (printf "%s/" $dir) $.path) -}}
 {{- if or (eq $.path $dir) (hasPrefix (printf "%s/" $.path) $dir) $inside -}}
 {{- fail (printf "%s %q would hide %s of the images or the kernel; choose a directory of its own, e.g. %s" $.field $.path $dir $.example) -}}
 {{- end -}}

@@ -24,7 +24,7 @@ from trace_common.errors import InvalidArgument, NotFound
 from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import ModelRoots, materialize
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}   # GRPOConfig.dtype: no float16 (no loss scaling)
 
 
 def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Settings | None = None,
@@ -36,10 +36,10 @@ def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Setting
     if dtype not in _DTYPES:
         raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
     if adapter_ref and dtype != "float32":
-        raise InvalidArgument(field="config.dtype", expected="float32 when spec.policy.adapter_uri is merged into the "
-                              "base", got=dtype, fix="bfloat16 weights cannot hold most of a LoRA delta (it lies below "
-                              "their precision), so a merged adapter would be mostly lost: set dtype float32, or train "
-                              "without adapter_uri")
+        raise InvalidArgument(field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is merged "
+                              "into the base", got=dtype, fix=f"{dtype} weights cannot hold most of a LoRA delta (it "
+                              "lies below their precision), so a merged adapter would be mostly lost: set dtype "
+                              "float32, or train without adapter_uri")
     directory = materialize(ref, allowed=allowed, cache_dir=cache_dir, s3=s3, field="policy.model")
     if not (directory / "config.json").is_file():
         raise NotFound(f"{directory} is not a Hugging Face model directory (no config.json)")

@@ -181,6 +181,14 @@ def test_merge_refuses_a_composed_base(families):
         merge_single_adapter(model.base, fam.adapter_dirs[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_merge_refuses_half_precision_weights(families, dtype):
+    """Half precision cannot hold most of a LoRA delta: merging into it is refused, naming routing."""
+    with pytest.raises(InvalidArgument) as err:
+        merge_single_adapter(families["qwen3"].base().to(dtype), families["qwen3"].adapter_dirs[0])
+    assert err.value.reason.startswith("routing") and "mostly lost" in err.value.reason
+
+
 def test_dense_soft_baseline_cannot_run_forced(families):
     model = families["qwen3"].composed(MoEConfig(implementation="dense_soft"))
     with torch.no_grad():

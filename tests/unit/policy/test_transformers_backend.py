@@ -188,6 +188,20 @@ def test_from_dir_with_lora_adapter_merged_equals_unmerged(tmp_path):
     assert a.logprobs != pytest.approx(c.logprobs, abs=1e-4)  # the adapter does change the model
 
 
+def test_a_half_precision_model_keeps_its_adapter_unmerged(tmp_path):
+    """bfloat16 cannot hold most of a LoRA delta, so from_dir applies the adapter unmerged (PEFT) there."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    model, tok = tiny_model(), tiny_tokenizer()
+    model.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                     init_lora_weights=False)).save_pretrained(tmp_path / "adapter")
+    half = TransformersPolicy.from_dir(tmp_path / "base", adapter_dir=tmp_path / "adapter", dtype="bfloat16")
+    full = TransformersPolicy.from_dir(tmp_path / "base", adapter_dir=tmp_path / "adapter")
+    assert isinstance(half.model, PeftModel) and not isinstance(full.model, PeftModel)
+
+
 def test_next_turn_reuses_the_rows_own_kv_and_stays_exact():
     """Turn 2 of two episodes starts with turn 1's prompt + reply: those tokens come from the
     cache (different lengths per row, holes in the batch), the third row is cold."""

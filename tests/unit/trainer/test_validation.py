@@ -72,6 +72,20 @@ def test_an_adapter_merged_into_bfloat16_weights_is_refused(tmp_path):
     assert "has no adapter_config.json" in err.value.reason
 
 
+def test_an_adapter_to_merge_is_refused_with_vllm_rollouts(tmp_path):
+    """The trainer would train on base + that adapter while the vLLM server samples from the base and the
+    new LoRA only: another policy; refused naming spec.policy.adapter_uri before a job exists."""
+    domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
+    policy = {"backend": "POLICY_BACKEND_IN_PROCESS", "model": "micro",
+              "adapter_uri": f"{tmp_path.as_uri()}/runs/r0/adapters/x/v1"}
+    config = {"max_steps": 2, "rollout_backend": "vllm",
+              "vllm": {"base_url": "http://127.0.0.1:1/v1", "adapter_dir": "a"}}
+    with pytest.raises(InvalidArgument) as err:
+        domain.validate(spec(policy=policy, config=config))
+    assert err.value.reason.startswith("spec.policy.adapter_uri") and "roll out in-process" in err.value.reason
+    assert domain.jobs.list()[0] == []
+
+
 def test_config_struct_values_arrive_as_floats(tmp_path):
     domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
     cfg = domain.validate(spec(config={"values": {"num_generations": 4.0, "max_steps": 2.0}}))

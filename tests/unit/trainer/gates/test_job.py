@@ -137,7 +137,7 @@ def test_a_tau2_target_under_a_root_is_accepted_through_a_symlink(store, tmp_pat
 @pytest.mark.parametrize("dtype, want", [(None, torch.float32), ("bfloat16", torch.bfloat16)])
 def test_a_gate_job_loads_its_base_in_the_configured_dtype(store, tmp_path, monkeypatch, dtype, want):
     """run_gates, the worker body, loads the composition's base in `config.dtype` (spied, not replaced:
-    the real load runs), trains the gates on it and writes the composition."""
+    the real load runs), trains the gates on it and writes the composition, whose gates stay float32."""
     import services.trainer.grpo.models as models
     from services.trainer.gates.job import run_gates
 
@@ -164,4 +164,4 @@ def test_a_gate_job_loads_its_base_in_the_configured_dtype(store, tmp_path, monk
     assert code == 0, events[-1]
     assert loaded == [want]
     gates = st_load(store.get_bytes("runs/r1/gates/moe/gates.safetensors"))
-    assert gates and all(torch.isfinite(t).all() for t in gates.values())
+    assert gates and all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in gates.values())
