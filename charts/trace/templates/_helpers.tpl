@@ -430,13 +430,7 @@ trainer's TRACE_TRAINER_VLLM_ADAPTER_ROOT is its mount path.
 {{- define "trace.adapterVolume" -}}
 {{- $a := .Values.vllm.adapterVolume -}}
 {{- if and .Values.vllm.enabled $a.existingClaim -}}
-{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $a.mountPath) -}}{{- fail (printf "vllm.adapterVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /adapters" $a.mountPath) -}}{{- end -}}
-{{- range $other := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" -}}
-{{- if or (eq $a.mountPath $other) (hasPrefix (printf "%s/" $other) $a.mountPath) (hasPrefix (printf "%s/" $a.mountPath) $other) -}}
-{{- fail (printf "vllm.adapterVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /adapters" $a.mountPath $other) -}}
-{{- end -}}
-{{- end -}}
-{{- include "trace.clearOfTheImage" (dict "field" "vllm.adapterVolume.mountPath" "path" $a.mountPath "example" "/adapters") -}}
+{{- include "trace.checkMountPath" (dict "field" "vllm.adapterVolume.mountPath" "path" $a.mountPath "example" "/adapters" "others" list) -}}
 {{- toYaml (dict "existingClaim" $a.existingClaim "mountPath" $a.mountPath) -}}
 {{- end -}}
 {{- end -}}
@@ -454,15 +448,7 @@ the claim, one directory name under the mount, and the one vLLM pod whose init c
 {{- fail (printf "modelVolume.download.repo %q needs modelVolume.existingClaim: the claim it fills (a ReadWriteMany PVC you create)" $m.download.repo) -}}
 {{- end -}}
 {{- if $m.existingClaim -}}
-{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $m.mountPath) -}}
-{{- fail (printf "modelVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /weights" $m.mountPath) -}}
-{{- end -}}
-{{- range $other := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" $.Values.vllm.adapterVolume.mountPath -}}
-{{- if or (eq $m.mountPath $other) (hasPrefix (printf "%s/" $other) $m.mountPath) (hasPrefix (printf "%s/" $m.mountPath) $other) -}}
-{{- fail (printf "modelVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /weights" $m.mountPath $other) -}}
-{{- end -}}
-{{- end -}}
-{{- include "trace.clearOfTheImage" (dict "field" "modelVolume.mountPath" "path" $m.mountPath "example" "/weights") -}}
+{{- include "trace.checkMountPath" (dict "field" "modelVolume.mountPath" "path" $m.mountPath "example" "/weights" "others" (list $.Values.vllm.adapterVolume.mountPath)) -}}
 {{- if $m.download.repo -}}
 {{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9._-]*$" $m.download.dir) -}}
 {{- fail (printf "modelVolume.download.dir must be one directory name under modelVolume.mountPath (letters, digits, '.', '_', '-'), got %q; e.g. Qwen3-30B-A3B-Instruct-2507" $m.download.dir) -}}
@@ -487,19 +473,30 @@ contain or lie inside another mount of those pods (the weights volume's included
 {{- define "trace.dataVolume" -}}
 {{- $d := .Values.dataVolume -}}
 {{- if $d.existingClaim -}}
-{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" $d.mountPath) -}}
-{{- fail (printf "dataVolume.mountPath must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. /data/tau2" $d.mountPath) -}}
-{{- end -}}
-{{- $others := list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates" $.Values.vllm.adapterVolume.mountPath -}}
+{{- $others := list $.Values.vllm.adapterVolume.mountPath -}}
 {{- if $.Values.modelVolume.existingClaim }}{{- $others = append $others $.Values.modelVolume.mountPath }}{{- end -}}
-{{- range $other := $others -}}
-{{- if or (eq $d.mountPath $other) (hasPrefix (printf "%s/" $other) $d.mountPath) (hasPrefix (printf "%s/" $d.mountPath) $other) -}}
-{{- fail (printf "dataVolume.mountPath %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. /data/tau2" $d.mountPath $other) -}}
-{{- end -}}
-{{- end -}}
-{{- include "trace.clearOfTheImage" (dict "field" "dataVolume.mountPath" "path" $d.mountPath "example" "/data/tau2") -}}
+{{- include "trace.checkMountPath" (dict "field" "dataVolume.mountPath" "path" $d.mountPath "example" "/data/tau2" "others" $others) -}}
 {{- toYaml (dict "existingClaim" $d.existingClaim "mountPath" $d.mountPath) -}}
 {{- end -}}
+{{- end -}}
+
+
+{{/*
+Fails unless a volume's mountPath is an absolute path of plain directory names, clear of the chart's
+own mounts (/tmp, /dev/shm, /models, /scratch, /etc/trace/tls, /etc/trace/templates), of `others`
+(the other volumes' mount paths) and of the images' directories (trace.clearOfTheImage). Input: dict
+field, path, example, others.
+*/}}
+{{- define "trace.checkMountPath" -}}
+{{- if not (regexMatch "^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$" .path) -}}
+{{- fail (printf "%s must be an absolute path of plain directory names (no trailing '/', no '.' or '..'), got %q; e.g. %s" .field .path .example) -}}
+{{- end -}}
+{{- range $other := concat (list "/tmp" "/dev/shm" "/models" "/scratch" "/etc/trace/tls" "/etc/trace/templates") .others -}}
+{{- if or (eq $.path $other) (hasPrefix (printf "%s/" $other) $.path) (hasPrefix (printf "%s/" $.path) $other) -}}
+{{- fail (printf "%s %q overlaps %q, which the chart's pods mount already; choose another directory, e.g. %s" $.field $.path $other $.example) -}}
+{{- end -}}
+{{- end -}}
+{{- include "trace.clearOfTheImage" (dict "field" .field "path" .path "example" .example) -}}
 {{- end -}}
 
 
