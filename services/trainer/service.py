@@ -32,6 +32,7 @@ from typing import Any, get_args
 from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
+from services.trainer.grpo.models import check_adapter_merge
 from trace_common.artifacts import ArtifactStore, open_store, split_uri
 from trace_common.data_roots import own_data_hidden
 from trace_common.endpoints import Endpoints, normalize_url, refuse_outbound_params
@@ -120,12 +121,7 @@ class Training:
             raise InvalidArgument(field="spec.environments", expected="exactly one environment for "
                                   "TRAINING_KIND_ADAPTER (the capability's environment)", got=len(spec.environments))
         config = validate_training_config(spec.kind, spec.config, "spec.config")
-        if spec.policy.adapter_uri and config.dtype != "float32":   # the worker would refuse it after queueing
-            raise InvalidArgument(field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is merged "
-                                  "into the base", got=config.dtype,
-                                  fix=f"{config.dtype} weights cannot hold most of a LoRA delta (it lies below their "
-                                      "precision), so a merged adapter would be mostly lost: set dtype float32, or "
-                                      "train without adapter_uri")
+        check_adapter_merge(config.dtype, spec.policy.adapter_uri)   # the worker's rule, before a job is queued
         if spec.policy.adapter_uri and config.rollout_backend == "vllm":
             raise InvalidArgument(field="spec.policy.adapter_uri", expected="empty with config.rollout_backend 'vllm'",
                                   got=spec.policy.adapter_uri,

@@ -101,6 +101,16 @@ def test_the_trainer_and_its_jobs_know_tau2s_user_simulator():
         assert env["TRACE_TAU2_USER_MODEL"] == RUN_CONFIG.target.user_simulator.model
 
 
+def _claim(pod: dict, container: dict, volume: str) -> tuple[dict, dict]:
+    """(the pod's persistentVolumeClaim source of `volume`, the container's mount of it)."""
+    return (next(v for v in pod["volumes"] if v["name"] == volume)["persistentVolumeClaim"],
+            next(m for m in container["volumeMounts"] if m["name"] == volume))
+
+
+def _weights(pod: dict, container: dict) -> tuple[dict, dict]:
+    return _claim(pod, container, "weights")
+
+
 def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
     """The served base agent's name is a directory of the weights claim (modelVolume): vLLM serves it
     under that path after its init container filled it, and every pod that loads the base (the trainer,
@@ -112,27 +122,23 @@ def test_every_pod_that_loads_the_base_mounts_the_weights_the_server_serves():
     assert _flag(server["args"], "--model") == RUN_CONFIG.base_agent.name
     assert RUN_CONFIG.base_agent.name.startswith(mount_path + "/") and "--served-model-name" not in server["args"]
 
-    def weights(pod: dict, container: dict, volume: str = "weights") -> tuple[dict, dict]:
-        return (next(v for v in pod["volumes"] if v["name"] == volume)["persistentVolumeClaim"],
-                next(m for m in container["volumeMounts"] if m["name"] == volume))
-
     read_only = ({"claimName": "trace-weights", "readOnly": True},
                  {"name": "weights", "mountPath": mount_path, "readOnly": True})
-    assert weights(spec, server)[1] == read_only[1]
+    assert _weights(spec, server)[1] == read_only[1]
     (fetch,) = spec["initContainers"]                  # the only writer, before the server starts
     assert fetch["command"][-3:] == ["Qwen/Qwen3-30B-A3B-Instruct-2507", "main", RUN_CONFIG.base_agent.name]
     # one volume for the claim (a pod naming one claim twice never starts), read-write for the filler only
     assert [v["name"] for v in spec["volumes"]].count("weights") == 1
     assert [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
             if "persistentVolumeClaim" in v].count("trace-weights") == 1
-    assert weights(spec, fetch) == ({"claimName": "trace-weights"}, {"name": "weights", "mountPath": mount_path})
+    assert _weights(spec, fetch) == ({"claimName": "trace-weights"}, {"name": "weights", "mountPath": mount_path})
     job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
     (train,) = job["spec"]["template"]["spec"]["containers"]
-    assert weights(job["spec"]["template"]["spec"], train) == read_only
+    assert _weights(job["spec"]["template"]["spec"], train) == read_only
     for service in ("trainer", "rollout", "environment", "inference"):
         pod = r.get("Deployment", f"{FULLNAME}-{service}")["spec"]["template"]["spec"]
         (c,) = pod["containers"]
-        assert weights(pod, c) == read_only, service
+        assert _weights(pod, c) == read_only, service
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env[f"TRACE_{service.upper()}_MODEL_ROOTS"] == mount_path, service
     pod = r.get("Deployment", f"{FULLNAME}-analysis")["spec"]["template"]["spec"]   # loads no model
@@ -151,8 +157,7 @@ def test_the_tau2_data_claim_is_mounted_read_only_where_the_target_is_read():
 
     def data(pod: dict) -> tuple[dict, dict]:
         (c,) = pod["containers"]
-        return (next(v for v in pod["volumes"] if v["name"] == "data")["persistentVolumeClaim"],
-                next(m for m in c["volumeMounts"] if m["name"] == "data"))
+        return _claim(pod, c, "data")
 
     job = json.loads(r.get("ConfigMap", f"{FULLNAME}-workload-templates")["data"]["training-job.json"])
     assert data(job["spec"]["template"]["spec"]) == want

@@ -292,11 +292,12 @@ def load_composition(source: str | CompositionManifest | None = None, *, base_mo
     if len(adapters) > 1 and not gates_uri and routing != "merged":
         raise InvalidArgument(field="gates_uri", expected=f"gates for a composition of {len(adapters)} adapters",
                               fix="give the gates.safetensors written by gate training (or a single adapter)")
-    if routing == "merged" and adapters and dtype != "float32":
-        raise InvalidArgument(field="routing", expected=f"token, per_request or soft_trajectory with {dtype} weights",
-                              got=routing, fix=f"{dtype} weights cannot hold most of a LoRA delta (it lies below "
-                              "their precision), so a merged adapter would be mostly lost: route the adapter "
-                              "(routing token with one adapter applies it unmerged) or serve float32 weights")
+    if routing == "merged" and adapters:
+        from trace_common.moe.export import refuse_merge_into
+
+        refuse_merge_into(dtype, field="routing", expected=f"token, per_request or soft_trajectory with {dtype} weights",
+                          got=routing, remedy="route the adapter (routing token with one adapter applies it "
+                                              "unmerged) or serve float32 weights")
 
     # every reference is decided before any is read (a refused adapter leaves nothing downloaded)
     allowed.resolve(base_model, "base_model")

@@ -140,6 +140,17 @@ class PerRequestChooser:
         return _choice(model, totals[:slots], totals[slots:], model.num_layers * len(prompt), self.allow_base)
 
 
+def refuse_merge_into(dtype: str | torch.dtype, *, field: str, expected: str, remedy: str, got: str = "") -> None:
+    """InvalidArgument naming `field` unless `dtype` is float32: half-precision weights cannot hold most
+    of a LoRA delta (it lies below their precision), so an adapter merged into them is mostly lost. The
+    one rule for every place that would merge (the trainer's adapter_uri, merged routing, this module)."""
+    name = str(dtype).removeprefix("torch.")
+    if name != "float32":
+        raise InvalidArgument(field=field, expected=expected, got=got or name,
+                              fix=f"{name} weights cannot hold most of a LoRA delta (it lies below their precision), "
+                                  f"so a merged adapter would be mostly lost: {remedy}")
+
+
 def merge_single_adapter(base: nn.Module, adapter_dir: str | Path, *, name: str | None = None) -> nn.Module:
     """Fold one adapter into the base weights (PEFT merge_and_unload) and return the merged model.
 
@@ -149,12 +160,9 @@ def merge_single_adapter(base: nn.Module, adapter_dir: str | Path, *, name: str 
     if getattr(base, _COMPOSED_MARK, False):
         raise FailedPrecondition("this base carries an MoE composition; call remove() on it (or use a fresh "
                                  "base) before merging an adapter into its weights")
-    dtype = next(base.parameters()).dtype
-    if dtype != torch.float32:
-        raise InvalidArgument(field="routing", expected="float32 base weights to merge an adapter into", got=str(dtype),
-                              fix="half-precision weights cannot hold most of a LoRA delta (it lies below their "
-                                  "precision), so a merged adapter would be mostly lost: route the adapter (routing "
-                                  "token) or load the base in float32")
+    refuse_merge_into(next(base.parameters()).dtype, field="routing",
+                      expected="float32 base weights to merge an adapter into",
+                      remedy="route the adapter (routing token) or load the base in float32")
     load_lora_adapter(adapter_dir, base, name=name)
     peft_model = PeftModel.from_pretrained(base, str(adapter_dir))
     return peft_model.merge_and_unload()

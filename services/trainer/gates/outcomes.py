@@ -54,7 +54,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from services.trainer.gates.provenance import PlayedBudget, budget_dict, load_slot_files, save_slot_files
+from services.trainer.gates.provenance import (
+    PlayedBudget,
+    budget_dict,
+    load_slot_files,
+    played_config,
+    save_slot_files,
+)
 from services.trainer.grpo.rollouts import EnvFactory, EpisodeSpec, play_groups
 from services.trainer.grpo.seeds import SeedSchedule
 from trace_common.artifacts import ArtifactStore
@@ -203,10 +209,8 @@ def outcomes_digest(config: Any, adapter_names: Sequence[str], targets: Sequence
                     splits: Mapping[str, str] | None = None) -> str:
     """What determines the replays and their labels: the playing config, the adapters in slot order,
     the target environments and their splits."""
-    payload = {"config": {f: getattr(config, f) for f in _PLAY_FIELDS}, "adapters": list(adapter_names),
+    payload = {"config": played_config(config, _PLAY_FIELDS), "adapters": list(adapter_names),
                "targets": list(targets), "splits": dict(sorted((splits or {}).items())), "kind": "outcome"}
-    if getattr(config, "dtype", "float32") != "float32":   # played in another precision; float32 keeps older digests
-        payload["config"]["dtype"] = config.dtype
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

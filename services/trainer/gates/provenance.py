@@ -153,14 +153,20 @@ def play_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_envs:
     return out
 
 
+def played_config(config: Any, fields: Sequence[str]) -> dict[str, Any]:
+    """The config `fields` that decide a warm start's episodes, and the precision they were played in when
+    it is not float32 (float32 leaves the key out: the digests written before the field stay valid)."""
+    keep = {f: getattr(config, f) for f in fields}
+    if getattr(config, "dtype", "float32") != "float32":
+        keep["dtype"] = config.dtype
+    return keep
+
+
 def provenance_digest(config: Any, adapter_names: Sequence[str], base: Sequence[Trajectory],
                       splits: Mapping[str, str] | None = None) -> str:
     """What determines the provenance: the playing config, the adapters in slot order, their splits and
     the selected base trajectories themselves."""
-    keep = {f: getattr(config, f) for f in _PLAY_FIELDS}
-    if getattr(config, "dtype", "float32") != "float32":   # played in another precision; float32 keeps older digests
-        keep["dtype"] = config.dtype
-    payload = {"config": keep, "adapters": list(adapter_names), "splits": dict(sorted((splits or {}).items())),
+    payload = {"config": played_config(config, _PLAY_FIELDS), "adapters": list(adapter_names), "splits": dict(sorted((splits or {}).items())),
                "base": hashlib.sha256(dumps_jsonl(base)).hexdigest()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -23,8 +23,16 @@ from trace_common.artifacts import S3Settings
 from trace_common.errors import InvalidArgument, NotFound
 from trace_common.hf_load import load_causal_lm
 from trace_common.model_refs import ModelRoots, materialize
+from trace_common.moe.export import refuse_merge_into
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}   # GRPOConfig.dtype: no float16 (no loss scaling)
+
+
+def check_adapter_merge(dtype: str, adapter_ref: str) -> None:
+    """An adapter_uri is merged into the base (load_base): refused unless the base loads in float32."""
+    if adapter_ref:
+        refuse_merge_into(dtype, field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is "
+                          "merged into the base", remedy="set dtype float32, or train without adapter_uri")
 
 
 def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Settings | None = None,
@@ -35,11 +43,7 @@ def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Setting
 
     if dtype not in _DTYPES:
         raise InvalidArgument(field="dtype", expected=" | ".join(_DTYPES), got=dtype)
-    if adapter_ref and dtype != "float32":
-        raise InvalidArgument(field="spec.config.dtype", expected="float32 when spec.policy.adapter_uri is merged "
-                              "into the base", got=dtype, fix=f"{dtype} weights cannot hold most of a LoRA delta (it "
-                              "lies below their precision), so a merged adapter would be mostly lost: set dtype "
-                              "float32, or train without adapter_uri")
+    check_adapter_merge(dtype, adapter_ref)
     directory = materialize(ref, allowed=allowed, cache_dir=cache_dir, s3=s3, field="policy.model")
     if not (directory / "config.json").is_file():
         raise NotFound(f"{directory} is not a Hugging Face model directory (no config.json)")
