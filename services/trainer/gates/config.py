@@ -22,7 +22,7 @@ _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 _ONLY_FOR: dict[str, frozenset[str]] = {
     "provenance": frozenset({"warm_start_episodes", "base_provenance", "base_provenance_uris"}),
     "outcome": frozenset({"warm_start_tasks", "warm_start_samples_per_slot", "warm_start_temperature",
-                          "warm_start_fallback_score"}),
+                          "warm_start_fallback_score", "warm_start_tie_label"}),
 }
 
 
@@ -69,6 +69,13 @@ class GateGRPOConfig(GRPOConfig):
         description="Outcome labels: a reward_breakdown entry (e.g. the store's `subrequests`, the share of "
                     "sub-requests fulfilled) that labels the tasks where no slot scores a reward above 0; the slot "
                     "with its highest mean wins, as for the reward. Empty (default): such tasks give no label.")
+    warm_start_tie_label: Literal["base", "none"] = Field(
+        "base", description="Outcome labels: what a task where every slot scores the same (by the deciding score) "
+                            "teaches. `base` (default): it is labelled with the base, so routing keeps the base's "
+                            "behaviour where no adapter does better. `none`: it gives no label, as a GRPO group whose "
+                            "episodes all score the same teaches nothing; the gates then learn only from tasks where "
+                            "the slots differ. Ties among some slots only still go to the base, else the lowest "
+                            "adapter index.")
     warm_start_episodes: int = Field(
         16, ge=1, le=4096, description="Provenance labels only: episodes played per capability environment; also the "
                                        "most base trajectories slot 0 takes.")

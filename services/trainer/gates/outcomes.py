@@ -29,11 +29,16 @@ Semantics:
     elif fallback key f and max_s mean breakdown[f] > 0:  score = breakdown[f] ("fallback"; missing = 0)
     else:  no label (the task gives no example)
     winners = {s : mean score of s == max_s mean score of s}
+    if winners == every slot and warm_start_tie_label == "none":  no label (an uninformative task)
     label = 0 if 0 in winners else min(winners)   # ties: the base, then the lowest adapter index
     examples = label's samples on the task whose score equals its best sample's score
 
 Ties prefer the base: where the plain base already scores, no adapter is needed, and routing to it
-keeps the base's behaviour (docs/design.md: slot 0, "no adapter"). The examples are the winning slot's
+keeps the base's behaviour (docs/design.md: slot 0, "no adapter"). A tie among *every* slot says
+nothing about which slot helps; with `warm_start_tie_label: none` such a task gives no label (with
+the default, `base`, it labels the base like any other tie). Measured on the demo's seed-0 run
+(2026-12-05): 8 of its 16 replay tasks were such ties, every slot meeting the same share of
+sub-requests, and all of them labelled the base. The examples are the winning slot's
 *own* trajectories, so the warm start's teacher forcing (routing forced to the label) replays
 exactly the computation that scored.
 
@@ -170,20 +175,24 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=0.0, abs_tol=1e-9)
 
 
-def label_task(per_slot: Sequence[Sequence[Trajectory]], fallback: str = "") -> tuple[int | None, str, list[float]]:
+def label_task(per_slot: Sequence[Sequence[Trajectory]], fallback: str = "", ties: str = "base"
+               ) -> tuple[int | None, str, list[float]]:
     """(label slot or None, which score decided it, that score's mean per slot) of one task, from
-    each slot's samples on it (module docstring, Semantics)."""
+    each slot's samples on it (module docstring, Semantics); `ties`: warm_start_tie_label."""
     for key, by in (("", "reward"), *(((fallback, "fallback"),) if fallback else ())):
         means = [sum(_score(t, key) for t in ts) / len(ts) if ts else 0.0 for ts in per_slot]  # [K+1]
         best = max(means)
         if best > 0:
             winners = [s for s, m in enumerate(means) if _close(m, best)]
+            if ties == "none" and len(winners) == len(means):
+                return None, "", means
             return (0 if 0 in winners else min(winners)), by, means
     return None, "", []
 
 
 def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[str], seeds: Sequence[int],
-                  samples: int, fallback: str = "") -> tuple[list[TaskOutcome], dict[str, list[Trajectory]]]:
+                  samples: int, fallback: str = "", ties: str = "base"
+                  ) -> tuple[list[TaskOutcome], dict[str, list[Trajectory]]]:
     """(per-task outcomes, slot name -> the trajectories it labels): the pure labelling of stored replays."""
     for name in names:
         if len(replays.get(name, ())) != len(seeds) * samples:
@@ -194,7 +203,7 @@ def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[s
     for i, seed in enumerate(seeds):
         per_slot = [list(replays[name][i * samples:(i + 1) * samples]) for name in names]  # [K+1][samples]
         rewards = [sum(t.reward for t in ts) / len(ts) for ts in per_slot]
-        label, by, scores = label_task(per_slot, fallback)
+        label, by, scores = label_task(per_slot, fallback, ties)
         table.append(TaskOutcome(int(seed), rewards, label, by, scores))
         if label is None:
             continue
@@ -209,7 +218,10 @@ def outcomes_digest(config: Any, adapter_names: Sequence[str], targets: Sequence
                     splits: Mapping[str, str] | None = None) -> str:
     """What determines the replays and their labels: the playing config, the adapters in slot order,
     the target environments and their splits."""
-    payload = {"config": played_config(config, _PLAY_FIELDS), "adapters": list(adapter_names),
+    played = played_config(config, _PLAY_FIELDS)
+    if getattr(config, "warm_start_tie_label", "base") != "base":  # the default leaves earlier digests valid
+        played["warm_start_tie_label"] = config.warm_start_tie_label
+    payload = {"config": played, "adapters": list(adapter_names),
                "targets": list(targets), "splits": dict(sorted((splits or {}).items())), "kind": "outcome"}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -222,14 +234,16 @@ def load_outcomes(store: ArtifactStore, prefix: str, digest: str | None = None) 
     record, replays = loaded
     seeds = [int(s) for s in record["seeds"]]
     table, labelled = outcome_table(replays, list(record["slots"]), seeds, int(record["samples"]),
-                                    str(record.get("fallback", "")))
+                                    str(record.get("fallback", "")), str(record.get("tie_label", "base")))
     return Outcomes(seeds, replays, table, labelled, PlayedBudget(**record["budget"]), str(record["digest"]))
 
 
-def save_outcomes(store: ArtifactStore, prefix: str, outcomes: Outcomes, samples: int, fallback: str) -> None:
+def save_outcomes(store: ArtifactStore, prefix: str, outcomes: Outcomes, samples: int, fallback: str,
+                  ties: str = "base") -> None:
     """Every slot's JSONL, then the record (`provenance.save_slot_files`)."""
     save_slot_files(store, f"{prefix}/{OUTCOMES_DIR}", RECORD_FILE, outcomes.replays,
                     {"digest": outcomes.digest, "seeds": outcomes.seeds, "samples": samples, "fallback": fallback,
+                     "tie_label": ties,
                      "table": [t.to_dict() for t in outcomes.table], "budget": budget_dict(outcomes.budget)})
 
 
@@ -239,6 +253,7 @@ def obtain_outcomes(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFact
     """The stored outcomes when their digest matches, else every slot replayed now (and stored)."""
     names = [BASE_SLOT_NAME, *composed.adapter_names]
     samples, fallback = int(config.warm_start_samples_per_slot), str(config.warm_start_fallback_score)
+    ties = str(config.warm_start_tie_label)
     digest = outcomes_digest(config, composed.adapter_names, targets, splits)
     if store is not None:
         found = load_outcomes(store, prefix, digest)
@@ -247,11 +262,11 @@ def obtain_outcomes(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFact
             return found
     seeds = replay_seeds(split, config)
     replays = play_replays(composed, tokenizer, factory, seeds, config)
-    table, labelled = outcome_table(replays, names, seeds, samples, fallback)
+    table, labelled = outcome_table(replays, names, seeds, samples, fallback, ties)
     outcomes = Outcomes(seeds, replays, table, labelled,
                         PlayedBudget.of([t for ts in replays.values() for t in ts]), digest)
     if store is not None:
-        save_outcomes(store, prefix, outcomes, samples, fallback)
+        save_outcomes(store, prefix, outcomes, samples, fallback, ties)
     return outcomes
 
 

@@ -268,6 +268,7 @@ def test_a_resumed_job_reports_the_budget_of_an_uninterrupted_one(tmp_path_facto
     ({"warm_start_samples_per_slot": 0}, "warm_start_samples_per_slot"),
     ({"warm_start_temperature": 0.0, "warm_start_samples_per_slot": 2}, "greedy"),
     ({"warm_start_fallback_score": "Sub Requests"}, "warm_start_fallback_score"),
+    ({"warm_start_tie_label": "adapter"}, "warm_start_tie_label"),
     ({"max_resample_rounds": 17}, "max_resample_rounds"),
 ])
 def test_config_validation_names_the_field(values, needle):
@@ -285,6 +286,7 @@ def test_config_validation_names_the_field(values, needle):
     ("warm_start_samples_per_slot", 2, "outcome"),
     ("warm_start_temperature", 0.5, "outcome"),
     ("warm_start_fallback_score", "subrequests", "outcome"),
+    ("warm_start_tie_label", "none", "outcome"),
 ])
 def test_a_field_of_the_other_labels_is_refused(labels, field, value, only):
     values = {field: value, **({"warm_start_labels": labels} if labels else {})}

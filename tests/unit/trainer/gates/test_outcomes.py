@@ -73,6 +73,40 @@ def test_label_task(rewards, fallback, expect):
     assert (label, by) == expect
 
 
+@pytest.mark.parametrize("rewards, subs, ties, expect", [
+    ([1.0, 1.0, 1.0], [0.5, 0.5, 0.5], "base", (0, "reward")),      # every slot scores the same: the base ...
+    ([1.0, 1.0, 1.0], [0.5, 0.5, 0.5], "none", (None, "")),        # ... or, with ties none, no label
+    ([0.0, 0.0, 0.0], [0.5, 0.5, 0.5], "base", (0, "fallback")),    # the same where the fallback decides
+    ([0.0, 0.0, 0.0], [0.5, 0.5, 0.5], "none", (None, "")),
+    ([1.0, 1.0, 0.0], [0.5, 0.5, 0.5], "none", (0, "reward")),      # a tie of some slots only still labels
+    ([0.0, 1.0, 1.0], [0.5, 0.5, 0.5], "none", (1, "reward")),
+    ([0.0, 0.0, 0.0], [0.2, 0.6, 0.6], "none", (1, "fallback")),
+])
+def test_a_task_every_slot_ties_on_is_labelled_by_warm_start_tie_label(rewards, subs, ties, expect):
+    per_slot = [[_t(r, sub=sub)] for r, sub in zip(rewards, subs, strict=True)]
+    label, by, _means = label_task(per_slot, "sub", ties)
+    assert (label, by) == expect
+
+
+def test_tie_label_none_relabels_stored_replays_and_changes_the_digest_only_when_set(tmp_path):
+    from services.trainer.gates.outcomes import Outcomes, load_outcomes, outcomes_digest, save_outcomes
+    from services.trainer.gates.provenance import PlayedBudget
+
+    replays = {"base": [_t(0.0, 5, sub=0.5), _t(0.0, 6, sub=0.2)],     # task 5: every slot ties; task 6: "late"
+               "early": [_t(0.0, 5, sub=0.5), _t(0.0, 6, sub=0.2)],
+               "late": [_t(0.0, 5, sub=0.5), _t(0.0, 6, sub=0.4)]}
+    store = open_store(f"file://{tmp_path}")
+    for ties, labels in (("base", [0, 2]), ("none", [None, 2])):
+        table, labelled = outcome_table(replays, SLOTS, [5, 6], samples=1, fallback="sub", ties=ties)
+        assert [t.label for t in table] == labels
+        save_outcomes(store, f"p-{ties}", Outcomes([5, 6], replays, table, labelled, PlayedBudget(episodes=6), "d"),
+                      1, "sub", ties)
+        assert [t.label for t in load_outcomes(store, f"p-{ties}").table] == labels   # reloaded: the same labels
+    digests = {ties: outcomes_digest(GateGRPOConfig(**dict(OUTCOME, warm_start_tie_label=ties)), NAMES, ["t"])
+               for ties in ("base", "none")}
+    assert digests["base"] == outcomes_digest(GateGRPOConfig(**OUTCOME), NAMES, ["t"]) != digests["none"]
+
+
 def test_outcome_table_labels_the_winners_own_best_samples_and_checks_the_replay_count():
     replays = {"base": [_t(0.0, 5), _t(0.0, 5), _t(1.0, 6), _t(0.0, 6)],  # 2 tasks x 2 samples, task-major
                "early": [_t(1.0, 5), _t(0.0, 5), _t(1.0, 6), _t(1.0, 6)],
