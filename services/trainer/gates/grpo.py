@@ -150,20 +150,22 @@ def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_env
                       should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None
                       ) -> tuple[dict[str, Any] | None, PlayedBudget]:
     """Warm start (module docstring): (its summary, or None when stopped on request; what its data cost).
-    Outcome labels where no slot scored on any replay task leave nothing to fit: the gates are zeroed
-    (every token to the base, the choice no replay contradicts) and the summary says so."""
+    Outcome labels where no replay task gave a label (no slot scored, or, with warm_start_tie_label none,
+    every slot tied) leave nothing to fit: the gates are zeroed (every token to the base, the choice no
+    replay contradicts) and the summary says so."""
     data = _labelled_data(composed, tokenizer, capability_envs, target_envs, base, config, store=store, prefix=prefix,
                           splits=splits)
     names = [BASE_SLOT_NAME, *composed.adapter_names]
     if not any(data.trajectories.values()):
-        log.warning("no slot scored on any of the outcome replay tasks: the warm start has nothing to fit; the gates "
-                    "are zeroed (every token to the base). Raise warm_start_tasks or warm_start_samples_per_slot, or "
-                    "set warm_start_fallback_score to a denser reward_breakdown entry")
+        log.warning("no outcome replay task gave a label (no slot scored, or every slot tied with "
+                    "warm_start_tie_label none): the warm start has nothing to fit; the gates are zeroed (every token "
+                    "to the base). Raise warm_start_tasks or warm_start_samples_per_slot, or set "
+                    "warm_start_fallback_score to a denser reward_breakdown entry")
         with torch.no_grad():
             for gate in composed.gates:
                 gate.weight.zero_()
                 gate.bias.zero_()
-        return {"steps": 0, "skipped": "no slot scored on any replay task", "examples_per_slot": [0] * len(names),
+        return {"steps": 0, "skipped": "no replay task gave a label", "examples_per_slot": [0] * len(names),
                 **data.summary}, data.budget
     wcfg = config.warm_start_config(data.digest)
     examples = provenance_examples(tokenizer, data.trajectories, names, wcfg)
