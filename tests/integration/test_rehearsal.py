@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
+# The rehearsal runs ~7 min alone here, and its fixture gives the command 1,500 s; pytest-timeout's suite-wide
+# 600 s would cut it first on a loaded machine (it did, 2026-12-05, beside a demo-sized experiment), so the
+# module's tests get the fixture's limit plus a margin for the assertions.
+pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1600)]
 REPO = Path(__file__).resolve().parents[2]
 
 
