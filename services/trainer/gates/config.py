@@ -74,8 +74,10 @@ class GateGRPOConfig(GRPOConfig):
                             "teaches. `base` (default): it is labelled with the base, so routing keeps the base's "
                             "behaviour where no adapter does better. `none`: it gives no label, as a GRPO group whose "
                             "episodes all score the same teaches nothing; the gates then learn only from tasks where "
-                            "the slots differ. Ties among some slots only still go to the base, else the lowest "
-                            "adapter index.")
+                            "the slots differ, so where the adapters mostly replay the base's behaviour the base may "
+                            "get few or no examples (outcome_tied_tasks counts the tasks every slot tied on). Ties among some "
+                            "slots only still go to the base, else the lowest adapter index. A tie on the reward does "
+                            "not fall through to warm_start_fallback_score, which decides only where no slot scores.")
     warm_start_episodes: int = Field(
         16, ge=1, le=4096, description="Provenance labels only: episodes played per capability environment; also the "
                                        "most base trajectories slot 0 takes.")

@@ -6,7 +6,8 @@ The warm start's labels (`warm_start_labels`):
 * `outcome` (default; `outcomes.py`): every slot alone -- the plain base (slot 0) and each adapter
   (routing forced to it) -- replays `warm_start_tasks` of the target's training tasks
   (`warm_start_samples_per_slot` episodes each); each task is labelled with the slot that scores
-  there (ties: the base, then the lowest index; no slot scoring: no label, or the
+  there (ties: the base, then the lowest index, or no label for a tie of every slot with
+  `warm_start_tie_label: none`; no slot scoring: no label, or the
   `warm_start_fallback_score` entry of the reward breakdown), and the warm start fits the gates to
   that slot's own trajectories on it. The replays -- tasks x (K+1) x samples -- are played here and
   counted. The replay tasks are the last of GRPO's seed schedule, GRPO's the first (disjoint while
@@ -61,13 +62,16 @@ from typing import Any
 
 import torch
 
+from services.trainer.gates import outcomes as outcome_labels
+from services.trainer.gates import provenance as provenance_labels
 from services.trainer.gates.config import GateGRPOConfig
 from services.trainer.gates.labelled_examples import pad_id, provenance_examples
 from services.trainer.gates.mixture import grpo_source
-from services.trainer.gates.outcomes import obtain_outcomes, recorded_outcome_budget
+from services.trainer.gates.outcomes import obtain_outcomes, outcomes_digest, recorded_outcome_budget
 from services.trainer.gates.provenance import (
     PlayedBudget,
     obtain_provenance,
+    provenance_digest,
     recorded_budget,
     select_base_provenance,
 )
@@ -117,6 +121,32 @@ def _matching_warm_start(store: ArtifactStore, prefix: str, digest: str) -> str 
     return None
 
 
+def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: ComposedMoEModel,
+                              target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory],
+                              config: GateGRPOConfig, splits: Mapping[str, str] | None) -> bool:
+    """Whether the GRPO checkpoints under `prefix` continue the warm start this config asks for: the
+    stored warm-start data has the digest this config gives it (labels, tasks, samples, tie rule,
+    fallback, ...), and, where a warm-start checkpoint exists, one was written with this config's
+    warm-start settings. The GRPO resume check compares GRPO's own fields only, so without this a
+    gate job re-run with other warm-start settings under the same prefix would skip its warm start
+    and continue gates fitted to the old labels, while its composition recorded the new config."""
+    if not config.warm_start_steps:
+        return True
+    if config.warm_start_labels == "outcome":
+        where = f"{prefix}/{outcome_labels.OUTCOMES_DIR}/{outcome_labels.RECORD_FILE}"
+        want = outcomes_digest(config, composed.adapter_names, [t for t, _ in target_envs], splits)
+    else:
+        where = f"{prefix}/{provenance_labels.PROVENANCE_DIR}/{provenance_labels.RECORD_FILE}"
+        want = provenance_digest(config, composed.adapter_names, base, splits)
+    try:
+        if json.loads(store.get_bytes(where)).get("digest") != want:
+            return False
+    except (NotFound, ValueError):
+        return False
+    return not list_gate_checkpoints(store, prefix) or \
+        _matching_warm_start(store, prefix, config.warm_start_config(want).digest()) is not None
+
+
 @dataclass
 class _LabelledData:
     """What the warm start fits, whichever labels: slot name -> trajectories, the episodes this job
@@ -157,10 +187,12 @@ def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_env
                           splits=splits)
     names = [BASE_SLOT_NAME, *composed.adapter_names]
     if not any(data.trajectories.values()):
-        log.warning("no outcome replay task gave a label (no slot scored, or every slot tied with "
-                    "warm_start_tie_label none): the warm start has nothing to fit; the gates are zeroed (every token "
-                    "to the base). Raise warm_start_tasks or warm_start_samples_per_slot, or set "
-                    "warm_start_fallback_score to a denser reward_breakdown entry")
+        tied = int(data.summary.get("outcomes", {}).get("tied_tasks", 0))
+        why = (f"every slot tied on the {tied} tasks where one scored (warm_start_tie_label none: set it to base to "
+               "label them with the base)" if tied else "no slot scored on any replay task (raise warm_start_tasks or "
+               "warm_start_samples_per_slot, or set warm_start_fallback_score to a denser reward_breakdown entry)")
+        log.warning("no outcome replay task gave a label: %s; the warm start has nothing to fit and the gates are "
+                    "zeroed (every token to the base)", why)
         with torch.no_grad():
             for gate in composed.gates:
                 gate.weight.zero_()
@@ -195,6 +227,7 @@ def _warm_start_values(summary: dict[str, Any], budget: PlayedBudget, names: Seq
         values["outcome_tasks"] = float(outcomes["tasks"])
         values["outcome_labelled_tasks"] = float(outcomes["labelled_tasks"])
         values["outcome_labelled_by_fallback"] = float(outcomes["labelled_by_fallback"])
+        values["outcome_tied_tasks"] = float(outcomes.get("tied_tasks", 0))
         for name in names:
             values[f"outcome_labels_{name}"] = float(outcomes["labels"].get(name, 0))
             values[f"outcome_reward_{name}"] = float(outcomes["reward_mean"].get(name, 0.0))
@@ -274,6 +307,11 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
         else:
             found = ckpt.latest_checkpoint(store, prefix)
             grpo_ckpt = found.key if found is not None else None
+            if grpo_ckpt and not _followed_this_warm_start(store, prefix, composed, target_envs, base, config,
+                                                           splits):
+                log.warning("the GRPO checkpoints under %s followed a warm start with other settings: warm-starting "
+                            "again and training GRPO on the gates from there", prefix)
+                grpo_ckpt = None
     budget = PlayedBudget()
     warm: dict[str, Any] = {}
     if config.warm_start_steps and grpo_ckpt is None:

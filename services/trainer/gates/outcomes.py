@@ -96,6 +96,11 @@ class TaskOutcome:
     by: Literal["reward", "fallback", ""] = ""  # which score decided the label ("" = no label)
     scores: list[float] = field(default_factory=list)  # [K+1] mean of the deciding score per slot
 
+    @property
+    def tied(self) -> bool:
+        """Every slot scored the same (above 0) on the deciding score."""
+        return bool(self.scores) and max(self.scores) > 0 and all(_close(x, self.scores[0]) for x in self.scores)
+
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "rewards": self.rewards, "label": self.label, "by": self.by,
                 "scores": self.scores}
@@ -118,6 +123,7 @@ class Outcomes:
         n = max(len(self.table), 1)
         return {"tasks": len(self.table), "labelled_tasks": len(labelled),
                 "labelled_by_fallback": sum(t.by == "fallback" for t in labelled),
+                "tied_tasks": sum(t.tied for t in self.table),
                 "labels": {name: sum(t.label == k for t in labelled) for k, name in enumerate(names)},
                 "reward_mean": {name: sum(t.rewards[k] for t in self.table) / n for k, name in enumerate(names)},
                 "table": [t.to_dict() for t in self.table]}
@@ -233,8 +239,12 @@ def load_outcomes(store: ArtifactStore, prefix: str, digest: str | None = None) 
         return None
     record, replays = loaded
     seeds = [int(s) for s in record["seeds"]]
+    ties = str(record.get("tie_label", "base"))   # records written before the field: the base, as then
+    if ties not in ("base", "none"):
+        raise ArtifactCorrupted(f"{prefix}/{OUTCOMES_DIR}/{RECORD_FILE}: tie_label {ties!r} is neither 'base' nor "
+                                f"'none'; delete <prefix>/{OUTCOMES_DIR}/ and rerun")
     table, labelled = outcome_table(replays, list(record["slots"]), seeds, int(record["samples"]),
-                                    str(record.get("fallback", "")), str(record.get("tie_label", "base")))
+                                    str(record.get("fallback", "")), ties)
     return Outcomes(seeds, replays, table, labelled, PlayedBudget(**record["budget"]), str(record["digest"]))
 
 

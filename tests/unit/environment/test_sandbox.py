@@ -121,10 +121,11 @@ def _exposes_host_tmp(bind: str) -> bool:
     """A bind of the host's /tmp or of anything in it but the code the worker runs: a checkout or a
     virtual environment may lie under /tmp (a CI clone does), and then its package and interpreter
     binds do too; nothing else there may be visible."""
-    path = Path(bind)
-    if path != Path("/tmp") and Path("/tmp") not in path.parents:
+    tmp, path = Path("/tmp"), Path(bind)
+    if path != tmp and tmp not in path.parents:
         return False
-    code = {REPO, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    code = [REPO / "trace_common", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    code = [c for c in code if tmp in c.parents]   # only a code root strictly inside /tmp exempts a bind there
     return not any(path == c or c in path.parents for c in code)
 
 

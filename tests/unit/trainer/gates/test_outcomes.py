@@ -107,6 +107,51 @@ def test_tie_label_none_relabels_stored_replays_and_changes_the_digest_only_when
     assert digests["base"] == outcomes_digest(GateGRPOConfig(**OUTCOME), NAMES, ["t"]) != digests["none"]
 
 
+def test_stored_replays_without_a_tie_label_load_as_base_and_a_bad_one_is_refused(tmp_path):
+    import json
+
+    from services.trainer.gates.outcomes import Outcomes, load_outcomes, save_outcomes
+    from services.trainer.gates.provenance import PlayedBudget
+
+    replays = {name: [_t(0.0, 5, sub=0.5)] for name in SLOTS}          # one task, every slot tied
+    table, labelled = outcome_table(replays, SLOTS, [5], samples=1, fallback="sub")
+    assert table[0].tied and table[0].label == 0
+    store = open_store(f"file://{tmp_path}")
+    save_outcomes(store, "p", Outcomes([5], replays, table, labelled, PlayedBudget(episodes=3), "d"), 1, "sub")
+    key = "p/outcomes/outcomes.json"
+    for tie_label, expect in ((None, 0), ("none", None), ("adapter", ArtifactCorrupted)):
+        record = json.loads(store.get_bytes(key))
+        record.pop("tie_label", None)
+        if tie_label is not None:
+            record["tie_label"] = tie_label
+        store.put_bytes(key, json.dumps(record).encode())
+        if expect is ArtifactCorrupted:
+            with pytest.raises(ArtifactCorrupted, match="tie_label 'adapter'"):
+                load_outcomes(store, "p")
+        else:
+            loaded = load_outcomes(store, "p")
+            assert [t.label for t in loaded.table] == [expect]
+            assert loaded.summary(SLOTS)["tied_tasks"] == 1
+
+
+@pytest.mark.parametrize("second, warm_starts_again", [
+    ({}, False),                                   # the same config: GRPO resumes after the warm start it followed
+    ({"warm_start_tie_label": "none"}, True),      # another tie rule: other labels, so warm-start again
+    ({"warm_start_tasks": 5}, True),               # other replay tasks
+    ({"warm_start_learning_rate": 1e-2}, True),    # the same data, another warm-start fit
+])
+def test_a_gate_job_rerun_with_other_warm_start_settings_warm_starts_again(tmp_path, second, warm_starts_again):
+    store = open_store((tmp_path / "s").as_uri())
+    first = dict(FAST, warm_start_tasks=6, warm_start_steps=5, max_steps=2, save_steps=1,
+                 warm_start_fallback_score="sub")
+    run(GateGRPOConfig(**first), composed(), store, targets=CROSSED)
+    counting = Counting()
+    result = run(GateGRPOConfig(**{**first, **second}), composed(), store, targets=CROSSED, counting=counting)
+    assert bool(result.warm_start) == warm_starts_again     # {}: resumed in GRPO, no warm start run
+    replayed = {s for _, s in counting.resets} & set(replay_seeds(range(0, 1000), GateGRPOConfig(**{**first, **second})))
+    assert bool(replayed) == (warm_starts_again and "warm_start_learning_rate" not in second)  # same data: reused
+
+
 def test_outcome_table_labels_the_winners_own_best_samples_and_checks_the_replay_count():
     replays = {"base": [_t(0.0, 5), _t(0.0, 5), _t(1.0, 6), _t(0.0, 6)],  # 2 tasks x 2 samples, task-major
                "early": [_t(1.0, 5), _t(0.0, 5), _t(1.0, 6), _t(1.0, 6)],
