@@ -31,11 +31,26 @@ Design (fixed before the run; dev split only, the test split is never played):
   reaches GRPO at equal budget and the limit is the adapters and the base, not the gates; G1 (G2) is
   better than G0 (G1) only if McNemar p < 0.05 on passes (sub-goal rates are reported, not tested).
 
+Follow-up, designed after the run above and before playing it (`--run-id lrdev --learning-rate 2e-3
+--no-gate-variants`): the adapters alone replayed the base's exact conversation on 60-81 % of the dev
+tasks, so do adapters that take larger steps learn more from the same episodes? The same stages and
+arms (slots, G0, GRPO 1x; no G1/G2) with `training.grpo.learning_rate` 2e-3 instead of the demo's
+5e-4 (4x: the smallest change expected to move the greedy policy after ~150 episodes), which GRPO on
+the target trains with too (its arm reads training.grpo). Reading fixed in advance: the adapters
+learn more per episode if their own-skill sub-goal rates and the oracle union rise; TRACE's ceiling
+beats GRPO at equal budget only if the union passes more than GRPO 1x at the same learning rate.
+G1 and G2 were then added to that run (the same command without --no-gate-variants) after its G0
+was seen, with the settings fixed for the first run.
+
 Every unit is recorded in `--record` as it finishes, and a rerun skips finished units, so a stopped
-run resumes. docs/routing-ceiling-dev-2026-12-05.json is the record of the run of 2026-12-05.
+run resumes. docs/routing-ceiling-dev-2026-12-05.json is the record of the run of 2026-12-05,
+docs/routing-ceiling-dev-lr-2026-12-05.json the follow-up's.
 
     OMP_NUM_THREADS=1 TRACE_ENVIRONMENT_VALIDATION_GROUPS=8 \\
         python scripts/experiments/routing_ceiling_dev.py --record /tmp/routing-ceiling.json
+    OMP_NUM_THREADS=1 TRACE_ENVIRONMENT_VALIDATION_GROUPS=8 \
+        python scripts/experiments/routing_ceiling_dev.py --record /tmp/routing-ceiling-lr.json \
+        --run-id lrdev --learning-rate 2e-3 --no-gate-variants --work /tmp/routing-ceiling-lr
 """
 
 from __future__ import annotations
@@ -45,23 +60,26 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_ID = "gatesdev"
+RUN_ID = "gatesdev"   # --run-id
 DEV_TASKS = 300
 G1_GATES = {"warm_start_tasks": 64, "warm_start_temperature": 0.0}
 G2_GATES = {**G1_GATES, "warm_start_tie_label": "none"}
 
 
-def run_config(work: Path) -> Path:
-    """demo.yaml with run_id `gatesdev` (nothing else changed)."""
+def run_config(work: Path, learning_rate: float | None) -> Path:
+    """demo.yaml with run_id RUN_ID (and, when given, training.grpo.learning_rate; nothing else changed)."""
     import yaml
 
     cfg = yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())
     cfg["run_id"] = RUN_ID
+    if learning_rate is not None:
+        cfg["training"]["grpo"]["learning_rate"] = learning_rate
     path = work / f"{RUN_ID}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -74,18 +92,22 @@ class Record:
         self.path = path
         self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"units": {}}
 
+    lock = threading.Lock()   # two lanes record units
+
     def unit(self, key: str, work) -> Any:
-        if key in self.data["units"]:
-            print(f"[{key}] done earlier, reused", flush=True)
-            return self.data["units"][key]
+        with self.lock:
+            if key in self.data["units"]:
+                print(f"[{key}] done earlier, reused", flush=True)
+                return self.data["units"][key]
         started = time.time()
         print(f"[{key}] ...", flush=True)
         out = work()
         out["seconds"] = round(time.time() - started, 1)
-        self.data["units"][key] = out
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        tmp.replace(self.path)
+        with self.lock:
+            self.data["units"][key] = out
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1))
+            tmp.replace(self.path)
         print(f"[{key}] {out.get('successes', '')} in {out['seconds']} s", flush=True)
         return out
 
@@ -156,18 +178,23 @@ def train_gates(p, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
             "job": resp.job.job_id}
 
 
-def run(record: Record, config: Path) -> None:
+def run(record: Record, config: Path, gate_variants: bool = True) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     from tracectl.evaluation.stage import Evaluation
 
     with pipeline(config) as p:
         adapters = p.manifest.stages["adapters"].outputs
         g0 = p.manifest.stages["gates"].outputs["composition"]
-        record.unit("slot base", lambda: play(p, p.base_policy(), "dev base"))
-        for cap, uri in sorted(adapters.items()):
-            record.unit(f"slot {cap}", lambda uri=uri, cap=cap: play(p, p.base_policy(adapter_uri=uri), f"dev {cap}"))
-        record.unit("G0", lambda: {**play(p, p.base_policy(composition_uri=g0, routing="token"), "dev G0"),
-                                   "composition": g0})
-        record.unit("G0 usage", lambda: usage(p, g0, record.data["units"]["G0"]["uri"], f"{RUN_ID}-moe"))
+
+        def slots_and_g0() -> None:
+            record.unit("slot base", lambda: play(p, p.base_policy(), "dev base"))
+            for cap, uri in sorted(adapters.items()):
+                record.unit(f"slot {cap}",
+                            lambda uri=uri, cap=cap: play(p, p.base_policy(adapter_uri=uri), f"dev {cap}"))
+            record.unit("G0", lambda: {**play(p, p.base_policy(composition_uri=g0, routing="token"), "dev G0"),
+                                       "composition": g0})
+            record.unit("G0 usage", lambda: usage(p, g0, record.data["units"]["G0"]["uri"], f"{RUN_ID}-moe"))
 
         def grpo() -> dict[str, Any]:
             ev = Evaluation(p)   # demo.yaml's grpo_budgets: [1]; the training unit is the evaluation's own
@@ -178,19 +205,23 @@ def run(record: Record, config: Path) -> None:
             return {**play(p, p.base_policy(adapter_uri=adapter), "dev grpo 1x"), "adapter": adapter,
                     "iteration": it, "training_episodes": episodes, "trace_budget": ev.B,
                     "train_seconds": round(trained.train_seconds, 1)}
-        record.unit("GRPO 1x", grpo)
+        with ThreadPoolExecutor(2) as lanes:   # two lanes, as the evaluation plays two arms at a time
+            for lane in [lanes.submit(slots_and_g0), lanes.submit(lambda: record.unit("GRPO 1x", grpo))]:
+                lane.result()
+        if not gate_variants:
+            return
 
-        g1 = record.unit("G1 gates", lambda: train_gates(p, f"{RUN_ID}-moe-g1", G1_GATES))
-        comp = g1["outputs"]["composition"]
-        record.unit("G1", lambda: {**play(p, p.base_policy(composition_uri=comp, routing="token"), "dev G1"),
-                                   "composition": comp})
-        record.unit("G1 usage", lambda: usage(p, comp, record.data["units"]["G1"]["uri"], f"{RUN_ID}-moe-g1"))
+        def variant(name: str, overrides: dict[str, Any]) -> None:
+            gates = record.unit(f"{name} gates", lambda: train_gates(p, f"{RUN_ID}-moe-{name.lower()}", overrides))
+            comp = gates["outputs"]["composition"]
+            record.unit(name, lambda: {**play(p, p.base_policy(composition_uri=comp, routing="token"), f"dev {name}"),
+                                       "composition": comp})
+            record.unit(f"{name} usage",
+                        lambda: usage(p, comp, record.data["units"][name]["uri"], f"{RUN_ID}-moe-{name.lower()}"))
 
-        g2 = record.unit("G2 gates", lambda: train_gates(p, f"{RUN_ID}-moe-g2", G2_GATES))
-        comp2 = g2["outputs"]["composition"]
-        record.unit("G2", lambda: {**play(p, p.base_policy(composition_uri=comp2, routing="token"), "dev G2"),
-                                   "composition": comp2})
-        record.unit("G2 usage", lambda: usage(p, comp2, record.data["units"]["G2"]["uri"], f"{RUN_ID}-moe-g2"))
+        with ThreadPoolExecutor(2) as lanes:
+            for lane in [lanes.submit(variant, "G1", G1_GATES), lanes.submit(variant, "G2", G2_GATES)]:
+                lane.result()
 
 
 def likeness(uris: dict[str, str]) -> dict[str, Any]:
@@ -252,22 +283,27 @@ def analyse(record: Record) -> dict[str, Any]:
 
 
 def main() -> int:
+    global RUN_ID
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", type=Path, required=True, help="the experiment's units (resumable JSON)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/routing-ceiling"), help="the run config's folder")
     parser.add_argument("--analyse-only", action="store_true", help="only summarise the recorded units")
+    parser.add_argument("--run-id", default=RUN_ID, help="the run's id (its stages are reused when it exists)")
+    parser.add_argument("--learning-rate", type=float, help="training.grpo.learning_rate (default: demo.yaml's)")
+    parser.add_argument("--no-gate-variants", action="store_true", help="slots, G0 and GRPO 1x only")
     parser.add_argument("--publish", type=Path, help="also write the record here, its paths relative to the checkout")
     args = parser.parse_args()
     os.chdir(REPO)   # the run's store is the checkout's ./.trace, as for make demo
+    RUN_ID = args.run_id
     args.work.mkdir(parents=True, exist_ok=True)
     record = Record(args.record)
     if not args.analyse_only:
-        config = run_config(args.work)
+        config = run_config(args.work, args.learning_rate)
         done = subprocess.call([str(REPO / ".venv" / "bin" / "tracectl"), "run", "--config", str(config),
                                 "--until", "gates"], cwd=REPO)
         if done:
             return done
-        run(record, config)
+        run(record, config, gate_variants=not args.no_gate_variants)
     record.data["analysis"] = analyse(record)
     args.record.write_text(json.dumps(record.data, indent=1))
     if args.publish:   # the artifacts' URIs name this machine's checkout: keep them relative in a committed copy
