@@ -160,20 +160,9 @@ def usage(p, composition: str, trajectories: str, name: str) -> dict[str, Any]:
 
 
 def train_gates(p, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The gates stage's job (Pipeline.stage_gates) with `overrides` on the gates config, under its
-    own name so it never resumes the run's own gate job."""
-    from trace_common.grpc.client import messages
-    from trace_common.proto.trace.v1 import types_pb2 as t
-    from tracectl.run.results import results_of
-
-    T = messages("trainer")
-    adapters = p.manifest.stages["adapters"].outputs
-    envs = results_of(p.manifest).environments.environments
-    refs = [t.EnvironmentRef(name=r.name, version=r.version)
-            for r in sorted(envs, key=lambda r: r.capability) if r.capability in adapters]
-    refs.append(p.target_ref(split="train"))
-    config = {**p.cfg.gates.config, **overrides, "max_completion_length": p.completion_cap()}
-    resp = p.train(T.TRAINING_KIND_GATES, name, refs, config, f"gate training {name}", adapter_uris=adapters)
+    """The gates stage's job with `overrides` on the gates config, under its own name so it never
+    resumes the run's own gate job."""
+    resp, _labels = p.train_gates(name, {**p.cfg.gates.config, **overrides}, f"gate training {name}")
     return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "metrics": dict(resp.job.metrics),
             "job": resp.job.job_id}
 

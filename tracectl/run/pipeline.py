@@ -414,19 +414,24 @@ class Pipeline:
         if results.adapters.nothing_to_train:
             say_nothing_to_train(f"gates: nothing to train: {results.adapters.nothing_to_train}")
             return {"result": dump(GatesResult(nothing_to_train=results.adapters.nothing_to_train))}
+        resp, labels = self.train_gates(f"{self.cfg.run_id}-moe"[:64], self.cfg.gates.config, "gate training")
+        return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
+                "result": dump(GatesResult(metrics=dict(resp.job.metrics), warm_start_labels=labels))}
+
+    def train_gates(self, name: str, gates_config: dict[str, Any], label: str) -> tuple[Any, str]:
+        """(the job's response, its warm-start label kind): one gate-training job named `name` over the
+        run's adapters with `gates_config` (the gates stage's own: cfg.gates.config; a dev experiment
+        may pass another under another name), the run's completion cap added."""
         adapters = self.manifest.stages["adapters"].outputs
-        envs = results.environments.environments
+        envs = results_of(self.manifest).environments.environments
         refs = [t.EnvironmentRef(name=r.name, version=r.version)
                 for r in sorted(envs, key=lambda r: r.capability) if r.capability in adapters]
         refs.append(self.target_ref(split="train"))
-        config = {**self.cfg.gates.config, "max_completion_length": self.completion_cap()}
-        labels = str(self.parsed_config(T.TRAINING_KIND_GATES, "gates.config", self.cfg.gates.config)["warm_start_labels"])
+        config = {**gates_config, "max_completion_length": self.completion_cap()}
+        labels = str(self.parsed_config(T.TRAINING_KIND_GATES, "gates.config", gates_config)["warm_start_labels"])
         if labels == "provenance":
             config["base_provenance_uris"] = [self.manifest.stages["rollout"].outputs["trajectories"]]
-        resp = self.train(T.TRAINING_KIND_GATES, f"{self.cfg.run_id}-moe"[:64], refs, config,
-                          "gate training", adapter_uris=adapters)
-        return {"outputs": {o.kind: o.uri for o in resp.job.outputs}, "jobs": [resp.job.job_id],
-                "result": dump(GatesResult(metrics=dict(resp.job.metrics), warm_start_labels=labels))}
+        return self.train(T.TRAINING_KIND_GATES, name, refs, config, label, adapter_uris=adapters), labels
 
     def stage_evaluation(self) -> dict[str, Any]:
         from tracectl.evaluation.stage import evaluate
