@@ -42,6 +42,20 @@ beats GRPO at equal budget only if the union passes more than GRPO 1x at the sam
 G1 and G2 were then added to that run (the same command without --no-gate-variants) after its G0
 was seen, with the settings fixed for the first run.
 
+Second follow-up (2026-12-06), designed after G2 of the lrdev run was seen and before G3 was played:
+G2's labels on tasks where no slot scores come from the `subrequests` share, which the multi-step
+adapter wins most often while passing the fewest tasks (its own sub-goals rise, its writes against an
+order's status rise too: precondition sub-goals 143 -> 97 of 196). The store's verifier now also gives
+`credit`, the share zeroed by a policy violation or an unrequested change (1 exactly when the reward
+is). Checked on the recorded dev slot episodes before playing (a design check on dev, not a result):
+on the 265 tasks no slot passes, `subrequests` gives the multi-step adapter the most adapter labels
+(32; precondition 19), `credit` the fewest but one (17; precondition 27); mean credit per slot ranks
+the precondition adapter first and the multi-step adapter last, as passes do (mean `subrequests` puts
+the multi-step adapter above the base). G3: G2's settings with
+`warm_start_fallback_score: credit`, on the lrdev run's stages. Reading fixed in advance: G3 is better
+than G2 if McNemar p < 0.05 on passes; it beats GRPO 1x on dev under the same rule (GRPO 1x was trained
+to G0's budget; G1-G3 replay 240 episodes more than G0, which GRPO at their budget would get too).
+
 Every unit is recorded in `--record` as it finishes, and a rerun skips finished units, so a stopped
 run resumes. docs/routing-ceiling-dev-2026-12-05.json is the record of the run of 2026-12-05,
 docs/routing-ceiling-dev-lr-2026-12-05.json the follow-up's.
@@ -70,6 +84,8 @@ RUN_ID = "gatesdev"   # --run-id
 DEV_TASKS = 300
 G1_GATES = {"warm_start_tasks": 64, "warm_start_temperature": 0.0}
 G2_GATES = {**G1_GATES, "warm_start_tie_label": "none"}
+G3_GATES = {**G2_GATES, "warm_start_fallback_score": "credit"}
+VARIANTS = {"G1": G1_GATES, "G2": G2_GATES, "G3": G3_GATES}
 
 
 def run_config(work: Path, learning_rate: float | None) -> Path:
@@ -167,7 +183,7 @@ def train_gates(p, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
             "job": resp.job.job_id}
 
 
-def run(record: Record, config: Path, gate_variants: bool = True) -> None:
+def run(record: Record, config: Path, variants: list[str]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from tracectl.evaluation.stage import Evaluation
@@ -197,7 +213,7 @@ def run(record: Record, config: Path, gate_variants: bool = True) -> None:
         with ThreadPoolExecutor(2) as lanes:   # two lanes, as the evaluation plays two arms at a time
             for lane in [lanes.submit(slots_and_g0), lanes.submit(lambda: record.unit("GRPO 1x", grpo))]:
                 lane.result()
-        if not gate_variants:
+        if not variants:
             return
 
         def variant(name: str, overrides: dict[str, Any]) -> None:
@@ -209,7 +225,7 @@ def run(record: Record, config: Path, gate_variants: bool = True) -> None:
                         lambda: usage(p, comp, record.data["units"][name]["uri"], f"{RUN_ID}-moe-{name.lower()}"))
 
         with ThreadPoolExecutor(2) as lanes:
-            for lane in [lanes.submit(variant, "G1", G1_GATES), lanes.submit(variant, "G2", G2_GATES)]:
+            for lane in [lanes.submit(variant, name, VARIANTS[name]) for name in variants]:
                 lane.result()
 
 
@@ -221,6 +237,8 @@ def likeness(uris: dict[str, str]) -> dict[str, Any]:
     from tracectl.evaluation.scoring import read_trajectories
 
     def episodes(uri: str) -> dict[str, Any]:
+        if "://" not in uri:   # a published record's path, relative to the checkout
+            uri = (REPO / uri).as_uri()
         root = uri.split("/runs/")[0]
         return {tr.task_id: tr for tr in read_trajectories(open_store(root), uri)}
 
@@ -253,8 +271,8 @@ def analyse(record: Record) -> dict[str, Any]:
             row["subgoal"] = arms[name]["subgoal"]
         table[name] = row
     paired = {}
-    for a in ("G0", "G1", "G2", "oracle union of slots"):
-        for b in ("slot base", best_slot, "GRPO 1x", "G0", "G1", "oracle union of slots"):
+    for a in ("G0", *VARIANTS, "oracle union of slots"):
+        for b in ("slot base", best_slot, "GRPO 1x", "G0", *VARIANTS, "oracle union of slots"):
             if a in outcome and b in outcome and a != b:
                 _, only_a, only_b, _ = paired_counts(outcome[a], outcome[b])
                 paired[f"{a} vs {b}"] = {"only_first": only_a, "only_second": only_b,
@@ -267,7 +285,7 @@ def analyse(record: Record) -> dict[str, Any]:
             "usage": {k.removesuffix(" usage"): v for k, v in u.items() if k.endswith(" usage")},
             "grpo_1x": {k: u["GRPO 1x"].get(k) for k in ("training_episodes", "trace_budget", "iteration",
                                                           "train_seconds")} if "GRPO 1x" in u else None,
-            "gates_metrics": {g: u[f"{g} gates"].get("metrics") for g in ("G1", "G2") if f"{g} gates" in u},
+            "gates_metrics": {g: u[f"{g} gates"].get("metrics") for g in VARIANTS if f"{g} gates" in u},
             "seconds": {k: v.get("seconds") for k, v in u.items()}}
 
 
@@ -280,19 +298,25 @@ def main() -> int:
     parser.add_argument("--run-id", default=RUN_ID, help="the run's id (its stages are reused when it exists)")
     parser.add_argument("--learning-rate", type=float, help="training.grpo.learning_rate (default: demo.yaml's)")
     parser.add_argument("--no-gate-variants", action="store_true", help="slots, G0 and GRPO 1x only")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"the gate variants to play, comma-separated (of {', '.join(VARIANTS)}; default all)")
     parser.add_argument("--publish", type=Path, help="also write the record here, its paths relative to the checkout")
     args = parser.parse_args()
     os.chdir(REPO)   # the run's store is the checkout's ./.trace, as for make demo
     RUN_ID = args.run_id
     args.work.mkdir(parents=True, exist_ok=True)
     record = Record(args.record)
+    variants = [] if args.no_gate_variants else [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
     if not args.analyse_only:
         config = run_config(args.work, args.learning_rate)
         done = subprocess.call([str(REPO / ".venv" / "bin" / "tracectl"), "run", "--config", str(config),
                                 "--until", "gates"], cwd=REPO)
         if done:
             return done
-        run(record, config, gate_variants=not args.no_gate_variants)
+        run(record, config, variants)
     record.data["analysis"] = analyse(record)
     args.record.write_text(json.dumps(record.data, indent=1))
     if args.publish:   # the artifacts' URIs name this machine's checkout: keep them relative in a committed copy

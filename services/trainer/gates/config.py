@@ -66,9 +66,11 @@ class GateGRPOConfig(GRPOConfig):
                                           "(default): `temperature`, GRPO's.")
     warm_start_fallback_score: str = Field(
         "", max_length=64, pattern=r"^([a-z][a-z0-9_]*)?$",
-        description="Outcome labels: a reward_breakdown entry (e.g. the store's `subrequests`, the share of "
-                    "sub-requests fulfilled) that labels the tasks where no slot scores a reward above 0; the slot "
-                    "with its highest mean wins, as for the reward. Empty (default): such tasks give no label.")
+        description="Outcome labels: a reward_breakdown entry that labels the tasks where no slot scores a reward "
+                    "above 0; the slot with its highest mean wins, as for the reward. Pick one that is 1 only when "
+                    "the reward is, such as the store's `credit` (the share of sub-requests fulfilled, 0 after a "
+                    "policy violation or an unrequested change); the store's `subrequests` ignores both and can "
+                    "prefer a slot that rarely passes. Empty (default): such tasks give no label.")
     warm_start_tie_label: Literal["base", "none"] = Field(
         "base", description="Outcome labels: what a task where every slot scores the same (by the deciding score) "
                             "teaches. `base` (default): it is labelled with the base, so routing keeps the base's "

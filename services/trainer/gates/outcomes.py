@@ -70,7 +70,7 @@ from services.trainer.grpo.rollouts import EnvFactory, EpisodeSpec, play_groups
 from services.trainer.grpo.seeds import SeedSchedule
 from trace_common.artifacts import ArtifactStore
 from trace_common.env.trajectory import Trajectory
-from trace_common.errors import ArtifactCorrupted, NotFound
+from trace_common.errors import ArtifactCorrupted, InvalidArgument, NotFound
 from trace_common.moe.composed import ComposedMoEModel
 from trace_common.moe.composition_io import BASE_SLOT_NAME
 from trace_common.policy.base import SamplingParams, derive_seed
@@ -204,6 +204,14 @@ def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[s
         if len(replays.get(name, ())) != len(seeds) * samples:
             raise ArtifactCorrupted(f"replays of slot {name!r}: {len(replays.get(name, ()))} episodes, expected "
                                     f"{len(seeds)} tasks x {samples} samples; delete <prefix>/{OUTCOMES_DIR}/ and rerun")
+    episodes = [t for name in names for t in replays[name]]
+    if fallback and episodes and not any(fallback in t.reward_breakdown for t in episodes):
+        # a misspelt or foreign key would score every slot 0 and silently label nothing by the fallback
+        seen = sorted({k for t in episodes for k in t.reward_breakdown})
+        raise InvalidArgument("no replay's reward_breakdown has it", field="warm_start_fallback_score",
+                              expected=f"an entry of the target's reward_breakdown (these replays have "
+                                       f"{', '.join(seen) or 'none'})", got=fallback,
+                              fix="set one of those, or leave it empty to label only the tasks some slot scores on")
     table: list[TaskOutcome] = []
     labelled: dict[str, list[Trajectory]] = {}
     for i, seed in enumerate(seeds):

@@ -19,7 +19,15 @@ Semantics:
               = 0.0  otherwise
     success   = reward == 1
     breakdown = {subrequests: mean_s ok[s], db: [changed == ∅], info: told / required,
-                 policy: [not violation]}
+                 policy: [not violation],
+                 credit: mean_s ok[s] if not violation and not extra else 0}
+
+`credit` is the reward's partial credit: the share of sub-requests fulfilled, zeroed by what zeroes
+the reward whatever was fulfilled (a policy violation, an unrequested change), so credit == 1 exactly
+when reward == 1. It is the dense score to rank policies by where few episodes pass: `subrequests`
+alone ranks an agent that writes against an order's status, or changes what nobody asked for, above one
+that refuses (measured on dev, 2026-12-06: at learning rate 2e-3 the multi-step adapter meets the most
+sub-requests of any slot and passes the fewest tasks; README, "Where TRACE loses, on dev").
 """
 
 from __future__ import annotations
@@ -97,6 +105,7 @@ def verify(task: Task, final_db: dict[str, Any], expected_db: dict[str, Any], ag
     reward = 1.0 if all(ok) and not violations and not unexpected else 0.0
     breakdown = {"subrequests": fulfilled, "db": 0.0 if changed else 1.0,
                  "info": infos_told / infos_total if infos_total else 1.0,
-                 "policy": 0.0 if violations else 1.0}
+                 "policy": 0.0 if violations else 1.0,
+                 "credit": 0.0 if violations or unexpected else fulfilled}
     return Verdict(reward=reward, subrequest_ok=ok, breakdown=breakdown,
                    failure_reason=None if reward >= 1.0 else "; ".join(reasons) or "unknown")

@@ -117,10 +117,14 @@ def test_hand_written_sequences(name, task_type, pred, build, reward, fulfilled,
     assert env.done, "the final message must end the episode"
     assert env.reward() == reward
     breakdown = env.reward_breakdown()
-    assert set(breakdown) == {"subrequests", "db", "info", "policy"}
+    assert set(breakdown) == {"subrequests", "db", "info", "policy", "credit"}
     assert all(0.0 <= v <= 1.0 for v in breakdown.values())
     if fulfilled is not None:
         assert breakdown["subrequests"] == pytest.approx(fulfilled)
+    # credit: the fulfilled share, zeroed by a violation or an unrequested change; 1 exactly when reward is
+    zeroed = breakdown["policy"] == 0.0 or "unrequested change" in (env.failure_reason() or "")
+    assert breakdown["credit"] == pytest.approx(0.0 if zeroed else breakdown["subrequests"])
+    assert (breakdown["credit"] == 1.0) == (reward == 1.0)
     got = sorted(set(capabilities(env)))
     if caps is None:  # the failed part's own capabilities (sub-goal attribution's last row)
         assert got == sorted(set(env.task.subrequests[0].capabilities or env.task.capabilities))

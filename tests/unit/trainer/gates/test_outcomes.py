@@ -274,6 +274,26 @@ def test_tasks_no_slot_scores_give_no_label_unless_a_fallback_score_separates_th
         assert v["outcome_labels_late"] == 3 and v["warm_start_steps"] == 20
 
 
+@pytest.mark.parametrize("breakdowns, fallback, refused", [
+    ([{"sub": 0.5}, {"sub": 0.0}], "sub", False),
+    ([{"sub": 0.5}, {}], "sub", False),              # missing on some episodes: 0 there (Semantics)
+    ([{"credit": 0.5}, {"credit": 0.0}], "sub", True),  # on none: a misspelt or foreign key
+    ([{}, {}], "sub", True),
+    ([{}, {}], "", False),                            # no fallback asked for
+])
+def test_a_fallback_score_no_replay_reports_is_refused_by_name(breakdowns, fallback, refused):
+    from trace_common.errors import InvalidArgument
+
+    replays = {name: [_t(0.0, 5, **breakdowns[k % 2])] for k, name in enumerate(SLOTS)}
+    if refused:
+        seen = "credit" if breakdowns[0] else "none"
+        with pytest.raises(InvalidArgument, match=rf"^warm_start_fallback_score: expected .*have {seen}\), got 'sub'"):
+            outcome_table(replays, SLOTS, [5], samples=1, fallback=fallback)
+    else:
+        table, _ = outcome_table(replays, SLOTS, [5], samples=1, fallback=fallback)
+        assert len(table) == 1
+
+
 @pytest.mark.parametrize("kind, values, same", [
     # float32: the digest commit 5028f1a (no dtype field) computed, so stored replays and provenance still serve
     ("outcome", {}, "a733e4c371b984c2"),
