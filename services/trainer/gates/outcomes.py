@@ -211,7 +211,7 @@ def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[s
         raise InvalidArgument("no replay's reward_breakdown has it", field="warm_start_fallback_score",
                               expected=f"an entry of the target's reward_breakdown (these replays have "
                                        f"{', '.join(seen) or 'none'})", got=fallback,
-                              fix="set one of those, or leave it empty to label only the tasks some slot scores on")
+                              fix="Set one of those, or leave it empty to label only the tasks some slot scores on")
     table: list[TaskOutcome] = []
     labelled: dict[str, list[Trajectory]] = {}
     for i, seed in enumerate(seeds):

@@ -142,8 +142,7 @@ def test_stored_replays_without_a_tie_label_load_as_base_and_a_bad_one_is_refuse
 ])
 def test_a_gate_job_rerun_with_other_warm_start_settings_warm_starts_again(tmp_path, second, warm_starts_again):
     store = open_store((tmp_path / "s").as_uri())
-    first = dict(FAST, warm_start_tasks=6, warm_start_steps=5, max_steps=2, save_steps=1,
-                 warm_start_fallback_score="sub")
+    first = dict(FAST, warm_start_tasks=6, warm_start_steps=5, max_steps=2, save_steps=1)
     run(GateGRPOConfig(**first), composed(), store, targets=CROSSED)
     counting = Counting()
     result = run(GateGRPOConfig(**{**first, **second}), composed(), store, targets=CROSSED, counting=counting)
