@@ -86,7 +86,7 @@ rehearse: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/tracectl rehearse --config examples/tau2-retail-vllm.yaml \
 	  --values charts/trace/values-tau2-retail-vllm.yaml
 
-# Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~45 min on 2 cores) after a
+# Rebuild the shipped base agent (trace_common/agents/shipped/micro/, ~1 h 45 min on 2 cores) after a
 # change to its build code or to the store domain; `tracectl agents verify micro` checks the result.
 base-agent: runtime
 	$(VENV)/bin/tracectl agents ship micro

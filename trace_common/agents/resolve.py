@@ -38,7 +38,7 @@ BUILT_IN = ("micro", "smollm2", "smollm2-base")
 CONFIGS: dict[str, type[BaseModel]] = {"micro": MicroConfig, "smollm2": SmolLM2Config,
                                        "smollm2-base": SmolLM2BaseConfig}
 #: What a first-use build takes here (2 cores), for the first progress line.
-ESTIMATES = {"micro": "about 45 min on 2 cores", "smollm2": "about 15 min on 2 cores, after a ~30 s conversion"}
+ESTIMATES = {"micro": "about 1 h 45 min on 2 cores", "smollm2": "about 15 min on 2 cores, after a ~30 s conversion"}
 
 
 def provenance_of(kind: str, config: Any, cache_dir: Path | None, progress: BuildProgress | None = None

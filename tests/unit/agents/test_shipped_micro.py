@@ -4,7 +4,7 @@ Re-derived from scratch, never from a cache: the files' sha256s, today's default
 training data's digest (the store expert's 2,000 conversations, played again), the build code's
 digests, the tokenized examples, and the build's first 20 losses replayed (`shipped.check`).
 When the domain or the build code changes, this fails naming what changed and the one command that
-rebuilds the artifact (`.venv/bin/tracectl agents ship micro`, ~45 min on 2 cores). Slow: ~30 s.
+rebuilds the artifact (`.venv/bin/tracectl agents ship micro`, ~1 h 45 min on 2 cores). Slow: ~30 s.
 """
 
 from __future__ import annotations
