@@ -49,9 +49,9 @@ order's status rise too: precondition sub-goals 143 -> 97 of 196). The store's v
 `credit`, the share zeroed by a policy violation or an unrequested change (1 exactly when the reward
 is). Checked on the recorded dev slot episodes before playing (a design check on dev, not a result):
 on the 265 tasks no slot passes, `subrequests` gives the multi-step adapter the most adapter labels
-(32; precondition 19), `credit` the fewest but one (17; precondition 27); mean credit per slot ranks
-the precondition adapter first and the multi-step adapter last, as passes do (mean `subrequests` puts
-the multi-step adapter above the base). G3: G2's settings with
+(32; precondition 19), `credit` the fewest but one (17; precondition 27); over all 300 dev tasks mean
+credit ranks the precondition adapter first and the multi-step adapter last, as passes do (mean
+`subrequests` puts the multi-step adapter above the base). G3: G2's settings with
 `warm_start_fallback_score: credit`, on the lrdev run's stages. Reading fixed in advance: G3 is better
 than G2 if McNemar p < 0.05 on passes; it beats GRPO 1x on dev under the same rule (GRPO 1x was trained
 to G0's budget; G1-G3 replay 240 episodes more than G0, which GRPO at their budget would get too).

@@ -170,6 +170,8 @@ def play_replays(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFactory
 
         with composed.forced(slot):
             out[name] = asyncio.run(play())
+        if slot == 0:
+            check_fallback(out[name], str(config.warm_start_fallback_score))
     return out
 
 
@@ -196,6 +198,18 @@ def label_task(per_slot: Sequence[Sequence[Trajectory]], fallback: str = "", tie
     return None, "", []
 
 
+def check_fallback(episodes: Sequence[Trajectory], fallback: str) -> None:
+    """Refuse a fallback score none of `episodes` reports: a misspelt or foreign key would score every
+    slot 0 and silently label nothing by the fallback. The keys are the target's, not the slot's, so the
+    base's replays (played first, over every replay task) decide before the adapters play."""
+    if fallback and episodes and not any(fallback in t.reward_breakdown for t in episodes):
+        seen = sorted({k for t in episodes for k in t.reward_breakdown})
+        raise InvalidArgument("no replay's reward_breakdown has it", field="warm_start_fallback_score",
+                              expected=f"an entry of the target's reward_breakdown (these replays have "
+                                       f"{', '.join(seen) or 'none'})", got=fallback,
+                              fix="Set one of those, or leave it empty to label only the tasks some slot scores on")
+
+
 def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[str], seeds: Sequence[int],
                   samples: int, fallback: str = "", ties: str = "base"
                   ) -> tuple[list[TaskOutcome], dict[str, list[Trajectory]]]:
@@ -204,14 +218,7 @@ def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[s
         if len(replays.get(name, ())) != len(seeds) * samples:
             raise ArtifactCorrupted(f"replays of slot {name!r}: {len(replays.get(name, ()))} episodes, expected "
                                     f"{len(seeds)} tasks x {samples} samples; delete <prefix>/{OUTCOMES_DIR}/ and rerun")
-    episodes = [t for name in names for t in replays[name]]
-    if fallback and episodes and not any(fallback in t.reward_breakdown for t in episodes):
-        # a misspelt or foreign key would score every slot 0 and silently label nothing by the fallback
-        seen = sorted({k for t in episodes for k in t.reward_breakdown})
-        raise InvalidArgument("no replay's reward_breakdown has it", field="warm_start_fallback_score",
-                              expected=f"an entry of the target's reward_breakdown (these replays have "
-                                       f"{', '.join(seen) or 'none'})", got=fallback,
-                              fix="Set one of those, or leave it empty to label only the tasks some slot scores on")
+    check_fallback([t for name in names for t in replays[name]], fallback)
     table: list[TaskOutcome] = []
     labelled: dict[str, list[Trajectory]] = {}
     for i, seed in enumerate(seeds):

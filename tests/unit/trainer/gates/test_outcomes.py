@@ -273,24 +273,35 @@ def test_tasks_no_slot_scores_give_no_label_unless_a_fallback_score_separates_th
         assert v["outcome_labels_late"] == 3 and v["warm_start_steps"] == 20
 
 
-@pytest.mark.parametrize("breakdowns, fallback, refused", [
-    ([{"sub": 0.5}, {"sub": 0.0}], "sub", False),
-    ([{"sub": 0.5}, {}], "sub", False),              # missing on some episodes: 0 there (Semantics)
-    ([{"credit": 0.5}, {"credit": 0.0}], "sub", True),  # on none: a misspelt or foreign key
-    ([{}, {}], "sub", True),
-    ([{}, {}], "", False),                            # no fallback asked for
+@pytest.mark.parametrize("breakdowns, fallback, scores", [
+    ([{"sub": 0.5}, {"sub": 0.2}], "sub", [0.5, 0.2, 0.5]),
+    ([{"sub": 0.5}, {}], "sub", [0.5, 0.0, 0.5]),    # missing on some episodes: 0 there (Semantics)
+    ([{"credit": 0.5}, {"credit": 0.0}], "sub", None),  # on none: a misspelt or foreign key, refused
+    ([{}, {}], "sub", None),
+    ([{}, {}], "", []),                                # no fallback asked for: no label
 ])
-def test_a_fallback_score_no_replay_reports_is_refused_by_name(breakdowns, fallback, refused):
+def test_a_fallback_score_no_replay_reports_is_refused_by_name(breakdowns, fallback, scores):
     from trace_common.errors import InvalidArgument
 
     replays = {name: [_t(0.0, 5, **breakdowns[k % 2])] for k, name in enumerate(SLOTS)}
-    if refused:
+    if scores is None:
         seen = "credit" if breakdowns[0] else "none"
         with pytest.raises(InvalidArgument, match=rf"^warm_start_fallback_score: expected .*have {seen}\), got 'sub'"):
             outcome_table(replays, SLOTS, [5], samples=1, fallback=fallback)
     else:
-        table, _ = outcome_table(replays, SLOTS, [5], samples=1, fallback=fallback)
-        assert len(table) == 1
+        (row,), _ = outcome_table(replays, SLOTS, [5], samples=1, fallback=fallback)
+        assert row.scores == scores and row.label == (0 if scores else None)
+
+
+def test_a_fallback_score_the_target_never_reports_is_refused_before_the_adapters_replay():
+    """The base's replays already show the target's breakdown keys: the adapters are not played."""
+    from trace_common.errors import InvalidArgument
+
+    config = GateGRPOConfig(**dict(OUTCOME, warm_start_tasks=3, warm_start_fallback_score="credit"))
+    counting = Counting()
+    with pytest.raises(InvalidArgument, match="warm_start_fallback_score"):
+        run(config, composed(), targets=CROSSED, counting=counting)
+    assert len(counting.resets) == 3            # the base's 3 replay episodes, no adapter's
 
 
 @pytest.mark.parametrize("kind, values, same", [
