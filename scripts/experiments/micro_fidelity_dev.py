@@ -1,0 +1,106 @@
+"""Dev measurement for issue #31 item 4: how far is a `micro` build from its teacher, and where?
+
+For each model directory given (and the teacher: the scripted expert with micro's warm-start skills,
+4 skill draws per task), on the first 100 dev tasks of the compound store target, unguided, sampled
+at T = 1 (seeds 0-3, so 4 episodes per task, like the teacher's 4 draws):
+- passes of 400;
+- per-capability sub-goal success (`trace_common.domains.store.subgoals.subgoal_rates`);
+- the cause of each failed sub-request (`trace_common.domains.store.attribution`: the first matching
+  row of its table -- never addressed, wrong record, malformed never corrected, write against status,
+  status not named, or unexplained), counted once per failed sub-request.
+
+Sampling matches the teacher's stochastic skill draws, so a gap here is not a greedy-decoding
+artefact. The test split is never played. About 4 minutes per model on 2 cores.
+
+    python scripts/experiments/micro_fidelity_dev.py --model shipped=trace_common/agents/shipped/micro \
+        --model longer=$HOME/.cache/trace/ship/micro-<key> --json /tmp/fidelity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+TASKS = 100
+SAMPLES = 4
+
+
+def _measure(trajectories: Sequence[Any]) -> dict[str, Any]:
+    from trace_common.domains.store.attribution import SUBGOAL_EVENT
+    from trace_common.domains.store.subgoals import subgoal_rates
+
+    causes: collections.Counter[str] = collections.Counter()
+    for t in trajectories:
+        first: dict[Any, str] = {}
+        for d in t.diagnostics:
+            if d.event == SUBGOAL_EVENT:
+                first.setdefault(d.detail.get("index"), d.detail.get("cause"))
+        causes.update(first.values())
+    return {"episodes": len(trajectories), "passed": sum(t.success for t in trajectories),
+            "subgoal": {c: [met, tot, round(met / tot, 3)] for c, (met, tot) in subgoal_rates(trajectories).items()},
+            "failed_subrequests": sum(causes.values()), "causes": dict(causes.most_common())}
+
+
+def teacher() -> dict[str, Any]:
+    from trace_common.agents.guided_probe import split_seeds
+    from trace_common.agents.micro import MicroConfig
+    from trace_common.domains.store import DEFAULT_SKILLS, ExpertConfig, StoreEnv, StoreExpert
+
+    data = MicroConfig().data
+    expert = StoreExpert(ExpertConfig(skills=data.skills if data.skills is not None else dict(DEFAULT_SKILLS),
+                                      seed=data.expert_seed))
+    env = StoreEnv(task_types=data.task_types)
+    return _measure([expert.play(env, s, k) for s in split_seeds("dev", TASKS) for k in range(SAMPLES)])
+
+
+async def agent(model_dir: Path) -> dict[str, Any]:
+    from trace_common.agents.guided_probe import split_seeds
+    from trace_common.domains.store import StoreEnv
+    from trace_common.policy.base import SamplingParams
+    from trace_common.policy.episodes import play_episodes
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    policy = TransformersPolicy.from_dir(model_dir, max_batch=32)
+    trajectories = []
+    try:
+        for seed in range(SAMPLES):
+            trajectories += await play_episodes(StoreEnv, policy, [(s, 0) for s in split_seeds("dev", TASKS)],
+                                                SamplingParams(temperature=1.0, seed=seed, max_tokens=256))
+    finally:
+        await policy.close()
+    return _measure(trajectories)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR",
+                        help="a micro build directory to measure (repeatable)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = parser.parse_args(argv)
+    models = {}
+    for item in args.model:
+        name, sep, path = item.partition("=")
+        if not sep or not Path(path, "config.json").is_file():
+            parser.error(f"--model {item!r}: expected NAME=DIR with DIR a model directory holding config.json")
+        models[name] = Path(path)
+    result: dict[str, Any] = {"split": "dev", "tasks": TASKS, "samples_per_task": SAMPLES, "temperature": 1.0}
+    started = time.perf_counter()
+    result["teacher"] = teacher()
+    print("teacher", json.dumps(result["teacher"]), flush=True)
+    for name, path in models.items():
+        result[name] = asyncio.run(agent(path))
+        print(name, json.dumps(result[name]), flush=True)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
