@@ -6,14 +6,15 @@ at T = 1 (seeds 0-3, so 4 episodes per task, like the teacher's 4 draws):
 - passes of 400;
 - per-capability sub-goal success (`trace_common.domains.store.subgoals.subgoal_rates`);
 - the cause of each failed sub-request (`trace_common.domains.store.attribution`: the first matching
-  row of its table -- never addressed, wrong record, malformed never corrected, write against status,
-  status not named, or unexplained), counted once per failed sub-request.
+  row of its table -- write against status, malformed never corrected, never addressed, status not
+  named, wrong record, else unexplained), counted once per failed sub-request.
 
 Sampling matches the teacher's stochastic skill draws, so a gap here is not a greedy-decoding
-artefact. The test split is never played. About 4 minutes per model on 2 cores.
+artefact. The test split is never played. About 2.5 minutes per model on 2 cores; the JSON is
+rewritten after each model, with each model's directory and build key and the commit measured.
 
     python scripts/experiments/micro_fidelity_dev.py --model shipped=trace_common/agents/shipped/micro \
-        --model longer=$HOME/.cache/trace/ship/micro-<key> --json /tmp/fidelity.json
+        --model rebuilt_5400=$HOME/.cache/trace/ship/micro-<key> --json /tmp/fidelity.json
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import argparse
 import asyncio
 import collections
 import json
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[2]
 TASKS = 100
 SAMPLES = 4
 
@@ -77,28 +80,62 @@ async def agent(model_dir: Path) -> dict[str, Any]:
     return _measure(trajectories)
 
 
+def _build_key(model_dir: Path) -> str | None:
+    """The build's cache key: the shipped artifact's build record, or a cache entry's trace_agent.json."""
+    for name, field in (("build_record.json", "key"), ("trace_agent.json", "hash")):
+        path = model_dir / name
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8")).get(field)
+    return None
+
+
+def _shown(model_dir: Path) -> str:
+    """The directory as a record may name it: repository-relative, else its name (a record is committed,
+    and no tracked file names a path of the machine it was made on)."""
+    resolved = model_dir.resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else resolved.name
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR",
-                        help="a micro build directory to measure (repeatable)")
+                        help="a micro build directory to measure (repeatable; NAME a new identifier)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args(argv)
-    models = {}
+    result: dict[str, Any] = {"split": "dev", "tasks": TASKS, "samples_per_task": SAMPLES, "temperature": 1.0,
+                              "commit": _commit(), "models": {}}
+    models: dict[str, Path] = {}
     for item in args.model:
         name, sep, path = item.partition("=")
-        if not sep or not Path(path, "config.json").is_file():
-            parser.error(f"--model {item!r}: expected NAME=DIR with DIR a model directory holding config.json")
+        if not sep or not name.isidentifier() or not Path(path, "config.json").is_file():
+            parser.error(f"--model {item!r}: expected NAME=DIR, NAME an identifier and DIR a model directory "
+                         "holding config.json")
+        if name in models or name in result or name == "teacher" or name == "seconds":
+            parser.error(f"--model {item!r}: the name {name!r} is taken; give each model its own name")
         models[name] = Path(path)
-    result: dict[str, Any] = {"split": "dev", "tasks": TASKS, "samples_per_task": SAMPLES, "temperature": 1.0}
+        result["models"][name] = {"dir": _shown(Path(path)), "key": _build_key(Path(path))}
     started = time.perf_counter()
+
+    def save() -> None:
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
     result["teacher"] = teacher()
     print("teacher", json.dumps(result["teacher"]), flush=True)
+    save()
     for name, path in models.items():
         result[name] = asyncio.run(agent(path))
         print(name, json.dumps(result[name]), flush=True)
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        save()
     return 0
 
 
