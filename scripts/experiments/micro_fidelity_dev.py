@@ -51,15 +51,10 @@ def _measure(trajectories: Sequence[Any]) -> dict[str, Any]:
 
 
 def teacher() -> dict[str, Any]:
-    from trace_common.agents.guided_probe import split_seeds
+    from trace_common.agents.guided_probe import teacher_trajectories
     from trace_common.agents.micro import MicroConfig
-    from trace_common.domains.store import DEFAULT_SKILLS, ExpertConfig, StoreEnv, StoreExpert
 
-    data = MicroConfig().data
-    expert = StoreExpert(ExpertConfig(skills=data.skills if data.skills is not None else dict(DEFAULT_SKILLS),
-                                      seed=data.expert_seed))
-    env = StoreEnv(task_types=data.task_types)
-    return _measure([expert.play(env, s, k) for s in split_seeds("dev", TASKS) for k in range(SAMPLES)])
+    return _measure(teacher_trajectories(MicroConfig().data, "dev", TASKS, SAMPLES))
 
 
 async def agent(model_dir: Path) -> dict[str, Any]:
@@ -81,12 +76,14 @@ async def agent(model_dir: Path) -> dict[str, Any]:
 
 
 def _build_key(model_dir: Path) -> str | None:
-    """The build's cache key: the shipped artifact's build record, or a cache entry's trace_agent.json."""
-    for name, field in (("build_record.json", "key"), ("trace_agent.json", "hash")):
-        path = model_dir / name
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8")).get(field)
-    return None
+    """The build's cache key: the shipped artifact's build record, or a cache entry's meta."""
+    from trace_common.agents import read_meta, shipped
+
+    record = shipped.read_record(model_dir)
+    if record is not None:
+        return record.get("key")
+    meta = read_meta(model_dir)
+    return None if meta is None else meta.get("hash")
 
 
 def _shown(model_dir: Path) -> str:

@@ -70,13 +70,20 @@ def split_seeds(split: str, episodes: int) -> list[int]:
 def teacher_probe(data: WarmStartData, split: str = "dev", episodes: int = 150, samples: int = 4
                   ) -> dict[str, Any]:
     """The scripted expert with `data`'s skills (the agent's teacher), `samples` skill draws per task."""
+    return summary(teacher_trajectories(data, split, episodes, samples), condition="teacher", split=split,
+                   samples=samples)
+
+
+def teacher_trajectories(data: WarmStartData, split: str = "dev", episodes: int = 150, samples: int = 4
+                         ) -> list[Trajectory]:
+    """The teacher's episodes behind `teacher_probe`: each of the first `episodes` seeds of `split`, `samples`
+    skill draws each."""
     from trace_common.domains.store import DEFAULT_SKILLS, ExpertConfig, StoreEnv, StoreExpert
 
     expert = StoreExpert(ExpertConfig(skills=data.skills if data.skills is not None else dict(DEFAULT_SKILLS),
                                       seed=data.expert_seed))
     env = StoreEnv(task_types=data.task_types)
-    trajs = [expert.play(env, s, k) for s in split_seeds(split, episodes) for k in range(samples)]
-    return summary(trajs, condition="teacher", split=split, samples=samples)
+    return [expert.play(env, s, k) for s in split_seeds(split, episodes) for k in range(samples)]
 
 
 async def agent_probe(model_dir: str | Path, *, guided: bool, split: str = "dev", episodes: int = 150,
