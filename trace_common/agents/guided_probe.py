@@ -59,6 +59,45 @@ def summary(trajectories: Sequence[Trajectory], **extra: Any) -> dict[str, Any]:
                                 for c, (h, tot) in rates.items()}}
 
 
+#: Issue #31 item 4's "close to its teacher", fixed before the 2026-12-06 rebuilds (README, *What #31 changed*):
+#: at least this many of the probe's dev tasks passed greedy and unguided ...
+CLOSE_MIN_PASSED = 10
+#: ... and each skill's unguided sub-goal rate at most this far below the teacher's.
+CLOSE_TOLERANCE = 0.1
+
+
+def close_to_teacher(probe: dict[str, Any], *, min_passed: int = CLOSE_MIN_PASSED,
+                     tolerance: float = CLOSE_TOLERANCE) -> tuple[bool, list[str]]:
+    """Whether a build's guidance probe (`probe_model_dir`'s result) meets the criterion, and one line
+    per check saying why.
+
+    Semantics:
+        agent, teacher = probe["unguided_T0"], probe["teacher"]
+        checks = [agent.passed >= min_passed]
+               + [agent.subgoal_success[c].rate >= teacher.subgoal_success[c].rate - tolerance
+                  for every skill c the teacher was measured on]   (a skill the agent lacks: fails)
+        met = all(checks)
+    The agent is greedy, the teacher its sampled skill draws; the check is one-sided (above the
+    teacher is fine)."""
+    for key in ("unguided_T0", "teacher"):
+        if not isinstance(probe.get(key), dict):
+            raise InvalidArgument(field=f"guidance_probe.{key}", expected="the probe's result for that condition "
+                                  "(a build record made with the guidance probe)", got=probe.get(key))
+    agent, teacher = probe["unguided_T0"], probe["teacher"]
+    passed = int(agent.get("passed", 0))
+    lines = [f"passes {passed} of {agent.get('episodes')} greedy unguided (needs >= {min_passed}): "
+             f"{'ok' if passed >= min_passed else 'MISSES'}"]
+    met = passed >= min_passed
+    for skill, target in sorted(teacher.get("subgoal_success", {}).items()):
+        want = None if target.get("rate") is None else target["rate"] - tolerance
+        got = agent.get("subgoal_success", {}).get(skill, {}).get("rate")
+        ok = want is None or (got is not None and got >= want - 1e-9)
+        met = met and ok
+        lines.append(f"{skill}: {got if got is not None else 'not measured'} vs teacher {target.get('rate')} "
+                     f"(needs >= {round(want, 4) if want is not None else '-'}): {'ok' if ok else 'MISSES'}")
+    return met, lines
+
+
 def split_seeds(split: str, episodes: int) -> list[int]:
     from trace_common.domains.store import SPLITS
 
