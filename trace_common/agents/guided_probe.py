@@ -98,6 +98,16 @@ def close_to_teacher(probe: dict[str, Any], *, min_passed: int = CLOSE_MIN_PASSE
     return met, lines
 
 
+def close_to_teacher_of(record: dict[str, Any] | None) -> tuple[str, bool, list[str]] | None:
+    """`close_to_teacher` on a build record's guidance probe: (the probe's split, met, lines), or None
+    for a record made without the probe (an older build)."""
+    probe = ((record or {}).get("metrics") or {}).get("guidance_probe")
+    if not probe:
+        return None
+    met, lines = close_to_teacher(probe)
+    return str(probe.get("split")), met, lines
+
+
 def split_seeds(split: str, episodes: int) -> list[int]:
     from trace_common.domains.store import SPLITS
 

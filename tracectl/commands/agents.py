@@ -105,13 +105,12 @@ def _verify(name: str, artifact: Path, steps: int) -> int:
     summary = shipped.check(name, artifact=artifact, steps=steps, log=lambda s: print(f"verify: {s}", file=sys.stderr))
     print(f"{artifact}: matches the current code (key {summary['key']}; {summary['steps']} steps replayed in "
           f"{summary['seconds']:.0f} s)")
-    record = shipped.read_record(artifact) or {}
-    probe = record.get("metrics", {}).get("guidance_probe")
-    if probe:  # what the build measured on dev, against issue #31's criterion (informational: exit 0 either way)
-        from trace_common.agents.guided_probe import close_to_teacher
+    from trace_common.agents.guided_probe import close_to_teacher_of
 
-        met, lines = close_to_teacher(probe)
-        print(f"close to its teacher (guidance probe, {probe.get('split')} split): {'yes' if met else 'no'}")
+    verdict = close_to_teacher_of(shipped.read_record(artifact))
+    if verdict is not None:  # what the build measured on dev, against issue #31's criterion (informational: exit 0 either way)
+        split, met, lines = verdict
+        print(f"close to its teacher (guidance probe, {split} split): {'yes' if met else 'no'}")
         for line in lines:
             print(f"  {line}")
     return 0

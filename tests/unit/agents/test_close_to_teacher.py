@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trace_common.agents import shipped
-from trace_common.agents.guided_probe import close_to_teacher
+from trace_common.agents.guided_probe import close_to_teacher, close_to_teacher_of
 from trace_common.errors import InvalidArgument
 
 REPO = Path(__file__).resolve().parents[3]
@@ -63,3 +63,10 @@ def test_the_real_builds_miss_it_where_readme_says(probe_of, misses):
 def test_a_record_without_the_probe_is_refused_by_name():
     with pytest.raises(InvalidArgument, match="guidance_probe.unguided_T0"):
         close_to_teacher({"teacher": {}})
+
+
+def test_a_record_is_judged_on_its_probe_and_an_older_one_has_no_verdict():
+    record = {"metrics": {"guidance_probe": probe(12)}}
+    assert close_to_teacher_of(record) == ("dev", True, close_to_teacher(probe(12))[1])
+    for older in (None, {}, {"metrics": {}}, {"metrics": {"guidance_probe": None}}):
+        assert close_to_teacher_of(older) is None
