@@ -7,11 +7,16 @@ at T = 1 (seeds 0-3, so 4 episodes per task, like the teacher's 4 draws):
 - per-capability sub-goal success (`trace_common.domains.store.subgoals.subgoal_rates`);
 - the cause of each failed sub-request (`trace_common.domains.store.attribution`: the first matching
   row of its table -- write against status, malformed never corrected, never addressed, status not
-  named, wrong record, else unexplained), counted once per failed sub-request.
+  named, wrong record, else unexplained), counted once per failed sub-request;
+- the episodes' shape (`_episode_shape`): how many meet every sub-goal, how many would pass if sub-goals
+  succeeded independently at the agent's own per-skill rates, why episodes meeting every sub-goal still
+  fail, and whether a skill shown once in an episode is shown again later in it (the teacher's skills
+  are drawn per episode, so its answer is near yes-or-no).
 
 Sampling matches the teacher's stochastic skill draws, so a gap here is not a greedy-decoding
-artefact. The test split is never played. About 2.5 minutes per model on 2 cores; the JSON is
-rewritten after each model, with each model's directory and build key and the commit measured.
+artefact. The test split is never played. About 2.5 minutes per 1 M-parameter model on 2 cores (5 for
+the 3.4 M one); the JSON is rewritten after each model, with each model's directory and build key and
+the commit measured.
 
     python scripts/experiments/micro_fidelity_dev.py --model shipped=trace_common/agents/shipped/micro \
         --model rebuilt_5400=$HOME/.cache/trace/ship/micro-<key> --json /tmp/fidelity.json
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import subprocess
 import time
@@ -32,6 +38,58 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 TASKS = 100
 SAMPLES = 4
+
+
+def _why_all_met_failed(t: Any) -> str:
+    """Why an episode whose every sub-goal is met fails: an unrequested change (attribution's event); else a
+    sub-request failed on a capability it does not need (a plain request never addressed, say), by its
+    attributed cause ("outside_needs:<cause>");
+    else a policy violation (breakdown["policy"] < 1); else the termination."""
+    from trace_common.domains.store.attribution import SUBGOAL_EVENT, UNREQUESTED_EVENT
+
+    if any(d.event == UNREQUESTED_EVENT for d in t.diagnostics):
+        return "unrequested_change"
+    failed = [d for d in t.diagnostics if d.event == SUBGOAL_EVENT]
+    if failed:
+        return f"outside_needs:{failed[0].detail.get('cause')}"
+    return "policy_violation" if t.reward_breakdown.get("policy", 1.0) < 1.0 else str(t.termination)
+
+
+def _episode_shape(trajectories: Sequence[Any], rates: dict[str, float]) -> dict[str, Any]:
+    """Where sub-goal rates near the teacher's still lose whole episodes.
+
+    Semantics, over the episodes' sub-goals (i, c, met) (`subgoals.episode_subgoals`):
+        all_met          = #episodes with every sub-goal met
+        independent      = sum over episodes of prod over its sub-goals of rates[c]: the passes if each
+                           sub-goal succeeded independently at the agent's own rate for its capability
+        all_met_failed   = episodes with every sub-goal met that still fail, by why (`_why_all_met_failed`)
+        continuation[c]  = over consecutive sub-goals of capability c in one episode:
+                           [met after a met one, after a met one, met after a failed one, after a failed one]
+    The teacher's skills are drawn per episode, so its continuation is near all-or-nothing."""
+    import math
+
+    from trace_common.domains.store.subgoals import episode_subgoals
+
+    all_met, independent = 0, 0.0
+    why: collections.Counter[str] = collections.Counter()
+    continuation: dict[str, list[int]] = {}
+    for t in trajectories:
+        goals = episode_subgoals(t)
+        independent += math.prod(rates[c] for _, c, _ in goals)
+        if all(met for *_, met in goals):
+            all_met += 1
+            if not t.success:
+                why[_why_all_met_failed(t)] += 1
+        by_capability: dict[str, list[bool]] = collections.defaultdict(list)
+        for _, c, met in goals:
+            by_capability[c].append(met)
+        for c, seq in by_capability.items():
+            row = continuation.setdefault(c, [0, 0, 0, 0])
+            for before, after in itertools.pairwise(seq):
+                row[0 if before else 2] += after
+                row[1 if before else 3] += 1
+    return {"all_subgoals_met": all_met, "independent_prediction": round(independent, 1),
+            "all_met_failed": dict(why.most_common()), "continuation": dict(sorted(continuation.items()))}
 
 
 def _measure(trajectories: Sequence[Any]) -> dict[str, Any]:
@@ -45,9 +103,11 @@ def _measure(trajectories: Sequence[Any]) -> dict[str, Any]:
             if d.event == SUBGOAL_EVENT:
                 first.setdefault(d.detail.get("index"), d.detail.get("cause"))
         causes.update(first.values())
+    rates = subgoal_rates(trajectories)
     return {"episodes": len(trajectories), "passed": sum(t.success for t in trajectories),
-            "subgoal": {c: [met, tot, round(met / tot, 3)] for c, (met, tot) in subgoal_rates(trajectories).items()},
-            "failed_subrequests": sum(causes.values()), "causes": dict(causes.most_common())}
+            "subgoal": {c: [met, tot, round(met / tot, 3)] for c, (met, tot) in rates.items()},
+            "failed_subrequests": sum(causes.values()), "causes": dict(causes.most_common()),
+            "episode_shape": _episode_shape(trajectories, {c: met / tot for c, (met, tot) in rates.items()})}
 
 
 def teacher() -> dict[str, Any]:
