@@ -10,11 +10,13 @@ at T = 1 (seeds 0-3, so 4 episodes per task, like the teacher's 4 draws):
   named, wrong record, else unexplained), counted once per failed sub-request;
 - the episodes' shape (`_episode_shape`): how many meet every sub-goal, how many would pass if sub-goals
   succeeded independently at the agent's own per-skill rates, why episodes meeting every sub-goal still
-  fail, and whether a skill shown once in an episode is shown again later in it (the teacher's skills
-  are drawn per episode, so its answer is near yes-or-no).
+  fail, and, over consecutive sub-goals needing the same skill in one episode, how often the later one
+  is met after a met one and after a failed one (the teacher's multi-step completion is drawn per
+  episode, so its answer there is all or nothing; its other skills also depend on the record).
 
 Sampling matches the teacher's stochastic skill draws, so a gap here is not a greedy-decoding
-artefact. The test split is never played. About 2.5 minutes per 1 M-parameter model on 2 cores (5 for
+artefact. The test split is never played. The record's run took 2,190 s for the teacher and the
+three builds on 2 cores shared with other work (alone: about 2.5 minutes per 1 M-parameter model, 5 for
 the 3.4 M one); the JSON is rewritten after each model, with each model's directory and build key and
 the commit measured.
 
@@ -65,7 +67,7 @@ def _episode_shape(trajectories: Sequence[Any], rates: dict[str, float]) -> dict
         all_met_failed   = episodes with every sub-goal met that still fail, by why (`_why_all_met_failed`)
         continuation[c]  = over consecutive sub-goals of capability c in one episode:
                            [met after a met one, after a met one, met after a failed one, after a failed one]
-    The teacher's skills are drawn per episode, so its continuation is near all-or-nothing."""
+    The teacher's multi-step skill is drawn per episode, so its multi-step continuation is all or nothing."""
     import math
 
     from trace_common.domains.store.subgoals import episode_subgoals
