@@ -22,7 +22,7 @@ from trace_common.agents.guided_probe import _store_env_class, teacher_probe
 from trace_common.agents.sft import SFTExample, _batches, build_examples
 from trace_common.agents.tokenizer import train_tokenizer
 from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
-from trace_common.domains.store.subgoals import subgoal_rates
+from trace_common.domains.store.subgoals import episode_subgoals, subgoal_rates
 from trace_common.env.guidance import (
     CLOSE,
     HEADER,
@@ -140,3 +140,21 @@ def test_subgoal_rates_count_every_subrequest_need():
             for c in {*sr.capabilities, *(["multi_step_task_completion"] if multi and i else [])}:
                 expected[c] = expected.get(c, 0) + 1
     assert subgoal_rates(trajs) == {c: [n, n] for c, n in sorted(expected.items())}
+
+
+@pytest.mark.parametrize(("skills", "later_requests_met"), [
+    ({c: 1.0 for c in CAPABILITIES}, True),                                       # the perfect expert meets them
+    ({**{c: 1.0 for c in CAPABILITIES}, "multi_step_task_completion": 0.0}, False),  # handles the first only
+])
+def test_episode_subgoals_lists_each_subrequests_needs_in_order(skills, later_requests_met):
+    expert, env, seen = StoreExpert(ExpertConfig(skills=skills)), StoreEnv(), 0
+    for seed in range(500_000, 500_040):
+        traj = expert.play(env, seed)
+        goals = episode_subgoals(traj)
+        assert [i for i, _, _ in goals] == sorted(i for i, _, _ in goals)
+        env.reset(seed)
+        if "multi_step_task_completion" in env.task.capabilities and len(env.task.subrequests) > 1:
+            later = [met for i, c, met in goals if i > 0 and c == "multi_step_task_completion"]
+            assert later and all(met is later_requests_met for met in later)
+            seen += 1
+    assert seen >= 3
