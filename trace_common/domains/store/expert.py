@@ -37,6 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -95,18 +97,23 @@ class ExpertConfig(BaseModel):
 
 
 class _Plan:
-    """Builds the expert's assistant messages for one episode."""
+    """Builds the expert's assistant messages for one episode, each tagged with the sub-request
+    it serves (`groups`: -1 for the opening user lookup, else the sub-request's index)."""
 
     def __init__(self, task: Task):
         self.task = task
         self.messages: list[Message] = []
+        self.groups: list[int] = []
+        self.group = -1
 
     def call(self, name: str, **arguments: Any) -> None:
         call_id = f"call_{len(self.messages)}"
         self.messages.append(Message.assistant(None, [ToolCall.create(call_id, name, arguments)]))
+        self.groups.append(self.group)
 
     def say(self, text: str) -> None:
         self.messages.append(Message.assistant(text))
+        self.groups.append(self.group)
 
     def order(self, order_id: str) -> dict[str, Any]:
         return self.task.db["orders"][order_id]
@@ -184,7 +191,7 @@ def _multi_request(plan: _Plan, skills: dict[str, bool]) -> None:
     sequential = task.scenario.mode == "sequential"
     todo = task.subrequests if (skills["multi_step_task_completion"] or sequential) else task.subrequests[:1]
     sentences = []
-    for sr in todo:
+    for plan.group, sr in enumerate(todo):
         sentence = _do_subrequest(plan, sr, skills)
         if sequential:
             plan.say(sentence)
@@ -316,7 +323,7 @@ def _compound(plan: _Plan, skills: dict[str, bool]) -> None:
     todo = task.subrequests if (skills[MULTI] or sequential) else task.subrequests[:1]
     listed = [False]
     sentences = []
-    for sr in todo:
+    for plan.group, sr in enumerate(todo):
         sentence = _compound_subrequest(plan, sr, skills, listed)
         if sequential:
             plan.say(sentence)
@@ -324,6 +331,18 @@ def _compound(plan: _Plan, skills: dict[str, bool]) -> None:
             sentences.append(sentence)
     if not sequential:
         plan.say(" ".join(sentences))
+
+
+_CLOSING = "Is there anything else I can help you with?"
+
+
+def call_key(name: str, arguments: str) -> tuple[str, str]:
+    """A call's identity: its name and its arguments, parsed (key order and spacing ignored);
+    arguments that do not parse are kept verbatim (they never equal a planned call's)."""
+    try:
+        return name, json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return name, arguments
 
 
 _TYPE_PLANNERS = {
@@ -348,10 +367,60 @@ class StoreExpert:
 
     def plan(self, task: Task, skills: dict[str, bool]) -> list[Message]:
         """The expert's assistant messages for `task`, in order."""
+        return self._plan(task, skills).messages
+
+    def _plan(self, task: Task, skills: dict[str, bool]) -> _Plan:
         plan = _Plan(task)
         plan.call("find_user_id_by_email", email=task.scenario.email)
+        plan.group = 0
         _TYPE_PLANNERS[task.task_type](plan, skills)
-        return plan.messages
+        return plan
+
+    def next_message(self, task: Task, skills: dict[str, bool], history: Sequence[Message]) -> Message:
+        """What the expert says next in ANY state of `task`, its own or another policy's (the
+        label of imitation on the learner's states, DAgger); on its own states this is `plan()`'s
+        next message.
+
+        Semantics (plan = the messages of `plan(task, skills)`; a reply is a text message):
+            segments = plan cut after each reply                    # one per user turn
+            j = replies in history                                  # the user turn we are in
+            j >= len(segments):  the closing question
+            a planned call is done when history holds at least as many identical calls
+              (name, arguments) as the plan up to and including it
+            for each sub-request of segments[j], in order:         # -1, the user lookup, first
+                f = its last done call
+                if a call follows f within the sub-request: that call
+            else: the segment's reply
+        So a skipped read is not done after a later write of the same sub-request (the expert
+        does not look an order up after cancelling it), a failed call is redone right, a
+        sub-request another policy left undone is taken up before the reply, and the skill
+        flags decide as in `plan()` (without multi-step, only the first request is handled).
+        """
+        plan = self._plan(task, skills)
+        segments: list[list[int]] = [[]]
+        for i, m in enumerate(plan.messages):
+            segments[-1].append(i)
+            if not m.tool_calls:
+                segments.append([])
+        j = sum(1 for m in history if m.role == "assistant" and not m.tool_calls)
+        if j >= len(segments) - 1:
+            return Message.assistant(_CLOSING)
+        made = Counter(call_key(c.name, c.function.arguments)
+                       for m in history if m.role == "assistant" for c in m.tool_calls or [])
+        seen: Counter[tuple[str, str]] = Counter()
+        done: dict[int, bool] = {}
+        for i, m in enumerate(plan.messages):
+            for c in m.tool_calls or []:
+                key = call_key(c.name, c.function.arguments)
+                seen[key] += 1
+                done[i] = made[key] >= seen[key]
+        *calls, reply = segments[j]
+        for group in dict.fromkeys(plan.groups[i] for i in calls):
+            mine = [i for i in calls if plan.groups[i] == group]
+            last = max((k for k, i in enumerate(mine) if done[i]), default=-1)
+            if last + 1 < len(mine):
+                return plan.messages[mine[last + 1]]
+        return plan.messages[reply]
 
     def policy_for(self, env: StoreEnv, skills: dict[str, bool]):
         """A policy function (messages, tools) -> assistant message for the env's current task.
@@ -362,7 +431,7 @@ class StoreExpert:
             n = sum(1 for m in history if m.role == "assistant")
             if n < len(messages):
                 return messages[n]
-            return Message.assistant("Is there anything else I can help you with?")
+            return Message.assistant(_CLOSING)
 
         return expert_policy
 
