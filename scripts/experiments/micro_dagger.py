@@ -1,0 +1,260 @@
+"""Dev experiment for issue #31 item 4: does imitation on the agent's own states (DAgger,
+`trace_common.agents.dagger`) bring `micro` close to its teacher?
+
+One DAgger round on top of a built model (the shipped `micro` by default):
+1. roll-in: the model plays `--episodes` train tasks (seeds from 3,000: past the warm start's
+   2,000 and its 32 held-out ones), sampled at T = 1, unguided;
+2. label: a recovery episode per episode that departs from its teacher (`dagger.recovery_episodes`),
+   and where and how the roll-in departs (`departure_shape`);
+3. train: `--steps` steps from the model's weights on the warm start's own 2,000 teacher episodes
+   plus the recovery episodes (loss on the teacher's turns only), `--lr` peak, cosine to a tenth;
+   `--recovery 0` trains on the teacher episodes alone: the control that tells DAgger's labels
+   from more steps of the same imitation;
+4. measure on the first 100 dev tasks: the build's guidance probe (teacher; model greedy, unguided
+   and guided) and its verdict against the criterion fixed before the build
+   (`guided_probe.close_to_teacher`), and passes of 400 unguided at T = 1 (4 seeds).
+The test split is never played. Each stage writes its result under `--out` and is skipped when
+rerun with the same `--out` (a resumed run repeats nothing done).
+
+    python scripts/experiments/micro_dagger.py --out /tmp/dagger --json docs/micro-dagger-<date>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST_SEED = 3000
+DEV_TASKS = 100
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+async def _play(model_dir: Path, seeds: Sequence[int], temperature: float, seed: int) -> list[Any]:
+    from trace_common.domains.store import StoreEnv
+    from trace_common.policy.base import SamplingParams
+    from trace_common.policy.episodes import play_episodes
+    from trace_common.policy.transformers_backend import TransformersPolicy
+
+    policy = TransformersPolicy.from_dir(model_dir, max_batch=32)
+    try:
+        return await play_episodes(StoreEnv, policy, [(s, 0) for s in seeds],
+                                   SamplingParams(temperature=temperature, seed=seed, max_tokens=256))
+    finally:
+        await policy.close()
+
+
+def roll_in(model_dir: Path, out: Path, episodes: int) -> list[Any]:
+    from trace_common.env.trajectory import dumps_jsonl, loads_jsonl
+
+    path = out / "learner.jsonl"
+    if path.is_file():
+        return loads_jsonl(path.read_bytes(), source=str(path))
+    _log(f"roll-in: {model_dir} plays {episodes} train tasks at T=1")
+    t0 = time.perf_counter()
+    trajs = asyncio.run(_play(model_dir, range(FIRST_SEED, FIRST_SEED + episodes), 1.0, 0))
+    _log(f"roll-in done in {time.perf_counter() - t0:.0f} s: {sum(t.success for t in trajs)} of {len(trajs)} pass")
+    path.with_suffix(".tmp").write_bytes(dumps_jsonl(trajs))
+    path.with_suffix(".tmp").replace(path)
+    return trajs
+
+
+def label(learner: Sequence[Any], out: Path) -> list[Any]:
+    from trace_common.agents.dagger import recovery_episodes
+    from trace_common.agents.micro import MicroConfig
+    from trace_common.domains.store import ExpertConfig, StoreExpert
+    from trace_common.env.trajectory import dumps_jsonl, loads_jsonl
+
+    path = out / "recovery.jsonl"
+    if path.is_file():
+        return loads_jsonl(path.read_bytes(), source=str(path))
+    data = MicroConfig().data
+    expert = StoreExpert(ExpertConfig(skills=data.skills, seed=data.expert_seed))
+    t0 = time.perf_counter()
+    rec = recovery_episodes(expert, learner, task_types=data.task_types)
+    _log(f"labelled {len(rec)} recovery episodes of {len(learner)} in {time.perf_counter() - t0:.0f} s")
+    path.with_suffix(".tmp").write_bytes(dumps_jsonl(rec))
+    path.with_suffix(".tmp").replace(path)
+    return rec
+
+
+def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
+    """Where the roll-in departs from its teacher (the explaining draw's labels, `dagger.explaining_flags`):
+    the per-turn hazard of a first departure, what the first departure is (the wrong tool, a reply where
+    a call was due or the reverse, a wrong argument: an id found in the conversation, one found nowhere),
+    whether the skilled expert taking over just before / just after it still solves the task, and how
+    often the learner's later turns differ from the label."""
+    import collections
+    import json as _json
+
+    from trace_common.agents.dagger import explaining_flags, same_message
+    from trace_common.agents.micro import MicroConfig
+    from trace_common.domains.store import ExpertConfig, StoreEnv, StoreExpert
+    from trace_common.env.episode import run_episode
+
+    path = out / "departures.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    data = MicroConfig().data
+    expert = StoreExpert(ExpertConfig(skills=data.skills, seed=data.expert_seed))
+    perfect = StoreExpert(ExpertConfig.perfect())
+    env = StoreEnv(task_types=data.task_types)
+    c: collections.Counter[str] = collections.Counter()
+    for t in learner:
+        env.reset(t.seed)
+        task = env.task
+        flags, d = explaining_flags(expert, task, expert.skill_flags(t.seed, t.sample_index), t.messages)
+        turns = [i for i, m in enumerate(t.messages) if m.role == "assistant"]
+        if d is None:
+            c["no_departure"] += 1
+            c["turns_before_departure"] += len(turns)
+            continue
+        c["turns_before_departure"] += d
+        for n, i in enumerate(turns[d:], start=d):
+            label, got = expert.next_message(task, flags, t.messages[:i]), t.messages[i]
+            if n > d:
+                c["turns_after"] += 1
+                c["turns_after_off_label"] += not same_message(got, label)
+                continue
+            want = label.tool_calls[0].name if label.tool_calls else None
+            have = got.tool_calls[0].name if got.tool_calls else None
+            if want != have:
+                c["first:" + ("reply_for_call" if have is None else "call_for_reply" if want is None
+                              else "wrong_tool")] += 1
+            elif want is None:
+                c["first:reply_text"] += 1
+            else:
+                try:
+                    args = _json.loads(got.tool_calls[0].function.arguments)
+                except ValueError:
+                    c["first:unparsable_arguments"] += 1
+                    continue
+                wanted = _json.loads(label.tool_calls[0].function.arguments)
+                bad = [args.get(k) for k, v in wanted.items() if args.get(k) != v] if isinstance(args, dict) else []
+                seen = "\n".join((m.content or "") + " ".join(x.function.arguments for x in m.tool_calls or [])
+                                  for m in t.messages[:i] if m.role != "system")
+                found = bool(bad) and all(v is not None and _json.dumps(v).strip('[]"') in seen for v in bad)
+                c["first:argument_" + ("found_in_conversation" if found else "found_nowhere")] += 1
+        replay = [t.messages[i] for i in turns]
+        skilled = dict.fromkeys(flags, True)
+        for name, k in (("before", d), ("after", d + 1)):
+            def policy(history, tools, k=k, replay=replay, task=task, skilled=skilled):
+                n = sum(1 for m in history if m.role == "assistant")
+                return replay[n] if n < k else perfect.next_message(task, skilled, history)
+            c[f"skilled_takeover_{name}_passes"] += run_episode(env, policy, t.seed).success
+    departed = len(learner) - c["no_departure"]
+    result = {"episodes": len(learner), "departed": departed, "counts": dict(sorted(c.items())),
+              "first_departure_hazard_per_turn": round(departed / max(1, c["turns_before_departure"] + departed), 4),
+              "off_label_after_departure": round(c["turns_after_off_label"] / max(1, c["turns_after"]), 4)}
+    _log(f"departures: {_json.dumps(result)}")
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float) -> dict[str, Any]:
+    import torch
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    from trace_common.agents.dagger import recovery_examples
+    from trace_common.agents.data import expert_trajectories
+    from trace_common.agents.micro import MicroConfig
+    from trace_common.agents.sft import SFTConfig, build_examples
+    from trace_common.agents.sft import train as sft_train
+
+    target = out / "model"
+    meta = out / "train.json"
+    if meta.is_file() and target.is_dir():
+        return json.loads(meta.read_text())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = Qwen3ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    teacher = build_examples(tokenizer, expert_trajectories(MicroConfig().data))
+    extra = recovery_examples(tokenizer, recovery)
+    cfg = SFTConfig(steps=steps, batch_size=8, learning_rate=lr, copy_steps=0, max_seq_len=3072)
+    _log(f"training {steps} steps at lr {lr:g} on {len(teacher)} teacher + {len(extra)} recovery examples")
+    result = sft_train(model, teacher + extra, cfg, tokenizer.pad_token_id, log=_log, log_every=25)
+    tmp = out / "model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("model.safetensors", "build_record.json"))
+    model.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.replace(target)
+    record = {"steps": steps, "learning_rate": lr, "teacher_examples": len(teacher), "recovery_examples": len(extra),
+              "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
+              "skipped_long": result.skipped_long,
+              "loss_curve": [round(x, 4) for x in result.losses[:: max(1, len(result.losses) // 40)]]}
+    meta.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def measure(model_dir: Path, out: Path) -> dict[str, Any]:
+    from trace_common.agents.guided_probe import close_to_teacher, probe_model_dir, split_seeds
+    from trace_common.agents.micro import MicroConfig
+
+    path = out / "measure.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    t0 = time.perf_counter()
+    probe = probe_model_dir(model_dir, MicroConfig().data, split="dev", episodes=DEV_TASKS, temperatures=(0.0,))
+    met, lines = close_to_teacher(probe)
+    _log("criterion: " + ("MET" if met else "missed") + "\n  " + "\n  ".join(lines))
+    sampled = []
+    for s in range(4):
+        sampled += asyncio.run(_play(model_dir, split_seeds("dev", DEV_TASKS), 1.0, s))
+    result = {"guidance_probe": probe, "criterion_met": met, "criterion": lines,
+              "sampled_T1_passed": sum(t.success for t in sampled), "sampled_T1_episodes": len(sampled),
+              "seconds": round(time.perf_counter() - t0, 1)}
+    _log(f"T=1: {result['sampled_T1_passed']} of {len(sampled)} pass")
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=REPO / "trace_common/agents/shipped/micro")
+    ap.add_argument("--out", type=Path, required=True, help="work directory (reruns resume from it)")
+    ap.add_argument("--episodes", type=int, default=800, help="roll-in episodes (train tasks)")
+    ap.add_argument("--recovery", type=int, default=None,
+                    help="use at most this many recovery episodes (0: the teacher-only control)")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--json", type=Path, help="write the record here too")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    learner = roll_in(args.model, args.out, args.episodes)
+    recovery = label(learner, args.out)
+    shape = departure_shape(learner, args.out)
+    if args.recovery is not None:
+        recovery = recovery[:args.recovery]
+    trained = train(args.model, recovery, args.out, args.steps, args.lr)
+    result = measure(args.out / "model", args.out)
+    departures = [t.info["first_departure"] for t in recovery]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    record = {"commit": commit, "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
+                                                     else args.model),
+              "roll_in": {"episodes": len(learner), "first_seed": FIRST_SEED, "temperature": 1.0,
+                          "passed": sum(t.success for t in learner)},
+              "recovery": {"episodes": len(recovery), "mean_first_departure": round(sum(departures) / max(1, len(departures)), 2),
+                           "mean_imitated_from": round(sum(t.info["imitate_from_turn"] for t in recovery)
+                                                       / max(1, len(recovery)), 2)},
+              "departures": shape, "train": trained, "dev": result, "seconds": round(time.perf_counter() - started, 1)}
+    (args.out / "record.json").write_text(json.dumps(record, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+    _log(f"done: criterion {'met' if result['criterion_met'] else 'missed'}; record in {args.out / 'record.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
