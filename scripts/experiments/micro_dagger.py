@@ -65,6 +65,7 @@ def roll_in(model_dir: Path, out: Path, episodes: int) -> list[Any]:
     t0 = time.perf_counter()
     trajs = asyncio.run(_play(model_dir, range(FIRST_SEED, FIRST_SEED + episodes), 1.0, 0))
     _log(f"roll-in done in {time.perf_counter() - t0:.0f} s: {sum(t.success for t in trajs)} of {len(trajs)} pass")
+    (out / "learner.meta.json").write_text(json.dumps({"seconds": round(time.perf_counter() - t0, 1)}))
     path.with_suffix(".tmp").write_bytes(dumps_jsonl(trajs))
     path.with_suffix(".tmp").replace(path)
     return trajs
@@ -229,9 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", type=Path, help="write the record here too")
+    ap.add_argument("--note", help="a line for the record (what else it should say)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     learner = roll_in(args.model, args.out, args.episodes)
     recovery = label(learner, args.out)
     shape = departure_shape(learner, args.out)
@@ -240,15 +241,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     trained = train(args.model, recovery, args.out, args.steps, args.lr)
     result = measure(args.out / "model", args.out)
     departures = [t.info["first_departure"] for t in recovery]
+    meta = args.out / "learner.meta.json"
+    roll_in_seconds = json.loads(meta.read_text())["seconds"] if meta.is_file() else None
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     record = {"commit": commit, "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
                                                      else args.model),
               "roll_in": {"episodes": len(learner), "first_seed": FIRST_SEED, "temperature": 1.0,
-                          "passed": sum(t.success for t in learner)},
+                          "passed": sum(t.success for t in learner), "seconds": roll_in_seconds},
               "recovery": {"episodes": len(recovery), "mean_first_departure": round(sum(departures) / max(1, len(departures)), 2),
                            "mean_imitated_from": round(sum(t.info["imitate_from_turn"] for t in recovery)
                                                        / max(1, len(recovery)), 2)},
-              "departures": shape, "train": trained, "dev": result, "seconds": round(time.perf_counter() - started, 1)}
+              "departures": shape, "train": trained, "dev": result, **({"note": args.note} if args.note else {})}
     (args.out / "record.json").write_text(json.dumps(record, indent=1))
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")
