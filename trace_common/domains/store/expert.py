@@ -24,6 +24,10 @@ item matches the attributes), whether to refuse (the status in the lookup), whic
 canonical id and reason (the user's words), so a policy imitating it can learn the same
 behaviour.
 
+Beside playing its own episodes, the expert says what it would do next in any state, another
+policy's included (`StoreExpert.next_message`): the labels of imitation on the learner's own states
+(`trace_common/agents/dagger.py`).
+
 Semantics (compound tasks): skills are independent per episode, and a task passes iff
 every capability it needs is shown (the tests pin this), so on a split
     pass rate = mean over tasks t of  prod_{c in t.capabilities} p_c
