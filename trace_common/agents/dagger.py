@@ -7,9 +7,11 @@ training on those labels teaches it to go on from its own mistakes the way its t
 
 Semantics (one learner episode x, of task t, `StoreExpert.next_message` as the label):
     flags  = the teacher's skill draw that follows x longest before x departs from its label
-             (`explaining_flags`: among all 2^4 draws, the latest first departure; ties go to
+             (`explaining_flags`: among the draws the teacher can make -- a skill of probability 0
+             never shown, one of probability 1 always -- the latest first departure; ties go to
              the draw with most flags equal to the episode's own draw), so that where the
              learner merely showed a skill less often than the teacher, that is not called an error
+             (and not taught either: an episode the teacher could have played is skipped)
     d      = x's first turn whose message differs from the teacher's label (None: x is the teacher's)
     k      ~ uniform over [d, turns(x) - 1]                       (seeded by seed, sample index)
     recovery episode = replay x's first k assistant messages, then the teacher, with `flags`,
@@ -32,7 +34,7 @@ from trace_common.domains.store.task_model import Task
 from trace_common.env.episode import run_episode
 from trace_common.env.messages import Message
 from trace_common.env.trajectory import PolicyInfo, Trajectory
-from trace_common.errors import InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.policy.chat import ChatFormat
 
 FROM_TURN = "imitate_from_turn"
@@ -66,10 +68,12 @@ def first_departure(expert: StoreExpert, task: Task, flags: dict[str, bool], mes
 
 def explaining_flags(expert: StoreExpert, task: Task, drawn: dict[str, bool], messages: Sequence[Message]
                      ) -> tuple[dict[str, bool], int | None]:
-    """The skill draw under which the teacher follows `messages` longest (module docstring), and
-    its first departure."""
+    """The skill draw the teacher can make under which it follows `messages` longest (module
+    docstring), and its first departure."""
     best: tuple[tuple[float, int], dict[str, bool], int | None] | None = None
-    for values in itertools.product((True, False), repeat=len(CAPABILITIES)):
+    p = expert.config.skills
+    possible = [[v for v in (True, False) if (p[c] > 0 if v else p[c] < 1)] for c in CAPABILITIES]
+    for values in itertools.product(*possible):
         flags = dict(zip(CAPABILITIES, values, strict=True))
         d = first_departure(expert, task, flags, messages)
         score = (float("inf") if d is None else d, sum(flags[c] == drawn[c] for c in CAPABILITIES))
@@ -99,10 +103,11 @@ def recovery_episode(env: StoreEnv, expert: StoreExpert, learner: Trajectory, rn
     traj = run_episode(env, policy, learner.seed, sample_index=learner.sample_index,
                        policy=PolicyInfo(model="store-scripted-expert", version=expert.config.digest()),
                        env_params={"task_types": ",".join(env.task_types)})
-    replayed = [traj.messages[i] for i in _assistant_turns(traj.messages)][:k]
-    if [m.model_dump() for m in replayed] != [m.model_dump() for m in replay[:k]]:
-        raise AssertionError(f"seed {learner.seed}: the replay of the learner's turns did not reach its states "
-                             "(the environment is not deterministic in the agent's actions)")
+    upto = _assistant_turns(learner.messages)[k]  # the state the teacher takes over in: all before turn k
+    if [m.model_dump() for m in traj.messages[:upto]] != [m.model_dump() for m in learner.messages[:upto]]:
+        raise FailedPrecondition(f"seed {learner.seed}: replaying the learner's first {k} turns did not reach the "
+                                 "state it saw (another task type, or an environment not deterministic in the "
+                                 "agent's actions): label the episode in the environment it was played in")
     traj.info.update({FROM_TURN: k, "first_departure": d, "expert_skills": flags,
                       "learner_success": learner.success})
     return traj
@@ -139,5 +144,9 @@ def recovery_examples(tokenizer: Any, trajectories: Sequence[Trajectory]) -> lis
         if k >= len(spans):
             continue
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        out.append(SFTExample(list(enc["input_ids"]), _inside_spans(enc["offset_mapping"], spans[k:])))
+        mask = _inside_spans(enc["offset_mapping"], spans[k:])
+        if not any(mask):
+            raise FailedPrecondition("no token falls inside an imitated assistant span: the tokenizer's offsets do "
+                                     "not match the rendered text (a fast tokenizer is required)")
+        out.append(SFTExample(list(enc["input_ids"]), mask))
     return out

@@ -21,7 +21,7 @@ from trace_common.agents.dagger import (
 from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
 from trace_common.env.episode import run_episode
 from trace_common.env.messages import FunctionCall, Message, ToolCall
-from trace_common.errors import InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument
 
 HALF = ExpertConfig(skills=dict.fromkeys(CAPABILITIES, 0.5))
 
@@ -105,8 +105,35 @@ def test_recovery_episode_replays_the_learner_then_follows_the_teacher():
 
 def test_a_learner_that_is_its_teacher_gives_no_recovery_episode():
     env, expert = StoreEnv(), StoreExpert(HALF)
-    traj = expert.play(env, 5)
-    assert recovery_episode(env, expert, traj, random.Random(0)) is None
+    assert all(recovery_episode(env, expert, expert.play(env, seed), random.Random(0)) is None for seed in range(20))
+
+
+def test_only_draws_the_teacher_can_make_explain_an_episode():
+    """Episodes played without the multi-step skill: a teacher that always has it (probability 1)
+    cannot explain them, so they depart; one that has it half the time explains them."""
+    env = StoreEnv()
+    unskilled = StoreExpert(ExpertConfig(skills={c: float(c != "multi_step_task_completion") for c in CAPABILITIES}))
+    always, half = StoreExpert(ExpertConfig.perfect()), StoreExpert(HALF)
+    departed = 0
+    for seed in range(40):
+        flags = unskilled.skill_flags(seed)
+        task, traj = _played(unskilled, env, seed, flags)
+        assert explaining_flags(half, task, flags, traj.messages)[1] is None
+        chosen, d = explaining_flags(always, task, always.skill_flags(seed), traj.messages)
+        assert all(chosen.values())  # the only draw of a perfect teacher
+        departed += d is not None
+    assert departed >= 10  # the table holds tasks with several requests stated at once
+
+
+def test_a_replay_that_does_not_reach_the_learners_states_is_refused():
+    env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
+    _, learner = _played(expert, env, 7, expert.skill_flags(7), mistake_at=1)
+    tampered = learner.model_copy(deep=True)
+    tool = next(m for m in tampered.messages if m.role == "tool")
+    tool.content = "TAMPERED"
+    assert recovery_episode(env, expert, learner, random.Random(0)) is not None
+    with pytest.raises(FailedPrecondition, match="did not reach the state"):
+        recovery_episode(env, expert, tampered, random.Random(0))
 
 
 @pytest.fixture(scope="module")

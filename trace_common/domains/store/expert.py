@@ -386,19 +386,24 @@ class StoreExpert:
         next message.
 
         Semantics (plan = the messages of `plan(task, skills)`; a reply is a text message):
-            segments = plan cut after each reply                    # one per user turn
-            j = replies in history                                  # the user turn we are in
+            segments = plan cut after each reply                    # one per request turn of the user
+            j = user messages in history that are the scenario's follow-ups, in order
+                                                                    # the user's answers to a question
+                                                                    # (email, "yes") do not move j
             j >= len(segments):  the closing question
             a planned call is done when history holds at least as many identical calls
-              (name, arguments) as the plan up to and including it
+              (name, arguments) as the plan up to and including it  # over the whole history
             for each sub-request of segments[j], in order:         # -1, the user lookup, first
                 f = its last done call
                 if a call follows f within the sub-request: that call
-            else: the segment's reply
+            else: the segment's reply (the closing question if it has none)
         So a skipped read is not done after a later write of the same sub-request (the expert
         does not look an order up after cancelling it), a failed call is redone right, a
-        sub-request another policy left undone is taken up before the reply, and the skill
-        flags decide as in `plan()` (without multi-step, only the first request is handled).
+        sub-request of the current request turn another policy left undone is taken up before the
+        reply (one of an earlier turn is not: the user has moved on), and the skill flags decide as
+        in `plan()` (without multi-step, only the first request is handled). Calls match across
+        turns, so a read another policy repeated in an earlier turn counts for an identical planned
+        read of a later one.
         """
         plan = self._plan(task, skills)
         segments: list[list[int]] = [[]]
@@ -406,8 +411,13 @@ class StoreExpert:
             segments[-1].append(i)
             if not m.tool_calls:
                 segments.append([])
-        j = sum(1 for m in history if m.role == "assistant" and not m.tool_calls)
-        if j >= len(segments) - 1:
+        if not segments[-1]:
+            segments.pop()
+        followups, j = task.scenario.followups, 0
+        for m in history:
+            if m.role == "user" and j < len(followups) and m.content == followups[j]:
+                j += 1
+        if j >= len(segments):
             return Message.assistant(_CLOSING)
         made = Counter(call_key(c.name, c.function.arguments)
                        for m in history if m.role == "assistant" for c in m.tool_calls or [])
@@ -418,13 +428,14 @@ class StoreExpert:
                 key = call_key(c.name, c.function.arguments)
                 seen[key] += 1
                 done[i] = made[key] >= seen[key]
-        *calls, reply = segments[j]
+        calls = [i for i in segments[j] if plan.messages[i].tool_calls]
         for group in dict.fromkeys(plan.groups[i] for i in calls):
             mine = [i for i in calls if plan.groups[i] == group]
             last = max((k for k, i in enumerate(mine) if done[i]), default=-1)
             if last + 1 < len(mine):
                 return plan.messages[mine[last + 1]]
-        return plan.messages[reply]
+        replies = [i for i in segments[j] if not plan.messages[i].tool_calls]
+        return plan.messages[replies[0]] if replies else Message.assistant(_CLOSING)
 
     def policy_for(self, env: StoreEnv, skills: dict[str, bool]):
         """A policy function (messages, tools) -> assistant message for the env's current task.

@@ -1,6 +1,7 @@
 """`StoreExpert.next_message`: the expert's next message in any state. On its own states it is the
 positional plan; after another policy's harmless mistake the skilled expert still solves the task;
-it never goes back to a read a write made moot, and takes up a sub-request left undone."""
+it never goes back to a read a write made moot, and takes up a sub-request left undone; a question's
+answer (the email, "yes") does not move it on to the next request."""
 
 from __future__ import annotations
 
@@ -66,8 +67,17 @@ def _unparsable(task, history):
                                                                       "arguments": "{order_id: W1"})])
 
 
-@pytest.mark.parametrize("mistake", [_bad_id, _other_order, _repeat_read, _unparsable],
-                         ids=["unknown-id", "another-order", "repeat-last-read", "unparsable-arguments"])
+def _ask_to_proceed(task, history):
+    return Message.assistant("Should I proceed with that?")  # the user answers "yes" and does not move on
+
+
+def _ask_email(task, history):
+    return Message.assistant("Could you confirm your email?")
+
+
+@pytest.mark.parametrize("mistake", [_bad_id, _other_order, _repeat_read, _unparsable, _ask_to_proceed, _ask_email],
+                         ids=["unknown-id", "another-order", "repeat-last-read", "unparsable-arguments",
+                              "asks-to-proceed", "asks-for-the-email"])
 @pytest.mark.parametrize("turn", [1, 2, 3])
 def test_the_skilled_expert_recovers_from_a_harmless_mistake(mistake, turn):
     env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
@@ -80,18 +90,19 @@ def test_the_skilled_expert_recovers_from_a_harmless_mistake(mistake, turn):
     assert failed == []
 
 
-def _plan_of(expert, task, skills):
-    plan = expert._plan(task, skills)
-    return plan.messages, plan.groups
+def _perfect_plans(seeds):
+    """(seed, expert, task, skills, planned messages, their sub-request tags) of the skilled expert."""
+    env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
+    for seed in seeds:
+        env.reset(seed)
+        skills = expert.skill_flags(seed)
+        plan = expert._plan(env.task, skills)
+        yield seed, expert, env.task, skills, plan.messages, plan.groups
 
 
 def test_a_read_made_moot_by_the_write_is_not_redone():
-    env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
     checked = 0
-    for seed in range(200):
-        env.reset(seed)
-        task, skills = env.task, expert.skill_flags(seed)
-        messages, groups = _plan_of(expert, task, skills)
+    for seed, expert, task, skills, messages, groups in _perfect_plans(range(200)):
         names = [m.tool_calls[0].name if m.tool_calls else None for m in messages]
         # a lookup followed, in the same sub-request, by the cancel it checks
         pairs = [i for i in range(len(messages) - 1) if names[i] == "get_order_details"
@@ -99,7 +110,11 @@ def test_a_read_made_moot_by_the_write_is_not_redone():
         if not pairs:
             continue
         i = pairs[0]
-        history = [Message.system("s"), Message.user("u")] + messages[:i] + [messages[i + 1]]
+        history = [Message.system("s"), Message.user("u")]
+        followups = iter(task.scenario.followups)
+        for m in messages[:i]:  # the plan so far, each reply answered by the user's next request
+            history += [m] if m.tool_calls else [m, Message.user(next(followups))]
+        history.append(messages[i + 1])
         label = expert.next_message(task, skills, history)
         assert label.model_dump() == messages[i + 2].model_dump(), seed  # what follows the write
         checked += 1
@@ -107,14 +122,10 @@ def test_a_read_made_moot_by_the_write_is_not_redone():
 
 
 def test_a_sub_request_left_undone_is_taken_up_before_the_reply():
-    env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
     checked = 0
-    for seed in range(300):
-        env.reset(seed)
-        task, skills = env.task, expert.skill_flags(seed)
+    for seed, expert, task, skills, messages, groups in _perfect_plans(range(300)):
         if task.scenario.mode == "sequential" or len(task.subrequests) < 2:
             continue
-        messages, groups = _plan_of(expert, task, skills)
         first = [i for i, g in enumerate(groups) if g == 0 and messages[i].tool_calls]
         if any(messages[i].tool_calls[0].name == "list_user_orders" for i in first):
             continue  # a shared lookup: the later request's calls would include it
@@ -124,13 +135,3 @@ def test_a_sub_request_left_undone_is_taken_up_before_the_reply():
         assert expert.next_message(task, skills, history).model_dump() == messages[first[0]].model_dump(), seed
         checked += 1
     assert checked >= 5
-
-
-def test_after_the_last_reply_it_asks_what_else():
-    env, expert = StoreEnv(), StoreExpert(ExpertConfig.perfect())
-    env.reset(3)
-    task, skills = env.task, expert.skill_flags(3)
-    messages = expert.plan(task, skills)
-    replies = [m for m in messages if not m.tool_calls]
-    label = expert.next_message(task, skills, [Message.user("u"), *replies])
-    assert label.content == "Is there anything else I can help you with?"
