@@ -1,23 +1,26 @@
 """Dev diagnostic for issue #31 item 4: how much of `micro`'s distance from its teacher is copying?
 
-The first turn on which a `micro` episode departs from its teacher is most often a tool call with a
-wrong id argument, and about half of those ids occur nowhere in the conversation (the model did not
-copy them, it made them up; `micro_dagger.py`'s roll-in, 400 episodes). This asks what the model would
-do if it copied exactly: the same episodes (first 100 dev tasks, unguided, T = 1, seeds 0-3, 400 in
-all) played twice, plainly and with each made-up id repaired before the tool runs.
+Where a `micro` episode first departs from its teacher, it is most often a tool call with a wrong id
+argument, and about half of those ids occur nowhere in the conversation (the model made them up;
+`micro_dagger.py`'s roll-in, 800 train episodes). This asks how the model would do if each made-up id
+were mended to the nearest real one: the same episodes (first 100 dev tasks, unguided, T = 1, seeds
+0-3, 400 in all) played twice, plainly and with each made-up id mended before the tool runs.
 
-Repair (a diagnostic, never part of an agent): an id argument (`ID_PATTERNS`) whose value occurs
-nowhere earlier in the conversation as a whole (the system prompt and tool error messages aside) is replaced by the id of the same kind that does occur there and is
-closest to it in edit distance (the first such on ties); a value that occurs (a loose id the user
-wrote, a look-alike order the model chose) is left alone, and so is everything but ids. So the repaired
-agent still chooses its records and tools itself; only ids it could not have read are mended, to the
-nearest one it could.
+Mending (a diagnostic, never part of an agent): an id argument (`ID_PATTERNS`) whose value occurs
+nowhere earlier in the conversation as a whole (the system prompt and tool error messages aside) is
+replaced by the id of the same kind that does occur there and is closest to it in edit distance (the
+first such on ties); a value that occurs (a loose id the user wrote, a look-alike order the model
+chose) is left alone, and so is everything but ids. So the agent still chooses its records and tools
+itself; only ids it could not have read are mended, to the nearest one it could.
 
-If the repaired agent passes about as often as the teacher (81 of 400), copying is what keeps `micro`
-from its teacher; if it stays far below, the rest is choice (records, tools, replies). The test split
-is never played. The record's run (2026-12-06, about 11 minutes on 2 cores): plainly 11 of 400 pass,
-mended 8 (277 ids mended); of the roll-in's first wrong ids, 208 are another record's, 220 made up,
-151 of those 4-5 edits from the wanted id.
+If the mended agent passes about as often as the teacher (81 of 400), copying slips are what keep
+`micro` from its teacher; if it stays far below, the rest is choice (records, tools, replies) or ids
+made up far from the right one, which `--learner` (a roll-in's first wrong ids, counted per id, not
+per episode: whether each is another record's or made up, and how far a made-up one is from the
+wanted id) tells apart. The test split is never played. The record's run (2026-12-06, about 11
+minutes on 2 cores): plainly 11 of 400 pass, mended 8 (277 ids mended); the roll-in's first
+departures with a wrong id hold 208 ids of another record and 220 made-up ones, 151 of those 4-5
+edits from the wanted id.
 
     python scripts/experiments/micro_copy_repair_dev.py --model shipped=trace_common/agents/shipped/micro \
         --json docs/micro-copy-repair-dev-<date>.json
@@ -178,7 +181,9 @@ def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
     env = StoreEnv(task_types=data.task_types)
     kinds: collections.Counter[str] = collections.Counter()
     distance: collections.Counter[int] = collections.Counter()
-    for t in loads_jsonl(learner_jsonl.read_bytes(), source=str(learner_jsonl)):
+    learner = loads_jsonl(learner_jsonl.read_bytes(), source=str(learner_jsonl))
+    departures = 0
+    for t in learner:
         env.reset(t.seed)
         flags, d = explaining_flags(expert, env.task, expert.skill_flags(t.seed, t.sample_index), t.messages)
         if d is None:
@@ -192,6 +197,7 @@ def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
         except ValueError:
             continue
         want, context = json.loads(label.tool_calls[0].function.arguments), _context(t.messages[:i])
+        departures += isinstance(have, dict) and any(k in want and have.get(k) != want[k] for k in ID_PATTERNS)
         for key, pattern in ID_PATTERNS.items():
             if key not in want or not isinstance(have, dict) or have.get(key) == want[key]:
                 continue
@@ -205,7 +211,10 @@ def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
                 continue
             kinds["made_up:mends_to_wanted" if mended == w else "made_up:mends_to_another"] += 1
             distance[edit_distance(v, w)] += 1
-    return {"counts": dict(sorted(kinds.items())), "made_up_edit_distance_to_wanted": dict(sorted(distance.items()))}
+    seeds = [t.seed for t in learner]
+    return {"roll_in": {"file": learner_jsonl.name, "episodes": len(learner), "seeds": [min(seeds), max(seeds)]},
+            "departures_with_a_wrong_id": departures, "wrong_ids": dict(sorted(kinds.items())),
+            "made_up_edit_distance_to_wanted": dict(sorted(distance.items()))}
 
 
 def teacher() -> dict[str, Any]:

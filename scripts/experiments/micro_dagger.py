@@ -9,14 +9,15 @@ One DAgger round on top of a built model (the shipped `micro` by default):
 3. train: `--steps` steps from the model's weights on the warm start's own 2,000 teacher episodes
    plus the recovery episodes (loss on the teacher's turns only), `--lr` peak, cosine to a tenth;
    `--recovery 0` trains on the teacher episodes alone: the control that tells DAgger's labels
-   from more steps of the same imitation;
+   from more steps of the same imitation; `--drills N` adds N record-selection drills
+   (`retrieval_drills`: a by-attributes request and the order listing, answered by the right ids);
 4. measure on the first 100 dev tasks: the build's guidance probe (teacher; model greedy, unguided
    and guided) and its verdict against the criterion fixed before the build
    (`guided_probe.close_to_teacher`), and passes of 400 unguided at T = 1 (4 seeds).
 The test split is never played. Each stage writes its result under `--out` and is skipped when
 rerun with the same `--out` (a resumed run repeats nothing done).
 
-    python scripts/experiments/micro_dagger.py --out /tmp/dagger --json docs/micro-dagger-<date>.json
+    python scripts/experiments/micro_dagger.py --out dagger-run --json docs/micro-dagger-<date>.json
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
         turns = [i for i, m in enumerate(t.messages) if m.role == "assistant"]
         if d is None:
             c["no_departure"] += 1
+            c["no_departure_failed"] += not t.success
+            for cap, shown in flags.items():
+                c[f"no_departure_without:{cap}"] += not shown
             c["turns_before_departure"] += len(turns)
             continue
         c["turns_before_departure"] += d
@@ -143,9 +147,12 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
                     continue
                 wanted = _json.loads(label.tool_calls[0].function.arguments)
                 bad = [args.get(k) for k, v in wanted.items() if args.get(k) != v] if isinstance(args, dict) else []
+                if not bad or any(v is None for v in bad):
+                    c["first:argument_missing_or_extra"] += 1
+                    continue
                 seen = "\n".join((m.content or "") + " ".join(x.function.arguments for x in m.tool_calls or [])
                                   for m in t.messages[:i] if m.role != "system")
-                found = bool(bad) and all(v is not None and _json.dumps(v).strip('[]"') in seen for v in bad)
+                found = all(_json.dumps(v).strip('[]"') in seen for v in bad)
                 c["first:argument_" + ("found_in_conversation" if found else "found_nowhere")] += 1
         replay = [t.messages[i] for i in turns]
         skilled = dict.fromkeys(flags, True)
@@ -163,14 +170,47 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
     return result
 
 
-def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float) -> dict[str, Any]:
+DRILL_FIRST_SEED = 20_000
+DRILLS_HELD_OUT = 200
+
+
+def retrieval_drills(tokenizer: Any, count: int) -> tuple[list[Any], list[Any]]:
+    """`count` record-selection drills to train on and `DRILLS_HELD_OUT` held-out ones: each a
+    by-attributes request of a compound train task (seeds from `DRILL_FIRST_SEED`, past the roll-in's)
+    and the user's order listing, in the chat format, answered by the right order id and item id (the
+    skilled teacher's choice; the look-alike order and the same item in a forbidding status sit in the
+    same listing). Loss on the answer only."""
+    from trace_common.agents.sft import SFTExample
+    from trace_common.domains.store import generate_task
+    from trace_common.domains.store.tools import call_tool
+
+    drills: list[Any] = []
+    seed = DRILL_FIRST_SEED
+    while len(drills) < count + DRILLS_HELD_OUT:
+        task = generate_task(seed)
+        seed += 1
+        for sr in task.subrequests:
+            if "by_attributes" not in sr.traits:
+                continue
+            listing = call_tool(task.db, "list_user_orders", {"user_id": task.user_id}).text
+            prompt = (f"<|im_start|>user\n{sr.text}<|im_end|>\n<|im_start|>tool\n{listing}<|im_end|>\n"
+                      "<|im_start|>assistant\n")
+            answer = f"{sr.order_id} {sr.facts['item_id']}<|im_end|>"
+            p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            a_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            drills.append(SFTExample(p_ids + a_ids, [False] * len(p_ids) + [True] * len(a_ids), group=2))
+    return drills[DRILLS_HELD_OUT:DRILLS_HELD_OUT + count], drills[:DRILLS_HELD_OUT]
+
+
+def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float, drills: int = 0
+          ) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from trace_common.agents.dagger import recovery_examples
     from trace_common.agents.data import expert_trajectories
     from trace_common.agents.micro import MicroConfig
-    from trace_common.agents.sft import SFTConfig, build_examples
+    from trace_common.agents.sft import SFTConfig, build_examples, teacher_forced_accuracy
     from trace_common.agents.sft import train as sft_train
 
     target = out / "model"
@@ -181,9 +221,14 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     model = Qwen3ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     teacher = build_examples(tokenizer, expert_trajectories(MicroConfig().data))
     extra = recovery_examples(tokenizer, recovery)
+    drill_train, drill_held_out = retrieval_drills(tokenizer, drills)
+    before = teacher_forced_accuracy(model, drill_held_out, tokenizer.pad_token_id)["turn_exact"]
     cfg = SFTConfig(steps=steps, batch_size=8, learning_rate=lr, copy_steps=0, max_seq_len=3072)
-    _log(f"training {steps} steps at lr {lr:g} on {len(teacher)} teacher + {len(extra)} recovery examples")
-    result = sft_train(model, teacher + extra, cfg, tokenizer.pad_token_id, log=_log, log_every=25)
+    _log(f"training {steps} steps at lr {lr:g} on {len(teacher)} teacher + {len(extra)} recovery examples"
+         f" + {len(drill_train)} record-selection drills (held-out drills exact before: {before:.3f})")
+    result = sft_train(model, teacher + extra + drill_train, cfg, tokenizer.pad_token_id, log=_log, log_every=25)
+    after = teacher_forced_accuracy(model, drill_held_out, tokenizer.pad_token_id)["turn_exact"]
+    _log(f"held-out drills exact after: {after:.3f}")
     tmp = out / "model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("model.safetensors", "build_record.json"))
@@ -191,6 +236,8 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     shutil.rmtree(target, ignore_errors=True)
     tmp.replace(target)
     record = {"steps": steps, "learning_rate": lr, "teacher_examples": len(teacher), "recovery_examples": len(extra),
+              "drills": len(drill_train), "held_out_drills_exact": {"before": round(before, 4), "after": round(after, 4),
+                                                                    "drills": len(drill_held_out)},
               "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
               "skipped_long": result.skipped_long,
               "loss_curve": [round(x, 4) for x in result.losses[:: max(1, len(result.losses) // 40)]]}
@@ -227,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=800, help="roll-in episodes (train tasks)")
     ap.add_argument("--recovery", type=int, default=None,
                     help="use at most this many recovery episodes (0: the teacher-only control)")
+    ap.add_argument("--drills", type=int, default=0,
+                    help="record-selection drills to add to the training examples (`retrieval_drills`)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", type=Path, help="write the record here too")
@@ -238,9 +287,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = departure_shape(learner, args.out)
     if args.recovery is not None:
         recovery = recovery[:args.recovery]
-    trained = train(args.model, recovery, args.out, args.steps, args.lr)
+    trained = train(args.model, recovery, args.out, args.steps, args.lr, args.drills)
     result = measure(args.out / "model", args.out)
     departures = [t.info["first_departure"] for t in recovery]
+
+    def mean(xs: Sequence[float]) -> float | None:
+        return round(sum(xs) / len(xs), 2) if xs else None
+
     meta = args.out / "learner.meta.json"
     roll_in_seconds = json.loads(meta.read_text())["seconds"] if meta.is_file() else None
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
@@ -248,9 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                      else args.model),
               "roll_in": {"episodes": len(learner), "first_seed": FIRST_SEED, "temperature": 1.0,
                           "passed": sum(t.success for t in learner), "seconds": roll_in_seconds},
-              "recovery": {"episodes": len(recovery), "mean_first_departure": round(sum(departures) / max(1, len(departures)), 2),
-                           "mean_imitated_from": round(sum(t.info["imitate_from_turn"] for t in recovery)
-                                                       / max(1, len(recovery)), 2)},
+              "recovery": {"episodes": len(recovery), "passed": sum(t.success for t in recovery),
+                           "mean_first_departure": mean(departures),
+                           "mean_imitated_from": mean([t.info["imitate_from_turn"] for t in recovery])},
               "departures": shape, "train": trained, "dev": result, **({"note": args.note} if args.note else {})}
     (args.out / "record.json").write_text(json.dumps(record, indent=1))
     if args.json:
