@@ -165,10 +165,11 @@ async def play(model_dir: Path, repair: bool) -> dict[str, Any]:
 
 def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
     """On a roll-in (`micro_dagger.py`'s learner.jsonl): at each episode's first departure from its
-    teacher that is the right tool with a wrong id, whether the id is another real one (it occurs in the
-    conversation) or made up, whether mending it (`repair_value`) would give the wanted id, and how
-    far (edit distance) each made-up id is from the wanted one: a near miss is a copying slip, a far
-    one an id the model did not find."""
+    teacher that is the right tool with a wrong id, for each wrong id (list elements one by one, against
+    the wanted list's in order): whether it stands whole in the conversation (another record's id, or
+    any number of that shape: a zip code can stand for an item id) or is made up, whether mending it
+    (`repair_value`) would give the wanted id, and how far (edit distance) each made-up id is from the
+    wanted one: a near miss is a copying slip, a far one an id the model did not find."""
     import collections
 
     from trace_common.agents.dagger import explaining_flags
@@ -201,16 +202,21 @@ def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
         for key, pattern in ID_PATTERNS.items():
             if key not in want or not isinstance(have, dict) or have.get(key) == want[key]:
                 continue
-            w, v = (x[0] if isinstance(x, list) and x else x for x in (want[key], have.get(key)))
-            if not isinstance(v, str):
-                kinds["missing_or_not_text"] += 1
-                continue
-            mended, made_up = repair_value(v, pattern, context)
-            if not made_up:
-                kinds["another_real_id"] += 1
-                continue
-            kinds["made_up:mends_to_wanted" if mended == w else "made_up:mends_to_another"] += 1
-            distance[edit_distance(v, w)] += 1
+            wanted_ids = want[key] if isinstance(want[key], list) else [want[key]]
+            given = have.get(key)
+            given_ids = given if isinstance(given, list) else [given]
+            for w, v in zip(wanted_ids, given_ids + [None] * (len(wanted_ids) - len(given_ids)), strict=False):
+                if v == w:
+                    continue
+                if not isinstance(v, str):
+                    kinds["missing_or_not_text"] += 1
+                elif _occurs(v, context):
+                    kinds["stands_in_conversation"] += 1
+                else:
+                    mended, replaced = repair_value(v, pattern, context)
+                    kinds["made_up:" + ("nothing_to_mend_to" if not replaced else
+                                        "mends_to_wanted" if mended == w else "mends_to_another")] += 1
+                    distance[edit_distance(v, w)] += 1
     seeds = [t.seed for t in learner]
     return {"roll_in": {"file": learner_jsonl.name, "episodes": len(learner), "seeds": [min(seeds), max(seeds)]},
             "departures_with_a_wrong_id": departures, "wrong_ids": dict(sorted(kinds.items())),
@@ -232,8 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--learner", type=Path, help="a roll-in (micro_dagger.py's learner.jsonl) to analyse too")
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "scripts", "trace_common"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
     out: dict[str, Any] = {"split": "dev", "tasks": TASKS, "samples_per_task": SAMPLES, "temperature": 1.0,
-                           "commit": commit, "teacher": teacher()}
+                           "commit": commit, "code_as_committed": not dirty, "teacher": teacher()}
     if args.learner:
         out["roll_in_first_wrong_ids"] = first_wrong_ids(args.learner)
         print(json.dumps(out["roll_in_first_wrong_ids"]), flush=True)

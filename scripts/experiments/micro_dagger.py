@@ -91,12 +91,26 @@ def label(learner: Sequence[Any], out: Path) -> list[Any]:
     return rec
 
 
+def _stands_in(value: str, text: str) -> bool:
+    """`value` stands whole in `text` (not inside a longer id: "53350" does not stand in "#W53350")."""
+    import re
+
+    return re.search(r"(?<![\w#])" + re.escape(value) + r"(?!\w)", text) is not None
+
+
 def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
     """Where the roll-in departs from its teacher (the explaining draw's labels, `dagger.explaining_flags`):
-    the per-turn hazard of a first departure, what the first departure is (the wrong tool, a reply where
-    a call was due or the reverse, a wrong argument: an id found in the conversation, one found nowhere),
-    whether the skilled expert taking over just before / just after it still solves the task, and how
-    often the learner's later turns differ from the label."""
+    - the per-turn hazard of a first departure, and how often the learner's later turns differ from the label;
+    - what the first departure is (counts "first:<kind>"): `wrong_tool`, `reply_for_call` (a reply where a
+      call was due), `call_for_reply`, `reply_text` (another reply), `unparsable_arguments`,
+      `argument_missing` (a wanted argument left out), `other_call_difference` (the first call right, the
+      message's other calls not), or a wrong argument value, `argument_found_in_conversation` when every
+      wrong value stands whole in the conversation (not inside a longer id; the system prompt aside),
+      else `argument_found_nowhere`;
+    - whether the skilled expert taking over just before / just after it still solves the task;
+    - of the episodes that never depart: how many fail, and how many of them the chosen draw explains
+      without each skill (`no_departure_without:<skill>`), split for multi-step into requests stated at
+      once and sequential ones (where the expert handles every request whatever its flag)."""
     import collections
     import json as _json
 
@@ -123,6 +137,9 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
             c["no_departure_failed"] += not t.success
             for cap, shown in flags.items():
                 c[f"no_departure_without:{cap}"] += not shown
+            if not flags["multi_step_task_completion"]:
+                c[f"no_departure_without_multi_step:{task.scenario.mode}"] += 1
+                c[f"no_departure_without_multi_step:{task.scenario.mode}:passed"] += t.success
             c["turns_before_departure"] += len(turns)
             continue
         c["turns_before_departure"] += d
@@ -147,12 +164,16 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
                     continue
                 wanted = _json.loads(label.tool_calls[0].function.arguments)
                 bad = [args.get(k) for k, v in wanted.items() if args.get(k) != v] if isinstance(args, dict) else []
-                if not bad or any(v is None for v in bad):
-                    c["first:argument_missing_or_extra"] += 1
+                if not bad:
+                    c["first:other_call_difference"] += 1
+                    continue
+                if any(v is None for v in bad):
+                    c["first:argument_missing"] += 1
                     continue
                 seen = "\n".join((m.content or "") + " ".join(x.function.arguments for x in m.tool_calls or [])
                                   for m in t.messages[:i] if m.role != "system")
-                found = all(_json.dumps(v).strip('[]"') in seen for v in bad)
+                values = [str(x) for v in bad for x in (v if isinstance(v, list) else [v])]
+                found = all(_stands_in(x, seen) for x in values)
                 c["first:argument_" + ("found_in_conversation" if found else "found_nowhere")] += 1
         replay = [t.messages[i] for i in turns]
         skilled = dict.fromkeys(flags, True)
@@ -216,7 +237,13 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     target = out / "model"
     meta = out / "train.json"
     if meta.is_file() and target.is_dir():
-        return json.loads(meta.read_text())
+        done = json.loads(meta.read_text())
+        asked = {"steps": steps, "learning_rate": lr, "recovery_examples": len(recovery), "drills": drills}
+        got = {"steps": done["steps"], "learning_rate": done["learning_rate"],
+               "recovery_examples": done.get("recovery_episodes", len(recovery)), "drills": done.get("drills", 0)}
+        if asked != got:
+            raise SystemExit(f"{out} holds a model trained with {got}, not {asked}: give another --out")
+        return done
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = Qwen3ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     teacher = build_examples(tokenizer, expert_trajectories(MicroConfig().data))
@@ -235,7 +262,8 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     model.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.replace(target)
-    record = {"steps": steps, "learning_rate": lr, "teacher_examples": len(teacher), "recovery_examples": len(extra),
+    record = {"steps": steps, "learning_rate": lr, "teacher_examples": len(teacher), "recovery_episodes": len(recovery),
+              "recovery_examples": len(extra),
               "drills": len(drill_train), "held_out_drills_exact": {"before": round(before, 4), "after": round(after, 4),
                                                                     "drills": len(drill_held_out)},
               "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
@@ -297,7 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = args.out / "learner.meta.json"
     roll_in_seconds = json.loads(meta.read_text())["seconds"] if meta.is_file() else None
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    record = {"commit": commit, "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "scripts", "trace_common"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
+    record = {"commit": commit, "code_as_committed": not dirty, "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
                                                      else args.model),
               "roll_in": {"episodes": len(learner), "first_seed": FIRST_SEED, "temperature": 1.0,
                           "passed": sum(t.success for t in learner), "seconds": roll_in_seconds},

@@ -401,9 +401,9 @@ class StoreExpert:
         does not look an order up after cancelling it), a failed call is redone right, a
         sub-request of the current request turn another policy left undone is taken up before the
         reply (one of an earlier turn is not: the user has moved on), and the skill flags decide as
-        in `plan()` (without multi-step, only the first request is handled). Calls match across
-        turns, so a read another policy repeated in an earlier turn counts for an identical planned
-        read of a later one.
+        in `plan()` (without multi-step, only the first of requests stated at once is handled).
+        Calls match across turns, so a read another policy repeated in an earlier turn counts for
+        an identical planned read of a later one.
         """
         plan = self._plan(task, skills)
         segments: list[list[int]] = [[]]
