@@ -16,11 +16,12 @@ itself; only ids it could not have read are mended, to the nearest one it could.
 If the mended agent passes about as often as the teacher (81 of 400), copying slips are what keep
 `micro` from its teacher; if it stays far below, the rest is choice (records, tools, replies) or ids
 made up far from the right one, which `--learner` (a roll-in's first wrong ids, counted per id, not
-per episode: whether each is another record's or made up, and how far a made-up one is from the
-wanted id) tells apart. The test split is never played. The record's run (2026-12-06, about 11
-minutes on 2 cores): plainly 11 of 400 pass, mended 8 (277 ids mended); the roll-in's first
-departures with a wrong id hold 208 ids of another record and 220 made-up ones, 151 of those 4-5
-edits from the wanted id.
+per episode: whether each stands in the conversation or is made up, and how far a made-up one is
+from the wanted id) tells apart. The test split is never played. The record's run (2026-12-06; 2,632 s of play at low
+priority beside the test suite on 2 cores, about 8 minutes alone; two earlier runs gave the same pass
+counts): plainly 11 of 400 pass,
+mended 8 (277 ids mended); the roll-in's first departures with a wrong id hold 205 ids that stand in
+the conversation and 223 made-up ones, 151 of those 4-5 edits from the wanted id.
 
     python scripts/experiments/micro_copy_repair_dev.py --model shipped=trace_common/agents/shipped/micro \
         --json docs/micro-copy-repair-dev-<date>.json
