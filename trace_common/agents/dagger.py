@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trace_common.domains.store import CAPABILITIES, StoreEnv, StoreExpert
+from trace_common.domains.store.expert import call_key
 from trace_common.domains.store.task_model import Task
 from trace_common.env.episode import run_episode
 from trace_common.env.messages import Message
@@ -43,8 +44,6 @@ FROM_TURN = "imitate_from_turn"
 def same_message(a: Message, b: Message) -> bool:
     """Whether two assistant messages are the same decision: the same calls (name and parsed
     arguments, ids ignored), or, without calls, the same text."""
-    from trace_common.domains.store.expert import call_key
-
     calls_a = [call_key(c.name, c.function.arguments) for c in a.tool_calls or []]
     calls_b = [call_key(c.name, c.function.arguments) for c in b.tool_calls or []]
     if calls_a or calls_b:
@@ -93,7 +92,8 @@ def recovery_episode(env: StoreEnv, expert: StoreExpert, learner: Trajectory, rn
                                 learner.messages)
     if d is None:
         return None
-    replay = [learner.messages[i] for i in _assistant_turns(learner.messages)]
+    turns = _assistant_turns(learner.messages)
+    replay = [learner.messages[i] for i in turns]
     k = rng.randint(d, len(replay) - 1)
 
     def policy(history: list[Message], tools: list[dict[str, Any]]) -> Message:
@@ -103,7 +103,7 @@ def recovery_episode(env: StoreEnv, expert: StoreExpert, learner: Trajectory, rn
     traj = run_episode(env, policy, learner.seed, sample_index=learner.sample_index,
                        policy=PolicyInfo(model="store-scripted-expert", version=expert.config.digest()),
                        env_params={"task_types": ",".join(env.task_types)})
-    upto = _assistant_turns(learner.messages)[k]  # the state the teacher takes over in: all before turn k
+    upto = turns[k]  # the state the teacher takes over in: all before turn k
     if [m.model_dump() for m in traj.messages[:upto]] != [m.model_dump() for m in learner.messages[:upto]]:
         raise FailedPrecondition(f"seed {learner.seed}: replaying the learner's first {k} turns did not reach the "
                                  "state it saw (another task type, or an environment not deterministic in the "
