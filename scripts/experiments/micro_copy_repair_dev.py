@@ -75,7 +75,7 @@ def _context(history: Sequence[Any]) -> str:
     return "\n".join(parts)
 
 
-def _occurs(value: str, context: str) -> bool:
+def stands_in(value: str, context: str) -> bool:
     """`value` stands in `context` as a whole (not inside a longer id: "53350" does not occur in "#W53350")."""
     return re.search(r"(?<![\w#])" + re.escape(value) + r"(?!\w)", context) is not None
 
@@ -83,7 +83,7 @@ def _occurs(value: str, context: str) -> bool:
 def repair_value(value: Any, pattern: str, context: str) -> tuple[Any, bool]:
     """(the value, or the nearest in-context id of `pattern` when `value` occurs nowhere in `context`;
     whether it was replaced)."""
-    if not isinstance(value, str) or not value or _occurs(value, context):
+    if not isinstance(value, str) or not value or stands_in(value, context):
         return value, False
     candidates = list(dict.fromkeys(re.findall(pattern, context)))
     if not candidates:
@@ -211,7 +211,7 @@ def first_wrong_ids(learner_jsonl: Path) -> dict[str, Any]:
                     continue
                 if not isinstance(v, str):
                     kinds["missing_or_not_text"] += 1
-                elif _occurs(v, context):
+                elif stands_in(v, context):
                     kinds["stands_in_conversation"] += 1
                 else:
                     mended, replaced = repair_value(v, pattern, context)
@@ -246,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.learner:
         out["roll_in_first_wrong_ids"] = first_wrong_ids(args.learner)
         print(json.dumps(out["roll_in_first_wrong_ids"]), flush=True)
+        args.json.write_text(json.dumps(out, indent=1) + "\n")  # kept even when no --model follows
     started = time.perf_counter()
     for spec in args.model or []:
         name, _, path = spec.partition("=")

@@ -91,13 +91,6 @@ def label(learner: Sequence[Any], out: Path) -> list[Any]:
     return rec
 
 
-def _stands_in(value: str, text: str) -> bool:
-    """`value` stands whole in `text` (not inside a longer id: "53350" does not stand in "#W53350")."""
-    import re
-
-    return re.search(r"(?<![\w#])" + re.escape(value) + r"(?!\w)", text) is not None
-
-
 def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
     """Where the roll-in departs from its teacher (the explaining draw's labels, `dagger.explaining_flags`):
     - the per-turn hazard of a first departure, and how often the learner's later turns differ from the label;
@@ -112,7 +105,10 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
       without each skill (`no_departure_without:<skill>`), split for multi-step into requests stated at
       once and sequential ones (where the expert handles every request whatever its flag)."""
     import collections
-    import json as _json
+
+    # The copy-mending script's rule for a value standing whole in the conversation (this directory is
+    # on sys.path when a script here runs), so both records count "found" alike.
+    from micro_copy_repair_dev import stands_in
 
     from trace_common.agents.dagger import explaining_flags, same_message
     from trace_common.agents.micro import MicroConfig
@@ -158,11 +154,11 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
                 c["first:reply_text"] += 1
             else:
                 try:
-                    args = _json.loads(got.tool_calls[0].function.arguments)
+                    args = json.loads(got.tool_calls[0].function.arguments)
                 except ValueError:
                     c["first:unparsable_arguments"] += 1
                     continue
-                wanted = _json.loads(label.tool_calls[0].function.arguments)
+                wanted = json.loads(label.tool_calls[0].function.arguments)
                 bad = [args.get(k) for k, v in wanted.items() if args.get(k) != v] if isinstance(args, dict) else []
                 if not bad:
                     c["first:other_call_difference"] += 1
@@ -173,7 +169,7 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
                 seen = "\n".join((m.content or "") + " ".join(x.function.arguments for x in m.tool_calls or [])
                                   for m in t.messages[:i] if m.role != "system")
                 values = [str(x) for v in bad for x in (v if isinstance(v, list) else [v])]
-                found = all(_stands_in(x, seen) for x in values)
+                found = all(stands_in(x, seen) for x in values)
                 c["first:argument_" + ("found_in_conversation" if found else "found_nowhere")] += 1
         replay = [t.messages[i] for i in turns]
         skilled = dict.fromkeys(flags, True)
@@ -186,7 +182,7 @@ def departure_shape(learner: Sequence[Any], out: Path) -> dict[str, Any]:
     result = {"episodes": len(learner), "departed": departed, "counts": dict(sorted(c.items())),
               "first_departure_hazard_per_turn": round(departed / max(1, c["turns_before_departure"] + departed), 4),
               "off_label_after_departure": round(c["turns_after_off_label"] / max(1, c["turns_after"]), 4)}
-    _log(f"departures: {_json.dumps(result)}")
+    _log(f"departures: {json.dumps(result)}")
     path.write_text(json.dumps(result, indent=1))
     return result
 
