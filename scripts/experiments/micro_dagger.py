@@ -196,16 +196,19 @@ def retrieval_drills(tokenizer: Any, count: int) -> tuple[list[Any], list[Any]]:
     by-attributes request of a compound train task (seeds from `DRILL_FIRST_SEED`, past the roll-in's)
     and the user's order listing, in the chat format, answered by the right order id and item id (the
     skilled teacher's choice; the look-alike order and the same item in a forbidding status sit in the
-    same listing). Loss on the answer only."""
+    same listing). Loss on the answer only. Held out are the first tasks' drills, whole tasks
+    (at least `DRILLS_HELD_OUT` drills), so no held-out listing is trained on."""
     from trace_common.agents.sft import SFTExample
     from trace_common.domains.store import generate_task
     from trace_common.domains.store.tools import call_tool
 
     drills: list[Any] = []
+    held_out: list[Any] = []
     seed = DRILL_FIRST_SEED
-    while len(drills) < count + DRILLS_HELD_OUT:
+    while len(held_out) < DRILLS_HELD_OUT or len(drills) < count:
         task = generate_task(seed)
         seed += 1
+        of_task = []
         for sr in task.subrequests:
             if "by_attributes" not in sr.traits:
                 continue
@@ -215,8 +218,9 @@ def retrieval_drills(tokenizer: Any, count: int) -> tuple[list[Any], list[Any]]:
             answer = f"{sr.order_id} {sr.facts['item_id']}<|im_end|>"
             p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
             a_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
-            drills.append(SFTExample(p_ids + a_ids, [False] * len(p_ids) + [True] * len(a_ids), group=2))
-    return drills[DRILLS_HELD_OUT:DRILLS_HELD_OUT + count], drills[:DRILLS_HELD_OUT]
+            of_task.append(SFTExample(p_ids + a_ids, [False] * len(p_ids) + [True] * len(a_ids), group=2))
+        (held_out if len(held_out) < DRILLS_HELD_OUT else drills).extend(of_task)  # whole tasks on one side
+    return drills[:count], held_out
 
 
 def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float, drills: int = 0

@@ -9,14 +9,18 @@ order listing, answered by the right order id and item id), how far does each sh
 
 Arms (fixed before the run), each on the same drills in the same order, the shipped tokenizer:
 - `shipped`: the shipped weights (4 layers x 128), drills only, peak lr 1e-3;
-- `scratch-4x128`: the shipped shape from scratch (copying steps on the drills' own text first,
-  as the build does), peak lr 3e-3;
-- `scratch-8x128`: twice as deep, otherwise the same.
+- `scratch-4x128`: the shipped shape from scratch, with the build's copying steps on the drills'
+  own text first (1,600: `MicroConfig().sft.copy_steps`), peak lr 3e-3 (the build's);
+- `scratch-8x128`: twice as deep, otherwise the same (the learning rate not tuned for depth).
+The first record (docs/micro-selection-capacity-2026-12-06.json) gave the scratch arms 300 copying
+steps, too few for the copying to form (micro.py: it forms between 800 and 1,600 steps on these
+data); `--copy-steps` sets them, and each record says what it ran.
 Metric: held-out drill exactness (every answer token the argmax, i.e. what greedy decoding
-writes), on `DRILLS_HELD_OUT` drills of other tasks, every `--eval-every` steps. The test split
+writes), on `DRILLS_HELD_OUT` drills of other tasks, before any step, after the copying steps and
+every `--eval-every` drill steps; the copying phase's final loss shows whether copying formed. The test split
 is never played; drill tasks are train seeds past the warm start's and the roll-in's.
 
-    python scripts/experiments/micro_selection_capacity.py --json docs/micro-selection-capacity-<date>.json
+    python scripts/experiments/micro_selection_capacity.py --steps 800 --json docs/micro-selection-capacity-<date>.json
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ from micro_dagger import DRILLS_HELD_OUT, retrieval_drills
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "trace_common/agents/shipped/micro"
-#: name -> (layers, hidden, start from the shipped weights, peak learning rate, copying steps)
-ARMS: dict[str, tuple[int, int, bool, float, int]] = {
-    "shipped": (4, 128, True, 1e-3, 0),
-    "scratch-4x128": (4, 128, False, 3e-3, 300),
-    "scratch-8x128": (8, 128, False, 3e-3, 300),
+#: name -> (layers, hidden, start from the shipped weights, peak learning rate, copies: from scratch)
+ARMS: dict[str, tuple[int, int, bool, float, bool]] = {
+    "shipped": (4, 128, True, 1e-3, False),
+    "scratch-4x128": (4, 128, False, 3e-3, True),
+    "scratch-8x128": (8, 128, False, 3e-3, True),
 }
 
 
@@ -61,18 +65,20 @@ def _model(layers: int, hidden: int, shipped: bool, tokenizer: Any) -> Any:
 
 
 def run_arm(name: str, drills: Sequence[Any], held_out: Sequence[Any], tokenizer: Any, steps: int,
-            batch_size: int, eval_every: int) -> dict[str, Any]:
+            batch_size: int, eval_every: int, build_copy_steps: int) -> dict[str, Any]:
     from trace_common.agents.sft import SFTConfig, teacher_forced_accuracy, train
 
-    layers, hidden, shipped, lr, copy_steps = ARMS[name]
+    layers, hidden, shipped, lr, copies = ARMS[name]
+    copy_steps = build_copy_steps if copies else 0
     model = _model(layers, hidden, shipped, tokenizer)
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float]] = []  # (drill step, held-out exact); drill step 0 is after any copying
     exact0 = teacher_forced_accuracy(model, held_out, tokenizer.pad_token_id)["turn_exact"]
-    curve.append((0, round(exact0, 4)))
+    if not copy_steps:
+        curve.append((0, round(exact0, 4)))
     _log(f"{name}: {sum(p.numel() for p in model.parameters()):,} parameters; held-out exact at 0: {exact0:.3f}")
 
     def on_step(step: int, total: int, loss: float, phase: str) -> None:
-        if phase == "imitation" and (step - copy_steps) % eval_every == 0:
+        if step - copy_steps == 0 or (phase == "imitation" and (step - copy_steps) % eval_every == 0):
             exact = teacher_forced_accuracy(model, held_out, tokenizer.pad_token_id)["turn_exact"]
             model.train()
             curve.append((step - copy_steps, round(exact, 4)))
@@ -83,7 +89,8 @@ def run_arm(name: str, drills: Sequence[Any], held_out: Sequence[Any], tokenizer
     result = train(model, drills, cfg, tokenizer.pad_token_id, on_step=on_step)
     return {"layers": layers, "hidden": hidden, "from_shipped": shipped, "learning_rate": lr,
             "copy_steps": copy_steps, "parameters": sum(p.numel() for p in model.parameters()),
-            "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
+            "copy_final_loss": None if result.copy_final_loss is None else round(result.copy_final_loss, 4),
+            "exact_before_training": round(exact0, 4), "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
             "held_out_exact": curve}
 
 
@@ -93,11 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--drills", type=int, default=6000, help="training drills")
-    ap.add_argument("--steps", type=int, default=1000, help="drill steps per arm (after any copying steps)")
+    ap.add_argument("--steps", type=int, default=800, help="drill steps per arm (after any copying steps)")
+    ap.add_argument("--copy-steps", type=int, default=None,
+                    help="copying steps of the scratch arms (default: the build's, MicroConfig().sft.copy_steps)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--json", type=Path, help="write the record here (rewritten after each arm)")
     args = ap.parse_args(argv)
+    from trace_common.agents.micro import MicroConfig
+
+    copy_steps = MicroConfig().sft.copy_steps if args.copy_steps is None else args.copy_steps
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
     drills, held_out = retrieval_drills(tokenizer, args.drills)
     mean_len = sum(len(d.input_ids) for d in drills) / len(drills)
@@ -107,10 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                            capture_output=True, text=True).stdout.strip()
     record: dict[str, Any] = {"commit": commit, "code_as_committed": not dirty, "drills": len(drills),
                               "held_out": DRILLS_HELD_OUT, "mean_drill_tokens": round(mean_len, 1),
-                              "steps": args.steps, "batch_size": args.batch_size, "arms": {}}
+                              "steps": args.steps, "batch_size": args.batch_size, "eval_every": args.eval_every,
+                              "arms": {}}
     for name in args.arms:
         record["arms"][name] = run_arm(name, drills, held_out, tokenizer, args.steps, args.batch_size,
-                                       args.eval_every)
+                                       args.eval_every, copy_steps)
         if args.json:
             args.json.write_text(json.dumps(record, indent=1) + "\n")
     for name, arm in record["arms"].items():
