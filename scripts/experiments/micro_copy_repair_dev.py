@@ -33,12 +33,13 @@ import argparse
 import asyncio
 import json
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from record_code import code_state
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = 100
@@ -238,11 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--learner", type=Path, help="a roll-in (micro_dagger.py's learner.jsonl) to analyse too")
     args = ap.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "scripts", "trace_common"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
     out: dict[str, Any] = {"split": "dev", "tasks": TASKS, "samples_per_task": SAMPLES, "temperature": 1.0,
-                           "commit": commit, "code_as_committed": not dirty, "teacher": teacher()}
+                           **code_state(), "teacher": teacher()}
     if args.learner:
         out["roll_in_first_wrong_ids"] = first_wrong_ids(args.learner)
         print(json.dumps(out["roll_in_first_wrong_ids"]), flush=True)

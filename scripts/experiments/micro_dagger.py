@@ -26,12 +26,13 @@ import argparse
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from record_code import code_state
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_SEED = 3000
@@ -324,10 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     meta = args.out / "learner.meta.json"
     roll_in_seconds = json.loads(meta.read_text())["seconds"] if meta.is_file() else None
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "scripts", "trace_common"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    record = {"commit": commit, "code_as_committed": not dirty, "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
+    record = {**code_state(), "start_model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO)
                                                      else args.model),
               "roll_in": {"episodes": len(learner), "first_seed": FIRST_SEED, "temperature": 1.0,
                           "passed": sum(t.success for t in learner), "seconds": roll_in_seconds},

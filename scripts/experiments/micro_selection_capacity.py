@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from micro_dagger import DRILLS_HELD_OUT, retrieval_drills
+from record_code import code_state
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "trace_common/agents/shipped/micro"
@@ -50,7 +50,7 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _model(layers: int, hidden: int, shipped: bool, tokenizer: Any) -> Any:
+def _model(layers: int, hidden: int, shipped: bool) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -70,7 +70,7 @@ def run_arm(name: str, drills: Sequence[Any], held_out: Sequence[Any], tokenizer
 
     layers, hidden, shipped, lr, copies = ARMS[name]
     copy_steps = build_copy_steps if copies else 0
-    model = _model(layers, hidden, shipped, tokenizer)
+    model = _model(layers, hidden, shipped)
     curve: list[tuple[int, float]] = []  # (drill step, held-out exact); drill step 0 is after any copying
     exact0 = teacher_forced_accuracy(model, held_out, tokenizer.pad_token_id)["turn_exact"]
     if not copy_steps:
@@ -114,10 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     drills, held_out = retrieval_drills(tokenizer, args.drills)
     mean_len = sum(len(d.input_ids) for d in drills) / len(drills)
     _log(f"{len(drills)} drills (mean {mean_len:.0f} tokens), {len(held_out)} held out")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "scripts", "trace_common"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    record: dict[str, Any] = {"commit": commit, "code_as_committed": not dirty, "drills": len(drills),
+    record: dict[str, Any] = {**code_state(), "drills": len(drills),
                               "held_out": DRILLS_HELD_OUT, "mean_drill_tokens": round(mean_len, 1),
                               "steps": args.steps, "batch_size": args.batch_size, "eval_every": args.eval_every,
                               "arms": {}}
