@@ -11,6 +11,8 @@ One DAgger round on top of a built model (the shipped `micro` by default):
    `--recovery 0` trains on the teacher episodes alone: the control that tells DAgger's labels
    from more steps of the same imitation; `--drills N` adds N record-selection drills
    (`retrieval_drills`: a by-attributes request and the order listing, answered by the right ids);
+   `--context-drills N` adds N of the same choices asked inside the skilled teacher's conversations
+   (`context_drills`: the conversation up to the call that names the designated order, loss on it);
 4. measure on the first 100 dev tasks: the build's guidance probe (teacher; model greedy, unguided
    and guided) and its verdict against the criterion fixed before the build
    (`guided_probe.close_to_teacher`), and passes of 400 unguided at T = 1 (4 seeds).
@@ -192,12 +194,13 @@ DRILL_FIRST_SEED = 20_000
 DRILLS_HELD_OUT = 200
 
 
-def retrieval_drills(tokenizer: Any, count: int) -> tuple[list[Any], list[Any]]:
+def retrieval_drills(tokenizer: Any, count: int, target: str = "answer") -> tuple[list[Any], list[Any]]:
     """`count` record-selection drills to train on and `DRILLS_HELD_OUT` held-out ones: each a
     by-attributes request of a compound train task (seeds from `DRILL_FIRST_SEED`, past the roll-in's)
     and the user's order listing, in the chat format, answered by the right order id and item id (the
     skilled teacher's choice; the look-alike order and the same item in a forbidding status sit in the
-    same listing). Loss on the answer only. Held out are the first tasks' drills, whole tasks
+    same listing). Loss on the answer only (`target="order_id"`: on the tokens that spell the order
+    id, to score that choice alone). Held out are the first tasks' drills, whole tasks
     (at least `DRILLS_HELD_OUT` drills), so no held-out listing is trained on."""
     from trace_common.agents.sft import SFTExample
     from trace_common.domains.store import generate_task
@@ -218,14 +221,82 @@ def retrieval_drills(tokenizer: Any, count: int) -> tuple[list[Any], list[Any]]:
                       "<|im_start|>assistant\n")
             answer = f"{sr.order_id} {sr.facts['item_id']}<|im_end|>"
             p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            a_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
-            of_task.append(SFTExample(p_ids + a_ids, [False] * len(p_ids) + [True] * len(a_ids), group=2))
+            enc = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
+            a_ids = enc["input_ids"]
+            a_mask = ([True] * len(a_ids) if target == "answer"
+                      else [s < len(sr.order_id) and e > s for s, e in enc["offset_mapping"]])
+            of_task.append(SFTExample(p_ids + a_ids, [False] * len(p_ids) + a_mask, group=2))
         (held_out if len(held_out) < DRILLS_HELD_OUT else drills).extend(of_task)  # whole tasks on one side
     return drills[:count], held_out
 
 
-def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float, drills: int = 0
-          ) -> dict[str, Any]:
+CONTEXT_DRILL_FIRST_SEED = 40_000
+
+
+def _named_order(message: Any) -> set[str]:
+    """The order ids an assistant message's tool calls name (argument `order_id`)."""
+    out = set()
+    for call in message.tool_calls or []:
+        args = call.function.arguments
+        args = json.loads(args) if isinstance(args, str) else args
+        if isinstance(args, dict) and isinstance(args.get("order_id"), str):
+            out.add(args["order_id"])
+    return out
+
+
+def context_drills(tokenizer: Any, count: int, target: str = "call") -> tuple[list[Any], list[Any]]:
+    """Record selection inside the conversation: `count` drills to train on and `DRILLS_HELD_OUT`
+    held-out ones. The skilled teacher (every skill at 1) plays compound train tasks (seeds from
+    `CONTEXT_DRILL_FIRST_SEED`, past `retrieval_drills`' and the warm start's); for each by-attributes
+    sub-request, a drill is the conversation up to the teacher's first call naming the designated
+    order (the write, which carries the order and item ids), with the loss on that call only
+    (`target="order_id"`: on the tokens that spell the order id in it, to score that choice alone) -- the
+    same choice as a `retrieval_drills` drill, asked where the agent meets it: after the system
+    prompt, a user message holding several requests and the turns before it. A sub-request whose
+    order an earlier user message or call already named is skipped (nothing to find). Held out are
+    the first tasks' drills, whole tasks."""
+    from trace_common.agents.sft import SFTExample
+    from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
+    from trace_common.policy.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    expert = StoreExpert(ExpertConfig(skills=dict.fromkeys(CAPABILITIES, 1.0)))
+    env = StoreEnv()
+    drills: list[Any] = []
+    held_out: list[Any] = []
+    seed = CONTEXT_DRILL_FIRST_SEED
+    while len(held_out) < DRILLS_HELD_OUT or len(drills) < count:
+        traj = expert.play(env, seed)
+        task = env.task
+        seed += 1
+        text, spans = chat.assistant_spans(traj.messages, traj.tools)
+        turns = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+        of_task = []
+        for sr in task.subrequests:
+            if "by_attributes" not in sr.traits or sr.order_id is None:
+                continue
+            at = next((n for n, i in enumerate(turns) if sr.order_id in _named_order(traj.messages[i])), None)
+            if at is None:
+                continue
+            before = traj.messages[:turns[at]]
+            if any(m.role == "user" and sr.order_id in (m.content or "") for m in before) or any(
+                    m.role == "assistant" and sr.order_id in _named_order(m) for m in before):
+                continue
+            start, end = spans[at]
+            if target == "order_id":
+                key = f'"order_id": "{sr.order_id}"'
+                start = text.index(key, start, end) + len(key) - len(sr.order_id) - 1
+                lo, hi = start, start + len(sr.order_id)
+            enc = tokenizer(text[:end], add_special_tokens=False, return_offsets_mapping=True)
+            mask = ([e > s and start <= s and e <= end for s, e in enc["offset_mapping"]] if target == "call"
+                    else [e > s and s < hi and e > lo for s, e in enc["offset_mapping"]])
+            of_task.append(SFTExample(list(enc["input_ids"]), mask, group=3))
+        (held_out if len(held_out) < DRILLS_HELD_OUT else drills).extend(of_task)  # whole tasks on one side
+    return drills[:count], held_out
+
+
+def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: float, drills: int = 0,
+          in_context: int = 0) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
@@ -239,9 +310,11 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     meta = out / "train.json"
     if meta.is_file() and target.is_dir():
         done = json.loads(meta.read_text())
-        asked = {"steps": steps, "learning_rate": lr, "recovery_examples": len(recovery), "drills": drills}
+        asked = {"steps": steps, "learning_rate": lr, "recovery_examples": len(recovery), "drills": drills,
+                 "context_drills": in_context}
         got = {"steps": done["steps"], "learning_rate": done["learning_rate"],
-               "recovery_examples": done.get("recovery_episodes", len(recovery)), "drills": done.get("drills", 0)}
+               "recovery_examples": done.get("recovery_episodes", len(recovery)), "drills": done.get("drills", 0),
+               "context_drills": done.get("context_drills", 0)}
         if asked != got:
             raise SystemExit(f"{out} holds a model trained with {got}, not {asked}: give another --out")
         return done
@@ -250,13 +323,18 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
     teacher = build_examples(tokenizer, expert_trajectories(MicroConfig().data))
     extra = recovery_examples(tokenizer, recovery)
     drill_train, drill_held_out = retrieval_drills(tokenizer, drills)
+    context_train, context_held_out = context_drills(tokenizer, in_context)
     before = teacher_forced_accuracy(model, drill_held_out, tokenizer.pad_token_id)["turn_exact"]
+    context_before = teacher_forced_accuracy(model, context_held_out, tokenizer.pad_token_id)["turn_exact"]
     cfg = SFTConfig(steps=steps, batch_size=8, learning_rate=lr, copy_steps=0, max_seq_len=3072)
     _log(f"training {steps} steps at lr {lr:g} on {len(teacher)} teacher + {len(extra)} recovery examples"
-         f" + {len(drill_train)} record-selection drills (held-out drills exact before: {before:.3f})")
-    result = sft_train(model, teacher + extra + drill_train, cfg, tokenizer.pad_token_id, log=_log, log_every=25)
+         f" + {len(drill_train)} record-selection drills + {len(context_train)} in the conversation"
+         f" (held-out exact before: drills {before:.3f}, in the conversation {context_before:.3f})")
+    result = sft_train(model, teacher + extra + drill_train + context_train, cfg, tokenizer.pad_token_id,
+                       log=_log, log_every=25)
     after = teacher_forced_accuracy(model, drill_held_out, tokenizer.pad_token_id)["turn_exact"]
-    _log(f"held-out drills exact after: {after:.3f}")
+    context_after = teacher_forced_accuracy(model, context_held_out, tokenizer.pad_token_id)["turn_exact"]
+    _log(f"held-out exact after: drills {after:.3f}, in the conversation {context_after:.3f}")
     tmp = out / "model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("model.safetensors", "build_record.json"))
@@ -267,6 +345,9 @@ def train(model_dir: Path, recovery: Sequence[Any], out: Path, steps: int, lr: f
               "recovery_examples": len(extra),
               "drills": len(drill_train), "held_out_drills_exact": {"before": round(before, 4), "after": round(after, 4),
                                                                     "drills": len(drill_held_out)},
+              "context_drills": len(context_train),
+              "held_out_context_drills_exact": {"before": round(context_before, 4), "after": round(context_after, 4),
+                                                "drills": len(context_held_out)},
               "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 4),
               "skipped_long": result.skipped_long,
               "loss_curve": [round(x, 4) for x in result.losses[:: max(1, len(result.losses) // 40)]]}
@@ -305,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="use at most this many recovery episodes (0: the teacher-only control)")
     ap.add_argument("--drills", type=int, default=0,
                     help="record-selection drills to add to the training examples (`retrieval_drills`)")
+    ap.add_argument("--context-drills", type=int, default=0,
+                    help="record-selection drills inside teacher conversations to add (`context_drills`)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", type=Path, help="write the record here too")
@@ -316,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = departure_shape(learner, args.out)
     if args.recovery is not None:
         recovery = recovery[:args.recovery]
-    trained = train(args.model, recovery, args.out, args.steps, args.lr, args.drills)
+    trained = train(args.model, recovery, args.out, args.steps, args.lr, args.drills, args.context_drills)
     result = measure(args.out / "model", args.out)
     departures = [t.info["first_departure"] for t in recovery]
 
