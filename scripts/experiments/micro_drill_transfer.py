@@ -10,7 +10,13 @@ agent's greedy record selection stayed at 0.45. This scores each given model, te
   skilled teacher's conversation up to its call naming the designated order, scored on that call;
 - each again scored on the order id's tokens alone (`*_order_id`: the choice of record, apart from
   the item id and, in the conversation, the rest of the call).
-Nothing is trained; dev and test are never played.
+And in the agent (`--agent-episodes`, default 100): each model plays the first dev tasks greedy and
+unguided (the build probe's condition); for each by-attributes sub-request, whether its writes (the
+sub-request's write tool) went to the designated order, to the look-alike decoy listed before it,
+both, only elsewhere (another order id, listed or made up), or nowhere (no write of that tool) --
+the choice the drills teach, apart from whether the request was reached at all (the probe's
+record-selection rate mixes them). Another by-attributes sub-request of the same kind in the task can
+take an "elsewhere" write; none of these counts reads the verifier. Nothing is trained; the test split is never played.
 
     python scripts/experiments/micro_drill_transfer.py --model shipped=trace_common/agents/shipped/micro \\
         --model control=<dir> ... --json docs/micro-drill-transfer-<date>.json
@@ -19,6 +25,7 @@ Nothing is trained; dev and test are never played.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -26,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from micro_dagger import context_drills, retrieval_drills
+from micro_dagger import _play, context_drills, retrieval_drills
 from record_code import code_state
 
 
@@ -44,10 +51,53 @@ def score(model_dir: Path, sets: dict[str, list[Any]]) -> dict[str, Any]:
                 for name, examples in sets.items()}
 
 
+def teacher_episodes(episodes: int) -> list[Any]:
+    """The warm start's teacher (its skill draws) on the first `episodes` dev tasks, 4 draws each."""
+    from trace_common.agents.guided_probe import split_seeds
+    from trace_common.agents.micro import MicroConfig
+    from trace_common.domains.store import ExpertConfig, StoreEnv, StoreExpert
+
+    data = MicroConfig().data
+    expert = StoreExpert(ExpertConfig(skills=data.skills, seed=data.expert_seed))
+    env = StoreEnv()
+    return [expert.play(env, seed, sample) for seed in split_seeds("dev", episodes) for sample in range(4)]
+
+
+def agent_choices(trajectories: Sequence[Any]) -> dict[str, int]:
+    """Counts over the by-attributes sub-requests of `trajectories`: designated / decoy / both /
+    elsewhere / nowhere (module docstring)."""
+    from trace_common.domains.store import StoreEnv
+    from trace_common.domains.store.attribution import WRITE_TOOL
+
+    counts = dict.fromkeys(("designated", "decoy", "both", "elsewhere", "nowhere"), 0)
+    env = StoreEnv()
+    for traj in trajectories:
+        env.reset(traj.seed)
+        orders: dict[str, set[str]] = {}
+        for m in traj.messages:
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                args = call.function.arguments
+                try:
+                    args = json.loads(args) if isinstance(args, str) else args
+                except ValueError:
+                    continue
+                if isinstance(args, dict) and isinstance(args.get("order_id"), str):
+                    orders.setdefault(call.function.name, set()).add(args["order_id"])
+        for sr in env.task.subrequests:
+            if "by_attributes" not in sr.traits:
+                continue
+            written = orders.get(WRITE_TOOL[sr.base_kind], set())
+            right, decoy = sr.order_id in written, sr.facts["decoy_order_id"] in written
+            counts["both" if right and decoy else "designated" if right else "decoy" if decoy
+                   else "elsewhere" if written else "nowhere"] += 1
+    return counts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=DIR",
                     help="a model to score (repeat); every model must share the first one's tokenizer")
+    ap.add_argument("--agent-episodes", type=int, default=100, help="dev tasks each model plays (0: none)")
     ap.add_argument("--json", type=Path, help="write the record here")
     args = ap.parse_args(argv)
     models = []
@@ -58,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         models.append((label, Path(path)))
     from transformers import AutoTokenizer
 
+    from trace_common.agents.guided_probe import split_seeds
+
     tokenizer = AutoTokenizer.from_pretrained(models[0][1])
     sets = {"drills": retrieval_drills(tokenizer, 0)[1], "in_conversation": context_drills(tokenizer, 0)[1],
             "drills_order_id": retrieval_drills(tokenizer, 0, "order_id")[1],
@@ -67,10 +119,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
             raise SystemExit(f"--model {label}: another tokenizer than {models[0][0]}'s; score it in its own run")
         t0 = time.perf_counter()
-        rows[label] = {**score(path, sets), "seconds": round(time.perf_counter() - t0, 1)}
+        rows[label] = score(path, sets)
+        if args.agent_episodes:
+            played = asyncio.run(_play(path, split_seeds("dev", args.agent_episodes), 0.0, 0))
+            rows[label]["agent_choices"] = agent_choices(played)
+        rows[label]["seconds"] = round(time.perf_counter() - t0, 1)
         print(f"[{time.strftime('%H:%M:%S')}] {label}: " + ", ".join(
-            f"{k} exact {v['turn_exact']:.3f}" for k, v in rows[label].items() if isinstance(v, dict)), flush=True)
-    record = {**code_state(), "held_out": {k: len(v) for k, v in sets.items()},
+            f"{k} exact {v['turn_exact']:.3f}" for k, v in rows[label].items() if isinstance(v, dict)
+            and "turn_exact" in v) + f"; in the agent {rows[label].get('agent_choices')}", flush=True)
+    if args.agent_episodes:
+        rows["teacher (4 draws per task)"] = {"agent_choices": agent_choices(teacher_episodes(args.agent_episodes))}
+        print(f"teacher: {rows['teacher (4 draws per task)']}", flush=True)
+    record = {**code_state(), "held_out": {k: len(v) for k, v in sets.items()}, "agent_episodes": args.agent_episodes,
               "models": {label: str(path) for label, path in models}, "scores": rows}
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")
