@@ -13,10 +13,12 @@ agent's greedy record selection stayed at 0.45. This scores each given model, te
 And in the agent (`--agent-episodes`, default 100): each model plays the first dev tasks greedy and
 unguided (the build probe's condition); for each by-attributes sub-request, whether its writes (the
 sub-request's write tool) went to the designated order, to the look-alike decoy listed before it,
-both, only elsewhere (another order id, listed or made up), or nowhere (no write of that tool) --
-the choice the drills teach, apart from whether the request was reached at all (the probe's
-record-selection rate mixes them). Another by-attributes sub-request of the same kind in the task can
-take an "elsewhere" write; none of these counts reads the verifier. Nothing is trained; the test split is never played.
+both, only elsewhere, or nowhere (no write of that tool) -- the choice the drills teach, apart from
+whether the request was reached at all (the probe's record-selection rate mixes them). "Elsewhere"
+splits by the first such write's order: another sub-request's order (a write of the same kind for
+another request, so this one was likely never reached), another of the user's orders, or an id that
+is none of the user's (made up); "nowhere" by whether the agent ever listed the user's orders. None
+of these counts reads the verifier. Nothing is trained; the test split is never played.
 
     python scripts/experiments/micro_drill_transfer.py --model shipped=trace_common/agents/shipped/micro \\
         --model control=<dir> ... --json docs/micro-drill-transfer-<date>.json
@@ -64,16 +66,19 @@ def teacher_episodes(episodes: int) -> list[Any]:
 
 
 def agent_choices(trajectories: Sequence[Any]) -> dict[str, int]:
-    """Counts over the by-attributes sub-requests of `trajectories`: designated / decoy / both /
-    elsewhere / nowhere (module docstring)."""
+    """Counts over the by-attributes sub-requests of `trajectories` (module docstring): designated,
+    decoy, both, elsewhere_other_request, elsewhere_users_order, elsewhere_made_up, nowhere_listed,
+    nowhere_unlisted."""
     from trace_common.domains.store import StoreEnv
     from trace_common.domains.store.attribution import WRITE_TOOL
 
-    counts = dict.fromkeys(("designated", "decoy", "both", "elsewhere", "nowhere"), 0)
+    counts = dict.fromkeys(("designated", "decoy", "both", "elsewhere_other_request", "elsewhere_users_order",
+                            "elsewhere_made_up", "nowhere_listed", "nowhere_unlisted"), 0)
     env = StoreEnv()
     for traj in trajectories:
         env.reset(traj.seed)
-        orders: dict[str, set[str]] = {}
+        orders: dict[str, list[str]] = {}
+        listed = False
         for m in traj.messages:
             for call in (m.tool_calls or []) if m.role == "assistant" else []:
                 args = call.function.arguments
@@ -81,15 +86,24 @@ def agent_choices(trajectories: Sequence[Any]) -> dict[str, int]:
                     args = json.loads(args) if isinstance(args, str) else args
                 except ValueError:
                     continue
+                listed = listed or call.function.name == "list_user_orders"
                 if isinstance(args, dict) and isinstance(args.get("order_id"), str):
-                    orders.setdefault(call.function.name, set()).add(args["order_id"])
-        for sr in env.task.subrequests:
+                    orders.setdefault(call.function.name, []).append(args["order_id"])
+        task = env.task
+        users = {o for o, row in task.db["orders"].items() if row.get("user_id") == task.user_id}
+        for sr in task.subrequests:
             if "by_attributes" not in sr.traits:
                 continue
-            written = orders.get(WRITE_TOOL[sr.base_kind], set())
+            written = orders.get(WRITE_TOOL[sr.base_kind], [])
             right, decoy = sr.order_id in written, sr.facts["decoy_order_id"] in written
-            counts["both" if right and decoy else "designated" if right else "decoy" if decoy
-                   else "elsewhere" if written else "nowhere"] += 1
+            if right or decoy:
+                counts["both" if right and decoy else "designated" if right else "decoy"] += 1
+            elif written:
+                first = written[0]
+                counts["elsewhere_other_request" if any(o.order_id == first for o in task.subrequests)
+                       else "elsewhere_users_order" if first in users else "elsewhere_made_up"] += 1
+            else:
+                counts["nowhere_listed" if listed else "nowhere_unlisted"] += 1
     return counts
 
 
