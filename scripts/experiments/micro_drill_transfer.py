@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from micro_dagger import _play, context_drills, retrieval_drills
-from record_code import code_state
+from record_code import REPO, code_state
 
 
 def score(model_dir: Path, sets: dict[str, list[Any]]) -> dict[str, Any]:
@@ -107,6 +107,13 @@ def agent_choices(trajectories: Sequence[Any]) -> dict[str, int]:
     return counts
 
 
+def _shown(path: Path) -> str:
+    """A model directory as a record may show it: relative to the repository, or only its name
+    (a machine's own paths stay out of committed records)."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else f"(outside the repository) {path.name}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=DIR",
@@ -145,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows["teacher (4 draws per task)"] = {"agent_choices": agent_choices(teacher_episodes(args.agent_episodes))}
         print(f"teacher: {rows['teacher (4 draws per task)']}", flush=True)
     record = {**code_state(), "held_out": {k: len(v) for k, v in sets.items()}, "agent_episodes": args.agent_episodes,
-              "models": {label: str(path) for label, path in models}, "scores": rows}
+              "models": {label: _shown(path) for label, path in models}, "scores": rows}
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")
     return 0
