@@ -204,6 +204,9 @@ def retrieval_drills(tokenizer: Any, count: int, target: str = "answer") -> tupl
     (at least `DRILLS_HELD_OUT` drills), so no held-out listing is trained on."""
     from trace_common.agents.sft import SFTExample
     from trace_common.domains.store import generate_task
+
+    if target not in ("answer", "order_id"):
+        raise ValueError(f"target: expected 'answer' or 'order_id', got {target!r}")
     from trace_common.domains.store.tools import call_tool
 
     drills: list[Any] = []
@@ -257,6 +260,9 @@ def context_drills(tokenizer: Any, count: int, target: str = "call") -> tuple[li
     the first tasks' drills, whole tasks."""
     from trace_common.agents.sft import SFTExample
     from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
+
+    if target not in ("call", "order_id"):
+        raise ValueError(f"target: expected 'call' or 'order_id', got {target!r}")
     from trace_common.policy.chat import ChatFormat
 
     chat = ChatFormat(tokenizer)

@@ -11,14 +11,12 @@ agent's greedy record selection stayed at 0.45. This scores each given model, te
 - each again scored on the order id's tokens alone (`*_order_id`: the choice of record, apart from
   the item id and, in the conversation, the rest of the call).
 And in the agent (`--agent-episodes`, default 100): each model plays the first dev tasks greedy and
-unguided (the build probe's condition); for each by-attributes sub-request, whether its writes (the
-sub-request's write tool) went to the designated order, to the look-alike decoy listed before it,
-both, only elsewhere, or nowhere (no write of that tool) -- the choice the drills teach, apart from
-whether the request was reached at all (the probe's record-selection rate mixes them). "Elsewhere"
-splits by the first such write's order: another sub-request's order (a write of the same kind for
-another request, so this one was likely never reached), another of the user's orders, or an id that
-is none of the user's (made up); "nowhere" by whether the agent ever listed the user's orders. None
-of these counts reads the verifier. Nothing is trained; the test split is never played.
+unguided (the build probe's condition), and `agent_choices` counts, for each by-attributes
+sub-request, where the writes of its tool went: the designated order, the look-alike decoy, or
+elsewhere (split by what that order is), or nowhere -- the choice the drills teach, apart from
+whether the request was reached at all (the probe's record-selection rate counts a request never
+written as met: attribution blames it on multi-step completion). `--no-teacher-forced` plays only.
+Nothing is trained; the test split is never played.
 
     python scripts/experiments/micro_drill_transfer.py --model shipped=trace_common/agents/shipped/micro \\
         --model control=<dir> ... --json docs/micro-drill-transfer-<date>.json
@@ -29,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -65,43 +64,76 @@ def teacher_episodes(episodes: int) -> list[Any]:
     return [expert.play(env, seed, sample) for seed in split_seeds("dev", episodes) for sample in range(4)]
 
 
+CHOICES = ("designated", "decoy", "both", "elsewhere_other_request", "elsewhere_status_twin",
+           "elsewhere_users_order", "elsewhere_garbled", "elsewhere_made_up", "unparsable_only",
+           "nowhere_listed", "nowhere_unlisted")
+
+
+def _digits(order_id: str) -> str:
+    return re.sub(r"\D", "", order_id)
+
+
 def agent_choices(trajectories: Sequence[Any]) -> dict[str, int]:
-    """Counts over the by-attributes sub-requests of `trajectories` (module docstring): designated,
-    decoy, both, elsewhere_other_request, elsewhere_users_order, elsewhere_made_up, nowhere_listed,
-    nowhere_unlisted."""
+    """Counts over the by-attributes sub-requests of `trajectories`, by where the writes of the
+    request's own tool went (a compound task's requests are of distinct kinds, so no other request
+    uses that tool):
+
+        designated / decoy / both   a write on the designated order, the look-alike decoy, or both
+        elsewhere_*                 else, by the first write's order: one another request names
+                                    (other_request); one of the user's holding the same item, whose
+                                    status forbids the request (status_twin: the generator plants
+                                    one for half of these requests); another of the user's orders
+                                    (users_order); an id that is none of the user's but has the
+                                    designated or the decoy order's digits (garbled: a slip in
+                                    copying); any other id (made_up)
+        unparsable_only             only writes whose arguments do not parse
+        nowhere_listed / _unlisted  no write of the tool; the episode did / did not list the user's
+                                    orders (anywhere in it)"""
     from trace_common.domains.store import StoreEnv
     from trace_common.domains.store.attribution import WRITE_TOOL
 
-    counts = dict.fromkeys(("designated", "decoy", "both", "elsewhere_other_request", "elsewhere_users_order",
-                            "elsewhere_made_up", "nowhere_listed", "nowhere_unlisted"), 0)
+    counts = dict.fromkeys(CHOICES, 0)
     env = StoreEnv()
     for traj in trajectories:
         env.reset(traj.seed)
         orders: dict[str, list[str]] = {}
+        unparsable: set[str] = set()
         listed = False
         for m in traj.messages:
             for call in (m.tool_calls or []) if m.role == "assistant" else []:
-                args = call.function.arguments
+                name, args = call.function.name, call.function.arguments
+                listed = listed or name == "list_user_orders"
                 try:
                     args = json.loads(args) if isinstance(args, str) else args
                 except ValueError:
+                    unparsable.add(name)
                     continue
-                listed = listed or call.function.name == "list_user_orders"
                 if isinstance(args, dict) and isinstance(args.get("order_id"), str):
-                    orders.setdefault(call.function.name, []).append(args["order_id"])
+                    orders.setdefault(name, []).append(args["order_id"])
+                else:
+                    unparsable.add(name)
         task = env.task
-        users = {o for o, row in task.db["orders"].items() if row.get("user_id") == task.user_id}
+        users = {o: row for o, row in task.db["orders"].items() if row.get("user_id") == task.user_id}
         for sr in task.subrequests:
             if "by_attributes" not in sr.traits:
                 continue
-            written = orders.get(WRITE_TOOL[sr.base_kind], [])
+            tool = WRITE_TOOL[sr.base_kind]
+            written = orders.get(tool, [])
             right, decoy = sr.order_id in written, sr.facts["decoy_order_id"] in written
             if right or decoy:
                 counts["both" if right and decoy else "designated" if right else "decoy"] += 1
             elif written:
                 first = written[0]
+                item = sr.facts["item_id"]
                 counts["elsewhere_other_request" if any(o.order_id == first for o in task.subrequests)
-                       else "elsewhere_users_order" if first in users else "elsewhere_made_up"] += 1
+                       else "elsewhere_status_twin" if first in users and any(
+                           r.get("item_id") == item for r in users[first]["items"])
+                       else "elsewhere_users_order" if first in users
+                       else "elsewhere_garbled" if _digits(first) in {_digits(sr.order_id),
+                                                                      _digits(sr.facts["decoy_order_id"])}
+                       else "elsewhere_made_up"] += 1
+            elif tool in unparsable:
+                counts["unparsable_only"] += 1
             else:
                 counts["nowhere_listed" if listed else "nowhere_unlisted"] += 1
     return counts
@@ -119,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=DIR",
                     help="a model to score (repeat); every model must share the first one's tokenizer")
     ap.add_argument("--agent-episodes", type=int, default=100, help="dev tasks each model plays (0: none)")
+    ap.add_argument("--no-teacher-forced", action="store_true", help="skip the held-out drill scores")
     ap.add_argument("--json", type=Path, help="write the record here")
     args = ap.parse_args(argv)
     models = []
@@ -132,9 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trace_common.agents.guided_probe import split_seeds
 
     tokenizer = AutoTokenizer.from_pretrained(models[0][1])
-    sets = {"drills": retrieval_drills(tokenizer, 0)[1], "in_conversation": context_drills(tokenizer, 0)[1],
-            "drills_order_id": retrieval_drills(tokenizer, 0, "order_id")[1],
-            "in_conversation_order_id": context_drills(tokenizer, 0, "order_id")[1]}
+    sets: dict[str, list[Any]] = {} if args.no_teacher_forced else {
+        "drills": retrieval_drills(tokenizer, 0)[1], "in_conversation": context_drills(tokenizer, 0)[1],
+        "drills_order_id": retrieval_drills(tokenizer, 0, "order_id")[1],
+        "in_conversation_order_id": context_drills(tokenizer, 0, "order_id")[1]}
     rows = {}
     for label, path in models:
         if AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
@@ -144,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.agent_episodes:
             played = asyncio.run(_play(path, split_seeds("dev", args.agent_episodes), 0.0, 0))
             rows[label]["agent_choices"] = agent_choices(played)
+            rows[label]["agent_passed"] = sum(t.success for t in played)
         rows[label]["seconds"] = round(time.perf_counter() - t0, 1)
         print(f"[{time.strftime('%H:%M:%S')}] {label}: " + ", ".join(
             f"{k} exact {v['turn_exact']:.3f}" for k, v in rows[label].items() if isinstance(v, dict)
