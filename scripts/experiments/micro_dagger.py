@@ -45,7 +45,8 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-async def _play(model_dir: Path, seeds: Sequence[int], temperature: float, seed: int) -> list[Any]:
+async def play_model(model_dir: Path, seeds: Sequence[int], temperature: float, seed: int) -> list[Any]:
+    """`model_dir` plays the store tasks `seeds`, unguided (shared with micro_drill_transfer)."""
     from trace_common.domains.store import StoreEnv
     from trace_common.policy.base import SamplingParams
     from trace_common.policy.episodes import play_episodes
@@ -67,7 +68,7 @@ def roll_in(model_dir: Path, out: Path, episodes: int) -> list[Any]:
         return loads_jsonl(path.read_bytes(), source=str(path))
     _log(f"roll-in: {model_dir} plays {episodes} train tasks at T=1")
     t0 = time.perf_counter()
-    trajs = asyncio.run(_play(model_dir, range(FIRST_SEED, FIRST_SEED + episodes), 1.0, 0))
+    trajs = asyncio.run(play_model(model_dir, range(FIRST_SEED, FIRST_SEED + episodes), 1.0, 0))
     _log(f"roll-in done in {time.perf_counter() - t0:.0f} s: {sum(t.success for t in trajs)} of {len(trajs)} pass")
     (out / "learner.meta.json").write_text(json.dumps({"seconds": round(time.perf_counter() - t0, 1)}))
     path.with_suffix(".tmp").write_bytes(dumps_jsonl(trajs))
@@ -374,7 +375,7 @@ def measure(model_dir: Path, out: Path) -> dict[str, Any]:
     _log("criterion: " + ("MET" if met else "missed") + "\n  " + "\n  ".join(lines))
     sampled = []
     for s in range(4):
-        sampled += asyncio.run(_play(model_dir, split_seeds("dev", DEV_TASKS), 1.0, s))
+        sampled += asyncio.run(play_model(model_dir, split_seeds("dev", DEV_TASKS), 1.0, s))
     result = {"guidance_probe": probe, "criterion_met": met, "criterion": lines,
               "sampled_T1_passed": sum(t.success for t in sampled), "sampled_T1_episodes": len(sampled),
               "seconds": round(time.perf_counter() - t0, 1)}

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from micro_dagger import _play, context_drills, retrieval_drills
+from micro_dagger import context_drills, play_model, retrieval_drills
 from record_code import REPO, code_state
 
 
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows[label] = score(path, sets)
         if args.agent_episodes:
-            played = asyncio.run(_play(path, split_seeds("dev", args.agent_episodes), 0.0, 0))
+            played = asyncio.run(play_model(path, split_seeds("dev", args.agent_episodes), 0.0, 0))
             rows[label]["agent_choices"] = agent_choices(played)
             rows[label]["agent_passed"] = sum(t.success for t in played)
         rows[label]["seconds"] = round(time.perf_counter() - t0, 1)
