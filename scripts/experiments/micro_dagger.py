@@ -203,11 +203,10 @@ def retrieval_drills(tokenizer: Any, count: int, target: str = "answer") -> tupl
     same listing). Loss on the answer only (`target="order_id"`: on the tokens that spell the order
     id, to score that choice alone). Held out are the first tasks' drills, whole tasks
     (at least `DRILLS_HELD_OUT` drills), so no held-out listing is trained on."""
-    from trace_common.agents.sft import SFTExample
-    from trace_common.domains.store import generate_task
-
     if target not in ("answer", "order_id"):
         raise ValueError(f"target: expected 'answer' or 'order_id', got {target!r}")
+    from trace_common.agents.sft import SFTExample
+    from trace_common.domains.store import generate_task
     from trace_common.domains.store.tools import call_tool
 
     drills: list[Any] = []
@@ -259,11 +258,10 @@ def context_drills(tokenizer: Any, count: int, target: str = "call") -> tuple[li
     prompt, a user message holding several requests and the turns before it. A sub-request whose
     order an earlier user message or call already named is skipped (nothing to find). Held out are
     the first tasks' drills, whole tasks."""
-    from trace_common.agents.sft import SFTExample
-    from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
-
     if target not in ("call", "order_id"):
         raise ValueError(f"target: expected 'call' or 'order_id', got {target!r}")
+    from trace_common.agents.sft import SFTExample
+    from trace_common.domains.store import CAPABILITIES, ExpertConfig, StoreEnv, StoreExpert
     from trace_common.policy.chat import ChatFormat
 
     chat = ChatFormat(tokenizer)
