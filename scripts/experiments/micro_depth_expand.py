@@ -35,6 +35,7 @@ from micro_dagger import measure, train
 from record_code import REPO, code_state
 
 ZEROED = ("self_attn.o_proj", "mlp.down_proj")
+DEFAULT_MODEL = REPO / "trace_common/agents/shipped/micro"
 
 
 def _log(msg: str) -> None:
@@ -61,13 +62,15 @@ def expand_depth(model: Any) -> Any:
     model.model.layers = expanded
     model.config.num_hidden_layers = len(expanded)
     if getattr(model.config, "layer_types", None) is not None:
-        model.config.layer_types = [model.config.layer_types[0]] * len(expanded)
+        model.config.layer_types = [t for t in model.config.layer_types for _ in (0, 1)]  # each layer's twin
     return model
 
 
 def expanded_model(source: Path, out: Path) -> dict[str, Any]:
     """Write the depth-expanded `source` to `out/expanded` (a normal HF model dir); returns its
-    record, with the largest logit difference from `source` on a held-out teacher conversation."""
+    record: the largest logit difference from `source` on a held-out teacher conversation, and
+    whether 64 greedy tokens generated from its first half with the KV cache are `source`'s (the
+    cache path the forward pass alone does not exercise)."""
     import torch
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
@@ -77,7 +80,10 @@ def expanded_model(source: Path, out: Path) -> dict[str, Any]:
 
     target, meta = out / "expanded", out / "expanded.json"
     if meta.is_file() and target.is_dir():
-        return json.loads(meta.read_text())
+        done = json.loads(meta.read_text())
+        if done.get("source") not in (None, _name(source)):
+            raise SystemExit(f"{out} holds an expansion of {done['source']}, not {_name(source)}: give another --out")
+        return done
     tokenizer = AutoTokenizer.from_pretrained(source)
     base = Qwen3ForCausalLM.from_pretrained(source, torch_dtype=torch.float32).eval()
     wide = expand_depth(Qwen3ForCausalLM.from_pretrained(source, torch_dtype=torch.float32)).eval()
@@ -86,27 +92,38 @@ def expanded_model(source: Path, out: Path) -> dict[str, Any]:
     ids = torch.tensor([example.input_ids])
     with torch.no_grad():
         diff = (base(ids).logits - wide(ids).logits).abs().max().item()
-    if diff > 1e-4:
-        raise SystemExit(f"the expanded model differs from {source} by {diff:g} in a logit; expected identity")
+        prompt = ids[:, : ids.shape[1] // 2]
+        greedy = {"max_new_tokens": 64, "min_new_tokens": 64, "do_sample": False}
+        same = torch.equal(base.generate(prompt, **greedy), wide.generate(prompt, **greedy))
+    if diff > 1e-4 or not same:
+        raise SystemExit(f"the expanded model differs from {source} (largest logit difference {diff:g}, greedy "
+                         f"generations {'equal' if same else 'differ'}); expected identity")
     tmp = out / "expanded.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("model.safetensors", "build_record.json"))
     wide.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.replace(target)
-    record = {"layers": {"before": len(base.model.layers), "after": len(wide.model.layers)},
+    record = {"source": _name(source), "layers": {"before": len(base.model.layers), "after": len(wide.model.layers)},
               "parameters": {"before": sum(p.numel() for p in base.parameters()),
                              "after": sum(p.numel() for p in wide.parameters())},
-              "max_logit_diff": diff, "check_tokens": len(example.input_ids)}
+              "max_logit_diff": diff, "check_tokens": len(example.input_ids), "greedy_generations_equal": same,
+              "generated_tokens": greedy["max_new_tokens"]}
     meta.write_text(json.dumps(record, indent=1))
     _log(f"expanded {record['layers']['before']} -> {record['layers']['after']} layers "
          f"({record['parameters']['after']:,} parameters); max logit difference {diff:.2e}")
     return record
 
 
+def _name(model: Path) -> str:
+    """`model` as a record names it: relative to the repository, else its directory name (no machine paths)."""
+    path = model.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, default=REPO / "trace_common/agents/shipped/micro")
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--out", type=Path, required=True, help="work directory (reruns resume from it)")
     ap.add_argument("--context-drills", type=int, default=0,
                     help="record-selection drills inside teacher conversations to add (`context_drills`)")
@@ -116,11 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--note", help="a line for the record (what else it should say)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.out / "expanded.json").is_file() and any((args.out / f).exists() for f in ("train.json", "measure.json")):
+        raise SystemExit(f"{args.out} holds another experiment's training or measurement: give another --out")
     expansion = expanded_model(args.model, args.out)
     trained = train(args.out / "expanded", [], args.out, args.steps, args.lr, 0, args.context_drills)
     result = measure(args.out / "model", args.out)
-    start = args.model.relative_to(REPO) if args.model.is_relative_to(REPO) else args.model.name
-    record = {**code_state(), "start_model": str(start), "expansion": expansion, "train": trained, "dev": result,
+    command = ["python", "scripts/experiments/micro_depth_expand.py", "--steps", str(args.steps), "--lr", f"{args.lr:g}"]
+    command += ["--context-drills", str(args.context_drills)] if args.context_drills else []
+    command += [] if args.model == DEFAULT_MODEL else ["--model", _name(args.model)]
+    record = {**code_state(), "command": " ".join(command), "start_model": _name(args.model), "expansion": expansion, "train": trained, "dev": result,
               **({"note": args.note} if args.note else {})}
     (args.out / "record.json").write_text(json.dumps(record, indent=1))
     if args.json:

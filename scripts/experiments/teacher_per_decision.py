@@ -40,9 +40,11 @@ from record_code import code_state
 REDRAWN = ("structured_data_reasoning", "precondition_verification", "tool_call_precision")
 
 
-def per_decision_teacher(skills: dict[str, float], samples: int, tasks: int, label: str) -> dict[str, Any]:
-    """Play the first `tasks` dev tasks `samples` times each with the store expert whose REDRAWN
-    skills are drawn per sub-request with probabilities `skills` (multi-step stays per episode)."""
+def per_decision_teacher(data: Any, samples: int, tasks: int) -> dict[str, Any]:
+    """Play the first `tasks` dev tasks `samples` times each with the teacher of warm-start `data`
+    (its skills, expert seed and task types), its REDRAWN skills drawn per sub-request of a compound
+    task (multi-step stays per episode). The trajectories' `expert_skills` info still holds the
+    per-episode flags; nothing here reads it."""
     from trace_common.agents.guided_probe import split_seeds, summary
     from trace_common.domains.store import ExpertConfig, StoreEnv, StoreExpert
     from trace_common.domains.store import expert as expert_module
@@ -55,18 +57,19 @@ def per_decision_teacher(skills: dict[str, float], samples: int, tasks: int, lab
         fresh = {**flags, **{c: rng.random() < skills[c] for c in REDRAWN}}
         return original(plan, sr, fresh, listed)
 
-    expert = StoreExpert(ExpertConfig(skills=skills))
-    env = StoreEnv()
+    skills = dict(data.skills)
+    expert = StoreExpert(ExpertConfig(skills=skills, seed=data.expert_seed))
+    env = StoreEnv(task_types=data.task_types)
     trajectories = []
     expert_module._compound_subrequest = redrawn
     try:
         for seed in split_seeds("dev", tasks):
             for k in range(samples):
-                state["rng"] = random.Random(f"per-decision:{label}:{seed}:{k}")
+                state["rng"] = random.Random(f"per-decision:teacher:{seed}:{k}")
                 trajectories.append(expert.play(env, seed, k))
     finally:
         expert_module._compound_subrequest = original
-    return summary(trajectories, condition=f"per-decision ({label})", samples=samples,
+    return summary(trajectories, condition="per-decision (teacher)", samples=samples,
                    skills={c: round(p, 4) for c, p in skills.items()})
 
 
@@ -85,12 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     teacher = teacher_probe(data, "dev", args.tasks, args.samples)
     rows = {"teacher, per episode": teacher,
-            "teacher, per decision": per_decision_teacher(dict(data.skills), args.samples, args.tasks, "teacher")}
+            "teacher, per decision": per_decision_teacher(data, args.samples, args.tasks)}
     for name, row in rows.items():
         rates = " / ".join(f"{row['subgoal_success'][c]['rate']}" for c in order)
         print(f"{name}: passes {row['passed']} of {row['episodes']} ({row['pass_rate']:.3f}); "
               f"multi / precondition / record / tool {rates}", flush=True)
-    record = {**code_state(), "split": "dev", "tasks": args.tasks, "samples": args.samples,
+    command = f"python scripts/experiments/teacher_per_decision.py --tasks {args.tasks} --samples {args.samples}"
+    record = {**code_state(), "command": command, "split": "dev", "tasks": args.tasks, "samples": args.samples,
               "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
