@@ -382,6 +382,15 @@ def measure(model_dir: Path, out: Path) -> dict[str, Any]:
     return result
 
 
+def save_record(record: dict[str, Any], out: Path, json_path: Path | None) -> None:
+    """Write `record` to `out`/record.json (and to `json_path` if given) and log the criterion verdict
+    of its `dev` measurement (shared with micro_depth_expand)."""
+    (out / "record.json").write_text(json.dumps(record, indent=1))
+    if json_path:
+        json_path.write_text(json.dumps(record, indent=1) + "\n")
+    _log(f"done: criterion {'met' if record['dev']['criterion_met'] else 'missed'}; record in {out / 'record.json'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=REPO / "trace_common/agents/shipped/micro")
@@ -421,10 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "mean_first_departure": mean(departures),
                            "mean_imitated_from": mean([t.info["imitate_from_turn"] for t in recovery])},
               "departures": shape, "train": trained, "dev": result, **({"note": args.note} if args.note else {})}
-    (args.out / "record.json").write_text(json.dumps(record, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(record, indent=1) + "\n")
-    _log(f"done: criterion {'met' if result['criterion_met'] else 'missed'}; record in {args.out / 'record.json'}")
+    save_record(record, args.out, args.json)
     return 0
 
 

@@ -26,20 +26,15 @@ import copy
 import json
 import shutil
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from micro_dagger import measure, train
+from micro_dagger import _log, measure, save_record, train
 from record_code import REPO, code_state
 
 ZEROED = ("self_attn.o_proj", "mlp.down_proj")
 DEFAULT_MODEL = REPO / "trace_common/agents/shipped/micro"
-
-
-def _log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def expand_depth(model: Any) -> Any:
@@ -86,7 +81,7 @@ def expanded_model(source: Path, out: Path) -> dict[str, Any]:
         return done
     tokenizer = AutoTokenizer.from_pretrained(source)
     base = Qwen3ForCausalLM.from_pretrained(source, torch_dtype=torch.float32).eval()
-    wide = expand_depth(Qwen3ForCausalLM.from_pretrained(source, torch_dtype=torch.float32)).eval()
+    wide = expand_depth(copy.deepcopy(base))
     data = MicroConfig().data
     example = build_examples(tokenizer, expert_trajectories(held_out_data(data, 2)))[0]
     ids = torch.tensor([example.input_ids])
@@ -143,10 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command += [] if args.model == DEFAULT_MODEL else ["--model", _name(args.model)]
     record = {**code_state(), "command": " ".join(command), "start_model": _name(args.model), "expansion": expansion, "train": trained, "dev": result,
               **({"note": args.note} if args.note else {})}
-    (args.out / "record.json").write_text(json.dumps(record, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(record, indent=1) + "\n")
-    _log(f"done: criterion {'met' if result['criterion_met'] else 'missed'}; record in {args.out / 'record.json'}")
+    save_record(record, args.out, args.json)
     return 0
 
 

@@ -37,24 +37,23 @@ from typing import Any
 
 from record_code import code_state
 
-REDRAWN = ("structured_data_reasoning", "precondition_verification", "tool_call_precision")
-
 
 def per_decision_teacher(data: Any, samples: int, tasks: int) -> dict[str, Any]:
     """Play the first `tasks` dev tasks `samples` times each with the teacher of warm-start `data`
-    (its skills, expert seed and task types), its REDRAWN skills drawn per sub-request of a compound
-    task (multi-step stays per episode). The trajectories' `expert_skills` info still holds the
-    per-episode flags; nothing here reads it."""
+    (its skills, expert seed and task types), some skills drawn per sub-request of a compound task:
+    record selection, precondition and tool-call precision (multi-step stays per episode). The
+    trajectories' `expert_skills` info still holds the per-episode flags; nothing here reads it."""
     from trace_common.agents.guided_probe import split_seeds, summary
     from trace_common.domains.store import ExpertConfig, StoreEnv, StoreExpert
     from trace_common.domains.store import expert as expert_module
+    from trace_common.domains.store.task_model import PRECISION, PRECONDITION, SDR
 
     original = expert_module._compound_subrequest
     state: dict[str, Any] = {}
 
     def redrawn(plan: Any, sr: Any, flags: dict[str, bool], listed: list[bool]) -> str:
         rng = state["rng"]
-        fresh = {**flags, **{c: rng.random() < skills[c] for c in REDRAWN}}
+        fresh = {**flags, **{c: rng.random() < skills[c] for c in (SDR, PRECONDITION, PRECISION)}}
         return original(plan, sr, fresh, listed)
 
     skills = dict(data.skills)
