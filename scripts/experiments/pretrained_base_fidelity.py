@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import threading
@@ -123,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="probe unguided only (the record then says the guided condition was not played)")
     ap.add_argument("--json", type=Path, help="write the record here too")
     args = ap.parse_args(argv)
+    # the build reports its steps through logging (`progress.log_progress`, a line per 30 s)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     args.out.mkdir(parents=True, exist_ok=True)
     state = code_state()
     cfg = config(args.steps)
