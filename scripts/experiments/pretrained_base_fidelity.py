@@ -16,8 +16,8 @@ does not leaves open whether a longer fine-tune would (`--steps`).
 Fixed before the run: the first 100 dev tasks, greedy, unguided then guided (`guided_probe.agent_probe`),
 the teacher at 4 skill draws per task, and the criterion `guided_probe.close_to_teacher` (at least 10
 unguided passes, each skill at least the teacher's rate minus 0.1). The sampled (T = 1) measurement of
-the `micro` runs is left out: a SmolLM2 episode costs about 30 times a `micro` one on a CPU
-(`examples/smollm2.yaml`).
+the `micro` runs is left out: a SmolLM2 episode costs some 30-100 times a `micro` one on a CPU (the
+100-task greedy probe took 3,932 s on 2 cores, the `micro` builds' 35-108 s).
 `--no-guided` leaves the guided condition out (the record says so). The test split is never played.
 Stages resume from `--out`: the build (in its cache) and each probe condition (a file per condition).
 
