@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trace_common.errors import FailedPrecondition
 from tracectl.rehearsal.chart import FIELD_REF, Container, Rendered
 
 #: Settings that only a Kubernetes executor or sandbox reads: the rehearsal runs training jobs with the
@@ -32,10 +34,48 @@ SERVED_NAME = "smollm2-base"   # the built-in agent the trainer resolves to the 
 SMOLLM2_CONTEXT = 8192
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Linux's range for ephemeral ports (a bind to port 0, an outgoing connection's local port).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+IANA_EPHEMERAL = (49152, 65535)   # where the kernel says nothing (macOS, the BSDs)
+LOWEST_PORT = 10000               # below this lie well-known services one might run beside a rehearsal
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The ports the kernel hands out on its own: Linux's configured range, else IANA's."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return IANA_EPHEMERAL
+    return low, high
+
+
+def free_ports(n: int, *, ephemeral: tuple[int, int] | None = None, rng: random.Random | None = None) -> list[int]:
+    """`n` distinct ports, free now, from below the kernel's ephemeral range.
+
+    Why not a bind to port 0: the ports are chosen before vLLM starts (~30 s) and the services bind them
+    only after it, and in that time the kernel may give an ephemeral port to any process's outgoing
+    connection or bind to 0 -- a CI rehearsal lost its analysis service's port that way ("Address already
+    in use", 2026-12-07). A port below the range is taken only by a process that names it. Drawn at
+    random, so that two rehearsals on one machine rarely try the same ones."""
+    low, _ = ephemeral or ephemeral_range()
+    candidates = list(range(LOWEST_PORT, low))
+    if len(candidates) < n:
+        raise FailedPrecondition(f"no room below the ephemeral port range (it starts at {low}; the rehearsal "
+                                 f"needs {n} ports from {LOWEST_PORT} up): lower net.ipv4.ip_local_port_range's "
+                                 "first number or raise it")
+    (rng or random.SystemRandom()).shuffle(candidates)
+    chosen: list[int] = []
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue   # in use, or lingering in TIME_WAIT
+        chosen.append(port)
+        if len(chosen) == n:
+            return chosen
+    raise FailedPrecondition(f"only {len(chosen)} of the {n} ports the rehearsal needs are free between "
+                             f"{LOWEST_PORT} and {low}: free some, or lower the ephemeral range's start")
 
 
 @dataclass
@@ -53,10 +93,10 @@ class StandIns:
     @classmethod
     def of(cls, rendered: Rendered, workdir: Path, data_dir: Path | None) -> StandIns:
         me = cls(workdir=workdir, data_dir=data_dir)
-        for address, (component, port_name) in sorted(rendered.service_targets().items()):
-            key = (component, port_name)
-            if key not in me.ports:
-                me.ports[key] = free_port()
+        targets = sorted(rendered.service_targets().items())
+        keys = sorted(set(key for _, key in targets))
+        me.ports = dict(zip(keys, free_ports(len(keys)), strict=True))
+        for address, key in targets:
             me.addresses[address] = f"127.0.0.1:{me.ports[key]}"
         me.changes.append("in-cluster Services -> 127.0.0.1: " + ", ".join(
             f"{a} -> {b}" for a, b in me.addresses.items() if not a.endswith("-headless:9000")))

@@ -5,13 +5,14 @@ environment, vLLM's command and the rewritten run config checked field by field.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 import yaml
 
 from trace_common.config import SERVICE_NAMES
-from trace_common.errors import InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from tracectl.rehearsal import local
 from tracectl.rehearsal.budgets import TINY, rehearsal_config
 from tracectl.rehearsal.chart import render
@@ -50,6 +51,54 @@ def test_every_in_cluster_address_gets_a_distinct_local_port(rendered, stand):
     assert all(v.startswith("127.0.0.1:") for v in stand.addresses.values())
     # the headless Service reaches the same container port as the plain one
     assert stand.addresses["trace-minio:9000"] == stand.addresses["trace-minio-headless:9000"]
+    # below the kernel's ephemeral range: no outgoing connection can take one before its service binds it
+    assert all(local.LOWEST_PORT <= p < local.ephemeral_range()[0] for p in ports)
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ("32768\t60999\n", (32768, 60999)),
+    ("1024 65000", (1024, 65000)),
+    ("not numbers", local.IANA_EPHEMERAL),
+    (None, local.IANA_EPHEMERAL),                 # no such file (not Linux)
+])
+def test_ephemeral_range_is_read_from_the_kernel(tmp_path, text, expect):
+    path = tmp_path / "ip_local_port_range"
+    if text is not None:
+        path.write_text(text)
+    assert local.ephemeral_range(path) == expect
+
+
+def _two_free_adjacent_ports() -> int:
+    for port in range(20000, 30000, 7):
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no two adjacent free ports between 20000 and 30000")
+
+
+def test_free_ports_are_distinct_free_and_below_the_ephemeral_range():
+    ports = local.free_ports(12, ephemeral=(32768, 60999))
+    assert len(set(ports)) == 12 and all(local.LOWEST_PORT <= p < 32768 for p in ports)
+    for p in ports:                               # free: each binds now
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_a_port_in_use_is_passed_over_and_too_few_is_a_clear_error(monkeypatch):
+    low = _two_free_adjacent_ports()
+    monkeypatch.setattr(local, "LOWEST_PORT", low)          # candidates: low and low + 1
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", low))
+        busy.listen()
+        assert local.free_ports(1, ephemeral=(low + 2, 60999)) == [low + 1]
+        with pytest.raises(FailedPrecondition, match="only 1 of the 2 ports"):
+            local.free_ports(2, ephemeral=(low + 2, 60999))
+    with pytest.raises(FailedPrecondition, match="no room below the ephemeral port range"):
+        local.free_ports(3, ephemeral=(low + 2, 60999))
 
 
 @pytest.mark.parametrize(("service", "var", "expect"), [
