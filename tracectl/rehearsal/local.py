@@ -38,10 +38,13 @@ SMOLLM2_CONTEXT = 8192
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 IANA_EPHEMERAL = (49152, 65535)   # where the kernel says nothing (macOS, the BSDs)
 LOWEST_PORT = 10000               # below this lie well-known services one might run beside a rehearsal
+#: Kubernetes' default NodePort range: on a node, kube-proxy forwards 127.0.0.1:<NodePort> to a cluster
+#: Service without holding a socket, so a bind check cannot see that such a port is taken.
+NODEPORTS = (30000, 32767)
 
 
 def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
-    """The ports the kernel hands out on its own: Linux's configured range, else IANA's."""
+    """The ports the kernel numbers itself: Linux's configured range, else IANA's."""
     try:
         low, high = (int(x) for x in path.read_text().split())
     except (OSError, ValueError):
@@ -49,21 +52,29 @@ def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
     return low, high
 
 
-def free_ports(n: int, *, ephemeral: tuple[int, int] | None = None, rng: random.Random | None = None) -> list[int]:
-    """`n` distinct ports, free now, from below the kernel's ephemeral range.
+def candidate_ports(ephemeral: tuple[int, int]) -> list[int]:
+    """Ports from `LOWEST_PORT` up that lie outside the ephemeral and NodePort ranges."""
+    low, high = ephemeral
+    return [p for p in [*range(LOWEST_PORT, low), *range(high + 1, 65536)]
+            if not NODEPORTS[0] <= p <= NODEPORTS[1]]
+
+
+def free_ports(n: int, *, ephemeral: tuple[int, int] | None = None) -> list[int]:
+    """`n` distinct ports, free now, from outside the kernel's ephemeral range.
 
     Why not a bind to port 0: the ports are chosen before vLLM starts (~30 s) and the services bind them
-    only after it, and in that time the kernel may give an ephemeral port to any process's outgoing
-    connection or bind to 0 -- a CI rehearsal lost its analysis service's port that way ("Address already
-    in use", 2026-12-07). A port below the range is taken only by a process that names it. Drawn at
-    random, so that two rehearsals on one machine rarely try the same ones."""
-    low, _ = ephemeral or ephemeral_range()
-    candidates = list(range(LOWEST_PORT, low))
+    only after it, and in that time the kernel may number any process's socket with one of them (vLLM's
+    own bind to port 0, an outgoing connection, one in TIME_WAIT) -- a CI rehearsal lost its analysis
+    service's port that way ("Address already in use", 2026-12-07). A port outside the range is taken
+    only by a process that names it. Drawn at random, so that two rehearsals rarely try the same ones."""
+    ephemeral = ephemeral or ephemeral_range()
+    candidates = candidate_ports(ephemeral)
+    fix = (f"net.ipv4.ip_local_port_range is {ephemeral[0]}-{ephemeral[1]}: narrow it, e.g. "
+           "sudo sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\" (Linux's default)")
     if len(candidates) < n:
-        raise FailedPrecondition(f"no room below the ephemeral port range (it starts at {low}; the rehearsal "
-                                 f"needs {n} ports from {LOWEST_PORT} up): lower net.ipv4.ip_local_port_range's "
-                                 "first number or raise it")
-    (rng or random.SystemRandom()).shuffle(candidates)
+        raise FailedPrecondition(f"the rehearsal needs {n} ports outside the kernel's ephemeral range and "
+                                 f"there is no room for them from {LOWEST_PORT} up: {fix}")
+    random.SystemRandom().shuffle(candidates)
     chosen: list[int] = []
     for port in candidates:
         with socket.socket() as s:
@@ -74,8 +85,8 @@ def free_ports(n: int, *, ephemeral: tuple[int, int] | None = None, rng: random.
         chosen.append(port)
         if len(chosen) == n:
             return chosen
-    raise FailedPrecondition(f"only {len(chosen)} of the {n} ports the rehearsal needs are free between "
-                             f"{LOWEST_PORT} and {low}: free some, or lower the ephemeral range's start")
+    raise FailedPrecondition(f"only {len(chosen)} of the {n} ports the rehearsal needs are free outside the "
+                             f"kernel's ephemeral range: stop what holds them, or {fix}")
 
 
 @dataclass

@@ -79,8 +79,15 @@ def rehearse(config: Path, values: list[Path], workdir: Path, data_dir: Path | N
         raise InvalidArgument(field="--data", expected="the tau2-bench data directory (holding retail/)",
                               fix="pass --data DIR or set TRACE_TAU2_DATA (README: tau2-bench data)")
     t0 = time.monotonic()
-    rendered = render(paths.chart, [*values, OVERLAY], paths.helm, release=RELEASE, namespace="trace")
-    stand = StandIns.of(rendered, workdir, data_dir)
+    try:
+        rendered = render(paths.chart, [*values, OVERLAY], paths.helm, release=RELEASE, namespace="trace")
+        stand = StandIns.of(rendered, workdir, data_dir)
+    except FailedPrecondition as err:   # recorded like a failure to bring the cluster up (below)
+        record.error = str(err)
+        record.seconds["total"] = time.monotonic() - t0
+        record.save(out)
+        _say(f"the rehearsal could not bring the cluster up: {err}")
+        return 1
     containers = {name: rendered.container("Deployment", f"{RELEASE}-{name}") for name in SERVICE_NAMES}
     for c in containers.values():
         for var, value in c.env.items():

@@ -17,7 +17,7 @@ from tracectl.rehearsal import local
 from tracectl.rehearsal.budgets import TINY, rehearsal_config
 from tracectl.rehearsal.chart import render
 from tracectl.rehearsal.local import KUBERNETES_ONLY, SERVED_NAME, StandIns, service_env, vllm_command
-from tracectl.rehearsal.rehearse import OVERLAY, RELEASE, Paths
+from tracectl.rehearsal.rehearse import OVERLAY, RELEASE, Paths, rehearse
 from tracectl.run.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +31,9 @@ def rendered():
 
 
 @pytest.fixture
-def stand(rendered, tmp_path):
+def stand(rendered, tmp_path, monkeypatch):
+    # Linux's default range, so that the host's own setting cannot change these tests (it has its own below)
+    monkeypatch.setattr(local, "ephemeral_range", lambda path=None: (32768, 60999))
     s = StandIns.of(rendered, tmp_path, Path("/host/tau2"))
     s.add_path("/data/tau2", Path("/host/tau2"), "data")
     s.add_path("/adapters", tmp_path / "adapters", "adapters")
@@ -51,21 +53,37 @@ def test_every_in_cluster_address_gets_a_distinct_local_port(rendered, stand):
     assert all(v.startswith("127.0.0.1:") for v in stand.addresses.values())
     # the headless Service reaches the same container port as the plain one
     assert stand.addresses["trace-minio:9000"] == stand.addresses["trace-minio-headless:9000"]
-    # below the kernel's ephemeral range: no outgoing connection can take one before its service binds it
-    assert all(local.LOWEST_PORT <= p < local.ephemeral_range()[0] for p in ports)
+    # outside the kernel's ephemeral range (the fixture's 32768-60999): no socket it numbers takes one
+    assert all(local.LOWEST_PORT <= p < 30000 or p > 60999 for p in ports)
 
 
 @pytest.mark.parametrize(("text", "expect"), [
     ("32768\t60999\n", (32768, 60999)),
     ("1024 65000", (1024, 65000)),
-    ("not numbers", local.IANA_EPHEMERAL),
-    (None, local.IANA_EPHEMERAL),                 # no such file (not Linux)
+    ("not numbers", (49152, 65535)),
+    (None, (49152, 65535)),                       # no such file (not Linux): IANA's range
 ])
 def test_ephemeral_range_is_read_from_the_kernel(tmp_path, text, expect):
     path = tmp_path / "ip_local_port_range"
     if text is not None:
         path.write_text(text)
     assert local.ephemeral_range(path) == expect
+
+
+@pytest.mark.skipif(not local.EPHEMERAL_RANGE_FILE.is_file(), reason="not Linux: no ip_local_port_range")
+def test_ephemeral_range_is_this_kernels():
+    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    assert local.ephemeral_range() == tuple(int(x) for x in text.split())
+
+
+@pytest.mark.parametrize(("ephemeral", "inside", "outside"), [
+    ((32768, 60999), [10000, 29999, 61000, 65535], [9999, 30000, 32767, 32768, 60999]),   # Linux's default
+    ((49152, 65535), [10000, 29999, 32768, 49151], [30000, 32767, 49152, 65535]),          # IANA's
+    ((10000, 65535), [], [10000, 20000, 65535]),                                             # no room
+])
+def test_candidate_ports_avoid_the_ephemeral_and_nodeport_ranges(ephemeral, inside, outside):
+    candidates = set(local.candidate_ports(ephemeral))
+    assert set(inside) <= candidates and not set(outside) & candidates
 
 
 def _two_free_adjacent_ports() -> int:
@@ -80,9 +98,9 @@ def _two_free_adjacent_ports() -> int:
     raise AssertionError("no two adjacent free ports between 20000 and 30000")
 
 
-def test_free_ports_are_distinct_free_and_below_the_ephemeral_range():
+def test_free_ports_are_distinct_free_and_outside_the_ephemeral_range():
     ports = local.free_ports(12, ephemeral=(32768, 60999))
-    assert len(set(ports)) == 12 and all(local.LOWEST_PORT <= p < 32768 for p in ports)
+    assert len(set(ports)) == 12 and all(local.LOWEST_PORT <= p < 30000 or p > 60999 for p in ports)
     for p in ports:                               # free: each binds now
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
@@ -94,11 +112,20 @@ def test_a_port_in_use_is_passed_over_and_too_few_is_a_clear_error(monkeypatch):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", low))
         busy.listen()
-        assert local.free_ports(1, ephemeral=(low + 2, 60999)) == [low + 1]
-        with pytest.raises(FailedPrecondition, match="only 1 of the 2 ports"):
-            local.free_ports(2, ephemeral=(low + 2, 60999))
-    with pytest.raises(FailedPrecondition, match="no room below the ephemeral port range"):
-        local.free_ports(3, ephemeral=(low + 2, 60999))
+        assert local.free_ports(1, ephemeral=(low + 2, 65535)) == [low + 1]
+        with pytest.raises(FailedPrecondition, match="only 1 of the 2 ports.*narrow it"):
+            local.free_ports(2, ephemeral=(low + 2, 65535))
+    with pytest.raises(FailedPrecondition, match="no room.*ip_local_port_range is .*: narrow it"):
+        local.free_ports(3, ephemeral=(low + 2, 65535))
+
+
+def test_no_room_for_ports_is_recorded_not_raised(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(local, "ephemeral_range", lambda path=None: (local.LOWEST_PORT, 65535))
+    work = tmp_path / "w"
+    assert rehearse(CLUSTER, [VALUES], work, tmp_path) == 1
+    record = json.loads((work / "rehearsal.json").read_text())
+    assert "no room" in record["error"] and record["run_exit"] is None
+    assert "could not bring the cluster up" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("service", "var", "expect"), [
