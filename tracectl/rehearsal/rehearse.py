@@ -82,30 +82,23 @@ def rehearse(config: Path, values: list[Path], workdir: Path, data_dir: Path | N
     try:
         rendered = render(paths.chart, [*values, OVERLAY], paths.helm, release=RELEASE, namespace="trace")
         stand = StandIns.of(rendered, workdir, data_dir)
-    except FailedPrecondition as err:   # recorded like a failure to bring the cluster up (below)
-        record.error = str(err)
-        record.seconds["total"] = time.monotonic() - t0
-        record.save(out)
-        _say(f"the rehearsal could not bring the cluster up: {err}")
-        return 1
-    containers = {name: rendered.container("Deployment", f"{RELEASE}-{name}") for name in SERVICE_NAMES}
-    for c in containers.values():
-        for var, value in c.env.items():
-            if var.endswith("_DATA_ROOTS") and isinstance(value, str) and data_dir is not None:
-                for root in json.loads(value):
-                    stand.add_path(root, data_dir, "the tau2-bench data")
-            if var == "TRACE_TRAINER_VLLM_ADAPTER_ROOT" and isinstance(value, str):
-                stand.add_path(value, workdir / "adapters", "the shared adapter volume: the trainer's jobs write "
-                               "each version, vLLM reads it")
-    (workdir / "adapters").mkdir(exist_ok=True)
-    note_service_changes(stand)
-    cfg, changes = rehearsal_config(cluster, stand)
-    record.changes = [f"Helm values {', '.join(map(str, values))}, then {OVERLAY.name} (service budgets)",
-                      *stand.changes, *changes]
-    for line in record.changes:
-        _say(line)
-    record.seconds["render"] = time.monotonic() - t0
-    try:
+        containers = {name: rendered.container("Deployment", f"{RELEASE}-{name}") for name in SERVICE_NAMES}
+        for c in containers.values():
+            for var, value in c.env.items():
+                if var.endswith("_DATA_ROOTS") and isinstance(value, str) and data_dir is not None:
+                    for root in json.loads(value):
+                        stand.add_path(root, data_dir, "the tau2-bench data")
+                if var == "TRACE_TRAINER_VLLM_ADAPTER_ROOT" and isinstance(value, str):
+                    stand.add_path(value, workdir / "adapters", "the shared adapter volume: the trainer's jobs write "
+                                   "each version, vLLM reads it")
+        (workdir / "adapters").mkdir(exist_ok=True)
+        note_service_changes(stand)
+        cfg, changes = rehearsal_config(cluster, stand)
+        record.changes = [f"Helm values {', '.join(map(str, values))}, then {OVERLAY.name} (service budgets)",
+                          *stand.changes, *changes]
+        for line in record.changes:
+            _say(line)
+        record.seconds["render"] = time.monotonic() - t0
         with Processes(workdir / "logs") as procs:
             token = containers["rollout"].env.get("TRACE_ROLLOUT_AUTH_TOKEN")
             s3_env = _s3(rendered, procs, stand, workdir, record)
