@@ -8,7 +8,6 @@ a client with `.query(promql)` (HTTP API) and `.wait_for(promql, predicate)`.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +16,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 import yaml
+
+from tracectl.rehearsal.local import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,9 +30,12 @@ def find_binary(name: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port, free now, for a server started after this returns (Prometheus, MinIO, vLLM).
+
+    Drawn from outside the kernel's ephemeral range (`free_ports`), not by a bind to port 0: until the
+    server binds it (vLLM: some 30 s later) the kernel may hand a port from that range to any socket,
+    the server's own included; that is how a CI rehearsal lost a port (tracectl/rehearsal/local.py)."""
+    return free_ports(1)[0]
 
 
 class Prometheus:
