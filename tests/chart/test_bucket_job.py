@@ -17,7 +17,7 @@ import pytest
 from minio import Minio
 
 from tests.chart.helm import CHART, FULLNAME, VENV_BIN, render, require_tool
-from tests.support.prom import free_port
+from tests.support.ports import free_port
 
 KEY, SECRET = "bucketjobkey", "bucketjobsecret-0123456789"
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from tracectl.rehearsal.local import free_ports
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,15 +27,6 @@ def find_binary(name: str) -> str:
         if cand and Path(cand).exists():
             return str(cand)
     raise RuntimeError(f"{name} not found in .tools/bin or PATH; run `make tools` (installs Debian's prometheus)")
-
-
-def free_port() -> int:
-    """A loopback port, free now, for a server started after this returns (Prometheus, MinIO, vLLM).
-
-    Drawn from outside the kernel's ephemeral range (`free_ports`), not by a bind to port 0: until the
-    server binds it (vLLM: some 30 s later) the kernel may hand a port from that range to any socket,
-    the server's own included; that is how a CI rehearsal lost a port (tracectl/rehearsal/local.py)."""
-    return free_ports(1)[0]
 
 
 class Prometheus:

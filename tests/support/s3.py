@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from minio import Minio
 
-from tests.support.prom import free_port
+from tests.support.ports import free_port
 from trace_common.artifacts import S3Settings
 
 ACCESS_KEY = "traceaccesskey"

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.prom import free_port
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PY = REPO / ".tools" / "vllm-venv" / "bin" / "python"

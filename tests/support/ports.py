@@ -1,0 +1,14 @@
+"""Loopback ports for servers the tests start (Prometheus, MinIO, vLLM, torch.distributed's rendezvous)."""
+
+from __future__ import annotations
+
+from tracectl.rehearsal.local import free_ports
+
+
+def free_port() -> int:
+    """A loopback port, free now, for a server started after this returns (Prometheus, MinIO, vLLM).
+
+    Drawn from outside the kernel's ephemeral range (`free_ports`), not by a bind to port 0: until the
+    server binds it (vLLM: some 30 s later) the kernel may hand a port from that range to any socket,
+    the server's own included; that is how a CI rehearsal lost a port (tracectl/rehearsal/local.py)."""
+    return free_ports(1)[0]
