@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 import torch.multiprocessing as mp
+
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +48,7 @@ def _rank(rank: int, world: int, port: int, out_dir: str, vllm: dict | None) -> 
 
 
 def _train(out_dir, vllm: dict | None) -> tuple[list[dict], list[dict], list]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank, args=(2, port, str(out_dir), vllm), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank, args=(2, free_port(), str(out_dir), vllm), nprocs=2, join=True, start_method="spawn")
     from safetensors.torch import load_file
 
     a, b = load_file(out_dir / "rank0.safetensors"), load_file(out_dir / "rank1.safetensors")
