@@ -11,12 +11,12 @@ it answers every chat completion with a fixed proposal in gepa's ``` format.
 from __future__ import annotations
 
 import hashlib
-import socket
 from collections import Counter
 
 import pytest
 
 from tests.support.fake_openai import FakeOpenAI, completion
+from tests.support.ports import closed_port
 from trace_common.artifacts import open_store, open_uri
 from trace_common.grpc.client import messages
 from trace_common.proto.trace.v1 import types_pb2 as t
@@ -100,17 +100,12 @@ def test_run_gepa_end_to_end(embedded_stack, budget):
     assert res["prompt"] in (seed_prompt, PROPOSAL)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.parametrize("endpoint", ["closed-port", "http-500", "unset-key"])
 def test_unusable_reflection_model_fails_before_any_gepa_rollout(embedded_stack, endpoint):
     fake = FakeOpenAI(default={"status": 500, "json": {"error": "boom"}})
     try:
-        url = f"http://127.0.0.1:{_closed_port()}/v1" if endpoint == "closed-port" else fake.base_url
+        url = f"http://127.0.0.1:{closed_port()}/v1" if endpoint == "closed-port" else fake.base_url
         llm = {"base_url": url, "model": "reflector"}
         if endpoint == "unset-key":
             llm["api_key_env"] = "TRACE_TEST_GEPA_KEY_THAT_IS_NOT_SET"

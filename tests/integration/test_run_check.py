@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.ports import closed_port
 from tracectl.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,11 +89,6 @@ class _Models(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 #: CLUSTER's adapter training without its vLLM rollouts (the suite's stack has no vLLM server).
 IN_PROCESS = {k: v for k, v in CLUSTER["training"]["grpo"].items() if k not in ("rollout_backend", "vllm")}
@@ -101,7 +97,7 @@ IN_PROCESS = {k: v for k, v in CLUSTER["training"]["grpo"].items() if k not in (
 def _deployment(embedded_stack, url: str, grpo: dict, executor: str = "kubernetes") -> dict:
     """CLUSTER pointed at the suite's stack as the deployment, `url` the user simulator it calls."""
     return {**CLUSTER, "services": dict(embedded_stack.targets),
-            "store": {"root": "s3://trace-artifacts", "s3_endpoint": f"127.0.0.1:{_closed_port()}"},
+            "store": {"root": "s3://trace-artifacts", "s3_endpoint": f"127.0.0.1:{closed_port()}"},
             "target": {"env": "store", "user_simulator": {"base_url": url, "model": "m"}},
             "base_agent": {"name": "micro"}, "analysis": {"mode": "diagnostics"}, "environments": {"mode": "library"},
             "training": {**CLUSTER["training"], "grpo": grpo, "executor": executor},
@@ -135,7 +131,7 @@ def test_a_deployed_trainer_checks_vllm_rollouts_against_its_own_settings(tmp_pa
     refuse the jobs (the offline pass, whose embedded stand-in parses the fields only, lets them
     through: the first test). The local executor here: the suite's trainer has no Job image."""
     monkeypatch.chdir(tmp_path)
-    cfg = _deployment(embedded_stack, f"http://127.0.0.1:{_closed_port()}/v1", CLUSTER["training"]["grpo"], "local")
+    cfg = _deployment(embedded_stack, f"http://127.0.0.1:{closed_port()}/v1", CLUSTER["training"]["grpo"], "local")
     code = main(["run", "--config", str(_write(tmp_path, cfg)), "--check"])
     out, err = capsys.readouterr()
     assert code == 1, (out, err)

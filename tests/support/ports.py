@@ -12,3 +12,9 @@ def free_port() -> int:
     server binds it (vLLM: some 30 s later) the kernel may hand a port from that range to any socket,
     the server's own included; that is how a CI rehearsal lost a port (tracectl/rehearsal/local.py)."""
     return free_ports(1)[0]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on, for a test of a server that cannot be reached (outside the
+    ephemeral range, so no outgoing connection of the test's own takes it meanwhile)."""
+    return free_ports(1)[0]
