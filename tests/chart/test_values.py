@@ -244,7 +244,8 @@ def test_rendered_env_is_accepted_by_the_service_settings(value_set, service, mo
     rendered = {e["name"]: e.get("value") for e in c["env"]}
     for var, field in (("MAX_CONCURRENT_RPCS", "max_concurrent_rpcs"), ("MAX_CONCURRENT_JOBS", "max_concurrent_jobs")):
         assert getattr(s, field) == int(rendered[prefix + var]), var     # the chart's value, rendered and read
-    if service == "inference":
-        assert s.http_port == 8000
+    if service == "inference":   # the Service's http port reaches the API only if it listens beyond loopback
+        http_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "http")
+        assert (s.http_host, s.http_port) == ("0.0.0.0", http_port) and http_port == 8000
     if service in ("rollout", "environment", "trainer"):   # gpu-off lists /data/tau2 as each one's data root
         assert s.data_roots == ([Path("/data/tau2")] if value_set == "gpu-off" else [])

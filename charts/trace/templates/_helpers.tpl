@@ -294,6 +294,8 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
   value: {{ $v.dataRoots | toJson | quote }}
 {{- end }}
 {{- if eq .name "inference" }}
+- name: TRACE_INFERENCE_HTTP_HOST
+  value: "0.0.0.0"
 - name: TRACE_INFERENCE_HTTP_PORT
   value: {{ $v.http.port | quote }}
 {{- $gpus := include "trace.gpuCount" (dict "root" $root "gpu" $v.gpu) | int }}

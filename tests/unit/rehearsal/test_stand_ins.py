@@ -132,6 +132,7 @@ def test_no_room_for_ports_is_recorded_not_raised(tmp_path, monkeypatch, capsys)
     ("rollout", "TRACE_ROLLOUT_HOST", lambda s: "127.0.0.1"),
     ("rollout", "TRACE_ROLLOUT_PORT", lambda s: s.address("rollout", "grpc").split(":")[1]),
     ("inference", "TRACE_INFERENCE_METRICS_PORT", lambda s: s.address("inference", "metrics").split(":")[1]),
+    ("inference", "TRACE_INFERENCE_HTTP_HOST", lambda s: "127.0.0.1"),
     ("inference", "TRACE_INFERENCE_HTTP_PORT", lambda s: s.address("inference", "http").split(":")[1]),
     ("trainer", "TRACE_TRAINER_ENVIRONMENT_ADDRESS", lambda s: s.address("environment", "grpc")),
     ("trainer", "TRACE_TRAINER_S3_ENDPOINT", lambda s: s.address("minio", "s3")),
