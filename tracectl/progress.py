@@ -7,7 +7,7 @@ arrive), then a final line with the outcome; a heartbeat thread prints the lates
 `LOG_INTERVAL_S` passed without a line (marked "still running" when no update came since the last
 line), so even a phase that sends no update for minutes shows up once a minute. Every progress display of `tracectl` uses it:
 `follow` for job Watch streams (showing each job's stage and its message, e.g. a base-agent
-build's step, loss and ETA), `tracectl train --follow`, `tracectl tau2 replay-gold`,
+build's step, loss and ETA), `tracectl train` (following its job), `tracectl tau2 replay-gold`,
 `tracectl agents build`.
 """
 
