@@ -91,6 +91,10 @@ HEADERS = [
     (f"Bearer {TOKEN[:-1]}", INVALID),
     (f"Bearer {TOKEN.upper()}", INVALID),
     ("Bearer wrong-token", INVALID),
+    (b"Bearer \xff".decode("utf-8", "surrogateescape"), INVALID),   # non-UTF-8 bytes, as aiohttp hands them over
+    ("Bearer \ud800", INVALID),                                     # a lone surrogate no byte stands for
+    (f"Bearer {TOKEN}\udcff", INVALID),
+    (b"Bearer \xff", INVALID),
 ]
 
 

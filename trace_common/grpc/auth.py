@@ -33,7 +33,10 @@ class BearerToken:
         """None when `header` (the authorization value) carries the token, else the reason."""
         if header is None:
             return MISSING
-        raw = header.encode() if isinstance(header, str) else header
+        try:   # aiohttp decodes a header's non-UTF-8 bytes as surrogates: encode them back, never raise
+            raw = header.encode("utf-8", "surrogateescape") if isinstance(header, str) else header
+        except UnicodeEncodeError:   # a lone surrogate that stands for no byte: no token looks like that
+            raw = b"\xff"
         scheme, _sep, credential = raw.partition(b" ")
         credential = credential.lstrip(b" ")
         if scheme.lower() != b"bearer" or not credential:
