@@ -67,6 +67,9 @@ GPU = "nvidia.com/gpu"
 GATES = "TRAINING_KIND_GATES"
 #: torchrun's process-count flag, either spelling, with its value after '=' or as the next argument.
 NPROC = re.compile(r"^--nproc[-_]per[-_]node(=|$)")
+#: Reads of a Job's state that may fail in a row (an API server restarting, a rate limit) before the run
+#: gives up; it then deletes the Job, which would otherwise hold its GPUs until its activeDeadlineSeconds.
+STATE_READ_TRIES = 5
 
 
 def job_name(job_id: str) -> str:
@@ -290,11 +293,21 @@ class KubernetesExecutor:
                     on_event(ev)
             return final
 
+        failed_reads = 0
         try:
             while True:
                 await asyncio.sleep(self.settings.job_poll_seconds)
                 drain(await asyncio.to_thread(self._events, spec.events_key))
-                state, reason = await asyncio.to_thread(self._state, name, ns)
+                try:
+                    state, reason = await asyncio.to_thread(self._state, name, ns)
+                except E.Unavailable as exc:
+                    failed_reads += 1
+                    if failed_reads >= STATE_READ_TRIES:
+                        raise E.Unavailable(f"{exc.reason} ({failed_reads} reads in a row failed; the Job is "
+                                            "deleted)") from exc
+                    log.warning("%s; asking again (%d of %d)", exc.reason, failed_reads, STATE_READ_TRIES)
+                    continue
+                failed_reads = 0
                 if state == "running":
                     continue
                 # The worker writes its events before it exits, so after a terminal Job state one more
@@ -308,7 +321,7 @@ class KubernetesExecutor:
                     raise error_from_event(final)
                 ends = await asyncio.to_thread(self._container_ends, spec.job_id, ns)
                 raise E.TraceError(f"Kubernetes Job {name} failed: {reason}{_ends_text(ends, memory_limit(job), self.settings)}")
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, E.Unavailable):   # TRACE stops following it: nothing else would end it
             await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
             raise
 
@@ -334,7 +347,9 @@ class KubernetesExecutor:
 
     def _state(self, name: str, ns: str) -> tuple[str, str]:
         try:
-            job = self.batch.read_namespaced_job_status(name, ns)
+            # the Job itself carries its status: a get of jobs, which the chart's Role grants (jobs/status,
+            # read_namespaced_job_status's subresource, is checked apart and is not granted)
+            job = self.batch.read_namespaced_job(name, ns)
         except client.ApiException as exc:
             if exc.status == 404:
                 return "failed", "the Job was deleted outside TRACE"

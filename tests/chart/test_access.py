@@ -7,6 +7,9 @@ from the environment service. No cluster-scoped RBAC is ever rendered.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tests.chart.helm import FULLNAME, NAMESPACE, VALUE_SETS, render
@@ -54,6 +57,42 @@ def test_rbac_is_namespaced_and_minimal(value_set):
         # The bound ServiceAccount is the one the service's pods run as.
         dep = r.get("Deployment", name)
         assert dep["spec"]["template"]["spec"]["serviceAccountName"] == name
+
+
+REPO = Path(__file__).resolve().parents[2]
+#: The code of each service that calls the Kubernetes API with its own Role.
+CALLERS = {"trainer": ("services/trainer",), "environment": ("services/environment",)}
+#: kind in a client method's name -> (API group, resource); an unknown kind fails the test (add it here).
+KINDS = {"job": ("batch", "jobs"), "pod": ("", "pods"), "network_policy": ("networking.k8s.io", "networkpolicies")}
+#: method prefix -> the RBAC verbs the API server checks (a websocket attach is checked as get and, since
+#: Kubernetes 1.30, create).
+VERBS = {"create": {"create"}, "read": {"get"}, "list": {"list"}, "delete": {"delete"}, "patch": {"patch"},
+         "replace": {"update"}, "connect_get": {"get", "create"}, "connect_post": {"create"}}
+CALL = re.compile(r"\.(" + "|".join(sorted(VERBS, key=len, reverse=True)) + r")_namespaced_([a-z_]+)\(")
+
+
+def api_calls(service: str) -> dict[tuple[str, str], set[str]]:
+    """(group, resource[/subresource]) -> verbs, for every namespaced call of the official client in the
+    service's code: `read_namespaced_job_status` is a get of jobs/status, a subresource RBAC checks apart."""
+    needed: dict[tuple[str, str], set[str]] = {}
+    for root in CALLERS[service]:
+        for path in sorted((REPO / root).rglob("*.py")):
+            for prefix, rest in CALL.findall(path.read_text()):
+                kind, sub = (rest, "") if rest in KINDS else rest.rsplit("_", 1)
+                assert kind in KINDS, f"{path.name}: {prefix}_namespaced_{rest}: add its kind to KINDS"
+                group, resource = KINDS[kind]
+                needed.setdefault((group, resource + (f"/{sub}" if sub else "")), set()).update(VERBS[prefix])
+    return needed
+
+
+@pytest.mark.parametrize("service", sorted(CALLERS))
+def test_the_role_grants_every_call_the_service_makes(service):
+    """kmock, the unit tests' API server, checks no RBAC: this is where a call outside the Role fails."""
+    needed = api_calls(service)
+    assert needed, f"no Kubernetes API call found in {CALLERS[service]}: has the code moved?"
+    got = granted(render("defaults").get("Role", f"{FULLNAME}-{service}"))
+    missing = {res: verbs - got.get(res, set()) for res, verbs in needed.items() if verbs - got.get(res, set())}
+    assert not missing, f"the {service} Role does not grant {missing}"
 
 
 def test_trainer_role_follows_the_trainer():

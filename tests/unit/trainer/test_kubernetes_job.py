@@ -13,14 +13,20 @@ import pytest
 from kubernetes import client
 
 from services.trainer.jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec, events_key_for
-from services.trainer.kubernetes_job import KubernetesExecutor, build_job, job_name, manifest_dict
+from services.trainer.kubernetes_job import (
+    STATE_READ_TRIES,
+    KubernetesExecutor,
+    build_job,
+    job_name,
+    manifest_dict,
+)
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from services.trainer.worker import EventSink
 from tests.support.tau2_data import require_tau2_data
 from trace_common.artifacts import open_store
-from trace_common.errors import FailedPrecondition, ResourceExhausted
+from trace_common.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from trace_common.jobs import JobState
 
 GPU_POOL = dict(job_image="registry.example/trace-trainer:1.2.3", job_gpus=4, job_node_selector={"trace.dev/pool": "gpu"},
@@ -176,6 +182,44 @@ async def test_executor_create_watch_succeed(kmock, tmp_path):
     result = await asyncio.wait_for(task, 10)
     assert result["stop_reason"] == "completed"
     assert [e["event"] for e in seen] == ["iteration", "iteration", "checkpoint"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("failing_reads, outcome", [
+    (STATE_READ_TRIES - 1, "completed"),    # an API server restarting: asked again, the run goes on
+    (10**6, "unavailable"),                 # never answers: the run gives up and deletes the Job
+])
+async def test_failed_state_reads_are_retried_then_the_job_is_deleted(kmock, tmp_path, monkeypatch, failing_reads,
+                                                                      outcome):
+    store = open_store(tmp_path.as_uri())
+    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, job_image="i:1"),
+                            store, api_factory(kmock))
+    real, calls = ex._state, []
+
+    def flaky(name, ns):
+        calls.append(name)
+        if len(calls) <= failing_reads:
+            raise Unavailable(f"cannot read Kubernetes Job {name}: 503 Service Unavailable")
+        return real(name, ns)
+
+    monkeypatch.setattr(ex, "_state", flaky)
+    spec = wspec(root=tmp_path.as_uri())
+    task = asyncio.create_task(ex.run(spec, lambda e: None))
+    job = await wait_created(ex.batch, job_name(spec.job_id))
+    if outcome == "completed":
+        EventSink(store=store, key=spec.events_key, min_interval_s=0).emit(
+            "result", {"iterations": 1, "policy_version": 1, "stop_reason": "completed", "adapter_uri": "u",
+                       "outputs": []})
+        await set_status(ex.batch, job.metadata.name, "Complete")
+        assert (await asyncio.wait_for(task, 10))["stop_reason"] == "completed"
+        assert len(calls) > failing_reads
+        return
+    with pytest.raises(Unavailable, match=f"{STATE_READ_TRIES} reads in a row failed; the Job is deleted"):
+        await asyncio.wait_for(task, 10)
+    assert len(calls) == STATE_READ_TRIES
+    with pytest.raises(client.ApiException) as err:
+        await asyncio.to_thread(ex.batch.read_namespaced_job, job.metadata.name, "trace")
+    assert err.value.status == 404
 
 
 async def add_pod(core: client.CoreV1Api, job_id: str, n: int, terminated: dict) -> None:
