@@ -24,7 +24,7 @@ from typing import Any
 
 from trace_common import errors as E
 
-from .jobspec import ENVIRONMENT_TOKEN_ENV, WorkerSpec, decode_line
+from .jobspec import ENVIRONMENT_TLS_CA_ENV, ENVIRONMENT_TOKEN_ENV, WorkerSpec, decode_line
 from .settings import TrainerSettings, environment_token
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class LocalExecutor:
         token = environment_token(self.settings)
         if token:
             env[ENVIRONMENT_TOKEN_ENV] = token  # the worker plays environments served by the environment service
+        if self.settings.environment_tls_ca_file is not None:
+            env[ENVIRONMENT_TLS_CA_ENV] = str(self.settings.environment_tls_ca_file)
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env["PYTHONUNBUFFERED"] = "1"

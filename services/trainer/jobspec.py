@@ -100,16 +100,20 @@ def confined_environment(ref: EnvironmentRefModel, data_roots: Sequence[Path], f
 
 #: The variable a training worker reads the environment service's token from (set by the executors).
 ENVIRONMENT_TOKEN_ENV = "TRACE_TRAINER_ENVIRONMENT_TOKEN"
+#: The CA a worker trusts for the environment service over TLS (the setting environment_tls_ca_file).
+ENVIRONMENT_TLS_CA_ENV = "TRACE_TRAINER_ENVIRONMENT_TLS_CA_FILE"
 
 
-def env_factory(ref: dict[str, Any], environment_target: str, token: str | None = None):
+def env_factory(ref: dict[str, Any], environment_target: str, token: str | None = None,
+                tls_ca_file: str | Path | None = None):
     """A zero-argument factory of the environment `ref` names (EnvironmentRefModel fields): a
     built-in / imported environment is made in this process; any other name is served by the
     EnvironmentService at `environment_target` (generated code never runs in the trainer).
     Raises NotFound naming both places when neither has it.
     Callers that validate a request call the factory once (the service does, before a job exists).
     `token` is the environment service's bearer token; a worker leaves it None and reads it from
-    ENVIRONMENT_TOKEN_ENV, which the executors set."""
+    ENVIRONMENT_TOKEN_ENV, which the executors set; `tls_ca_file` likewise (ENVIRONMENT_TLS_CA_ENV):
+    set, the channel is TLS trusting it."""
     import os
 
     from trace_common.env import make
@@ -128,7 +132,9 @@ def env_factory(ref: dict[str, Any], environment_target: str, token: str | None 
 
     if token is None:  # a worker process: the executor put the token in its environment
         token = os.environ.get(ENVIRONMENT_TOKEN_ENV) or os.environ.get("TRACE_TRAINER_AUTH_TOKEN")
-    factory = remote_factory(environment_target, name, version or "", token=token or None)
+    if tls_ca_file is None:
+        tls_ca_file = os.environ.get(ENVIRONMENT_TLS_CA_ENV) or None
+    factory = remote_factory(environment_target, name, version or "", token=token or None, tls_ca_file=tls_ca_file)
     if params:
         from trace_common.errors import InvalidArgument
 

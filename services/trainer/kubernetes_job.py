@@ -20,7 +20,8 @@ Where the Job comes from (`build_job`):
     unset: the built-in Job from the job_* settings (the same shape; a gate job: at most one GPU)
     job environment: TRACE_TRAINER_JOB_SPEC, TRACE_TRAINER_CHECKPOINT_URI, HF_HUB_OFFLINE, the
         cache locations, the S3 secret key and the environment service's token by Secret
-        reference (job_s3_secret_name, job_auth_from), job_extra_env
+        reference (job_s3_secret_name, job_auth_from), the environment service's TLS CA path
+        (environment_tls_ca_file: a template must mount it; the built-in Job refuses it), job_extra_env
 The template's reading and what it mounts: job_template.py.
 
 The pod's progress comes back through the artifact store: the worker keeps its event log at
@@ -53,7 +54,7 @@ from trace_common.artifacts import ArtifactStore
 
 from .executors import EventFn, error_from_event
 from .job_template import job_container, load_job_template, memory_limit
-from .jobspec import ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec
+from .jobspec import ENVIRONMENT_TLS_CA_ENV, ENVIRONMENT_TOKEN_ENV, SPEC_ENV, WorkerSpec
 from .settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ def job_env(spec: WorkerSpec, settings: TrainerSettings) -> list[dict[str, Any]]
     if settings.job_auth_from:  # the environment service's token, for environments it serves
         secret, key = settings.job_auth_from.split(":", 1)
         env.append({"name": ENVIRONMENT_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    if settings.environment_tls_ca_file is not None:   # the template mounts it (the chart's: tls.existingSecret)
+        env.append({"name": ENVIRONMENT_TLS_CA_ENV, "value": str(settings.environment_tls_ca_file)})
     env += [{"name": k, "value": v} for k, v in sorted(settings.job_extra_env.items())]
     return env
 
@@ -175,6 +178,10 @@ def _built_in_job(spec: WorkerSpec, settings: TrainerSettings, *, namespace: str
     if not settings.job_image:
         raise E.FailedPrecondition("EXECUTOR_KUBERNETES needs the trainer image: set TRACE_TRAINER_JOB_IMAGE "
                                    "(e.g. registry/trace-trainer:1.0.0)")
+    if settings.environment_tls_ca_file is not None:
+        raise E.FailedPrecondition("TRACE_TRAINER_ENVIRONMENT_TLS_CA_FILE is set, and the built-in Job mounts no "
+                                   "TLS Secret for its workers to read it from: give a Job template that mounts it "
+                                   "(TRACE_TRAINER_JOB_TEMPLATE; the chart's mounts tls.existingSecret)")
     gpus = min(settings.job_gpus, 1) if spec.kind == GATES else settings.job_gpus
     name = job_name(spec.job_id)
     labels = _labels(spec)

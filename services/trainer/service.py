@@ -107,7 +107,8 @@ class Training:
         spec = self.confined(spec)   # before any environment is made: no data read from outside the roots
         if spec.kind == "TRAINING_KIND_GATES":
             config = validate_gates(spec, self.store, self.settings.environment_address,
-                                    environment_token(self.settings), data_roots=self.data_roots)
+                                    environment_token(self.settings), data_roots=self.data_roots,
+                                    environment_tls_ca_file=self.settings.environment_tls_ca_file)
             check_policy_refs(spec.policy, self.model_roots)
             if spec.policy.backend == "POLICY_BACKEND_OPENAI_HTTP":
                 self._check_served_weights(spec)   # its served name is the base the gates job loads
@@ -132,7 +133,8 @@ class Training:
         # built in: made here; otherwise served by the environment service (NotFound / InvalidArgument with the reason)
         refuse_outbound_params(ref.params, "spec.environments[0].params")  # no URL or key chosen by a request
         with own_data_hidden(ref.name, ref.version, ref.params, setting=DATA_ROOTS_SETTING):  # no default path shown
-            env = env_factory(ref.model_dump(), self.settings.environment_address, environment_token(self.settings))()
+            env = env_factory(ref.model_dump(), self.settings.environment_address, environment_token(self.settings),
+                              self.settings.environment_tls_ca_file)()
         if config.train_split not in env.splits():
             raise InvalidArgument(field="spec.config.train_split", expected=f"one of {sorted(env.splits())}",
                                   got=config.train_split, fix=f"environment {ref.name!r} defines these splits")

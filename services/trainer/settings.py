@@ -37,6 +37,10 @@ class TrainerSettings(ServiceSettings):
         None, description="Bearer token the trainer and its workers send to the environment service "
         "(TRACE_TRAINER_ENVIRONMENT_TOKEN); unset = the trainer's own auth_token (one shared Secret, as the "
         "chart deploys). The embedded stack sets it to the environment service's token.")
+    environment_tls_ca_file: Path | None = Field(
+        None, description="PEM certificate(s) the trainer and its workers trust for the environment service when "
+        "it serves gRPC over TLS (TRACE_TRAINER_ENVIRONMENT_TLS_CA_FILE; the chart sets it with tls.enabled, from "
+        "tls.caKey of the TLS Secret). Unset: plaintext gRPC, which a TLS server refuses.")
     # -- vLLM rollouts (config.rollout_backend='vllm'; outbound.py) ----------------------------------------
     endpoints: EndpointMap = Field(default_factory=dict, description=(
         "The vLLM servers training jobs may roll out on, as a JSON map profile name -> {\"base_url\": "

@@ -7,16 +7,18 @@ env, its validation and Job builder, the Kubernetes 1.32 schema (strict)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
-from services.trainer.jobspec import SPEC_ENV, WorkerSpec, events_key_for
+from services.trainer.jobspec import ENVIRONMENT_TLS_CA_ENV, SPEC_ENV, WorkerSpec, events_key_for
 from services.trainer.kubernetes_job import LABEL_JOB, build_job, job_name
 from services.trainer.service import Training
 from services.trainer.settings import TrainerSettings
 from services.trainer.specs import TrainingSpecModel
 from tests.chart.helm import FULLNAME, KUBE_VERSION, NAMESPACE, render
+from tests.support.tls import self_signed
 from trace_common.errors import FailedPrecondition
 
 
@@ -30,6 +32,9 @@ def trainer_settings(value_set: str, tmp_path, monkeypatch) -> TrainerSettings:
     for e in c["env"]:
         if e["name"].startswith("TRACE_TRAINER_"):
             value = NAMESPACE if "fieldRef" in e.get("valueFrom", {}) else e.get("value", "from-secret")
+            if e["name"].endswith(("_TLS_CERT_FILE", "_TLS_KEY_FILE")):   # the mounted Secret's files, stood in for
+                cert, key = self_signed(tmp_path)
+                value = str(cert if e["name"].endswith("_CERT_FILE") else key)
             monkeypatch.setenv(e["name"], value)
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["TRACE_TRAINER_JOB_TEMPLATE"] == "/etc/trace/templates/training-job.json"
@@ -74,6 +79,29 @@ def test_the_trainer_builds_its_jobs_from_the_chart_template(value_set, gpus, po
     assert env["TRACE_TRAINER_S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"]["name"]   # the chart's Secret reference
     assert env["TRACE_TRAINER_ENVIRONMENT_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"{FULLNAME}-auth"
     assert "secret" not in env[SPEC_ENV]["value"].lower()
+
+
+@pytest.mark.parametrize("value_set, ca", [("tls", "/etc/trace/tls/ca.crt"), ("defaults", None)])
+def test_with_tls_the_trainer_and_its_jobs_trust_the_environment_services_ca(value_set, ca, tmp_path, monkeypatch):
+    """With tls.enabled the environment service serves TLS only: the trainer and its Jobs' workers open
+    their channel to it trusting tls.caKey of the TLS Secret, mounted in the Job without the private key."""
+    settings = trainer_settings(value_set, tmp_path, monkeypatch)
+    assert settings.environment_tls_ca_file == (None if ca is None else Path(ca))
+    job = build_job(worker_spec(), settings, namespace=NAMESPACE)
+    kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env.get(ENVIRONMENT_TLS_CA_ENV) == ca
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    if ca is None:
+        assert "/etc/trace/tls" not in mounts
+        return
+    mount = mounts[str(Path(ca).parent)]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "trace-grpc-tls"            # tests/chart/values/tls.yaml
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": Path(ca).name}]   # no tls.key in a Job
 
 
 def vllm_job() -> TrainingSpecModel:

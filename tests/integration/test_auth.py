@@ -276,6 +276,35 @@ def test_with_tls_the_http_api_is_served_over_tls_only(tmp_path):
 
 
 @pytest.mark.slow
+def test_with_tls_the_trainer_reaches_the_environment_service_trusting_its_ca(tmp_path, monkeypatch):
+    """The trainer (and each worker, from the variable its executor sets) opens its channel to an
+    environment service that serves TLS only: with the CA it reaches the service (an unknown environment
+    is NOT_FOUND, an answer of the service's), without it the call never gets through (UNAVAILABLE)."""
+    from services.trainer.jobspec import ENVIRONMENT_TLS_CA_ENV, env_factory
+    from trace_common.errors import FailedPrecondition, NotFound, Unavailable
+
+    cert, key = self_signed(tmp_path)
+    proc, fields, _ = _start("environment", _clean_env(
+        TRACE_ENVIRONMENT_AUTH_TOKEN=TOKEN, TRACE_ENVIRONMENT_ARTIFACT_ROOT=tmp_path.as_uri(),
+        TRACE_ENVIRONMENT_TLS_CERT_FILE=str(cert), TRACE_ENVIRONMENT_TLS_KEY_FILE=str(key)))
+    ref = {"name": "no-such-generated-env", "version": "", "params": {}}
+    try:
+        target = fields["grpc"]
+        with pytest.raises(NotFound, match="neither built in nor in the environment service"):
+            env_factory(ref, target, TOKEN, cert)                     # the service, validating a request
+        monkeypatch.setenv(ENVIRONMENT_TLS_CA_ENV, str(cert))
+        with pytest.raises(NotFound, match="neither built in nor in the environment service"):
+            env_factory(ref, target, TOKEN)                           # a worker: the CA from its environment
+        monkeypatch.delenv(ENVIRONMENT_TLS_CA_ENV)
+        with pytest.raises(Unavailable, match="UNAVAILABLE"):
+            env_factory(ref, target, TOKEN)                           # plaintext to a TLS server
+        with pytest.raises(FailedPrecondition, match="TLS CA file .* does not exist"):
+            env_factory(ref, target, TOKEN, tmp_path / "missing.crt")
+    finally:
+        assert _stop(proc) == 0
+
+
+@pytest.mark.slow
 def test_standalone_without_token_warns_in_its_log(tmp_path):
     proc, fields, lines = _start("analysis", _clean_env(TRACE_ANALYSIS_ARTIFACT_ROOT=tmp_path.as_uri()))
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from trace_common.env import Action, Environment, Message, MessageAction, Observation, StepResult, ToolAction
@@ -129,22 +130,28 @@ class RemoteEnvironment(Environment):
             self.episode_id = ""
 
 
-_STUBS: dict[tuple[str, str | None], Any] = {}
+_STUBS: dict[tuple[str, str | None, str | None], Any] = {}
 
 
-def remote_factory(target: str, name: str, version: str = "", *, token: str | None = None):
+def remote_factory(target: str, name: str, version: str = "", *, token: str | None = None,
+                   tls_ca_file: str | Path | None = None):
     """A zero-argument factory of `RemoteEnvironment`s for `name` served by the EnvironmentService at
-    `target` (host:port). One channel per (target, token) per process, shared by every environment
-    it makes; the environment's existence is checked now (NotFound with the reason otherwise)."""
-    from trace_common.grpc.client import Endpoint, open_channel, stub
-
-    key = (target, token)
-    if key not in _STUBS:
-        _STUBS[key] = stub("environment", open_channel(Endpoint(target, token)))
-    env_stub = _STUBS[key]
+    `target` (host:port), over TLS trusting the PEM file `tls_ca_file` when one is given. One channel
+    per (target, token, CA) per process, shared by every environment it makes; the environment's
+    existence is checked now (NotFound with the reason otherwise)."""
     import grpc
 
     from trace_common.errors import NotFound, Unavailable
+    from trace_common.grpc.client import Endpoint, open_channel, stub
+
+    ca = Path(tls_ca_file) if tls_ca_file else None
+    if ca is not None and not ca.is_file():
+        raise FailedPrecondition(f"the environment service's TLS CA file {ca} does not exist: mount it, or fix "
+                                 "TRACE_TRAINER_ENVIRONMENT_TLS_CA_FILE (the chart: tls.caKey of tls.existingSecret)")
+    key = (target, token, str(ca) if ca else None)
+    if key not in _STUBS:
+        _STUBS[key] = stub("environment", open_channel(Endpoint(target, token, ca)))
+    env_stub = _STUBS[key]
 
     try:
         first = RemoteEnvironment(env_stub, name, version)   # GetEnvironment: fails fast when unknown

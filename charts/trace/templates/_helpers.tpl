@@ -277,6 +277,10 @@ service calls is the trainer's environment service (TRACE_TRAINER_ENVIRONMENT_AD
 {{- if and (eq .name "trainer") $root.Values.environment.enabled }}
 - name: TRACE_TRAINER_ENVIRONMENT_ADDRESS
   value: {{ printf "%s:%d" (include "trace.componentName" (dict "root" $root "component" "environment")) (int $root.Values.environment.service.port) | quote }}
+{{- if $root.Values.tls.enabled }}
+- name: TRACE_TRAINER_ENVIRONMENT_TLS_CA_FILE
+  value: {{ printf "/etc/trace/tls/%s" ($root.Values.tls.caKey | default "ca.crt") | quote }}
+{{- end }}
 {{- end }}
 {{- if has .name (list "analysis" "environment" "rollout" "trainer") }}
 {{ include "trace.endpointsEnv" (dict "root" $root "name" .name) }}

@@ -118,9 +118,11 @@ def assign_environments(adapters: Sequence[str], refs: Sequence[Any]) -> tuple[d
 
 
 def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = "",
-                   environment_token: str | None = None, data_roots: Sequence[Path] = ()) -> GateGRPOConfig:
+                   environment_token: str | None = None, data_roots: Sequence[Path] = (),
+                   environment_tls_ca_file: Path | None = None) -> GateGRPOConfig:
     """Everything checkable without loading a model (module docstring); the parsed config.
-    `environment_token`: the environment service's bearer token (the service's setting); `data_roots`:
+    `environment_token`, `environment_tls_ca_file`: the environment service's bearer token and the CA
+    trusted for its TLS (the service's settings); `data_roots`:
     the directories an environment may name data under (TRACE_TRAINER_DATA_ROOTS; none: it may name
     none) -- each environment's `params['data']` and `uri` are checked before it is made."""
     if not JOB_NAME_RE.match(spec.capability):
@@ -147,7 +149,7 @@ def validate_gates(spec: Any, store: ArtifactStore, environment_target: str = ""
         split = params.pop("split", "") or config.train_split
         # built in, or served by the environment service (NotFound / InvalidArgument with the reason)
         factory = env_factory({"name": ref.name, "version": ref.version, "params": params}, environment_target,
-                              environment_token)
+                              environment_token, environment_tls_ca_file)
         with own_data_hidden(ref.name, ref.version, params, setting=DATA_ROOTS_SETTING):  # no default path shown
             env = factory()
         if split not in env.splits():
