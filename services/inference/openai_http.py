@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import ssl
 import time
 import uuid
@@ -109,8 +110,9 @@ def chat_request_from_body(body: Any) -> ChatRequest:
         value = body.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and int(value) != value):
-            raise BadRequest(f"'{key}' must be a {'integer' if kind is int else 'number'}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                or (kind is int and int(value) != value):   # NaN and Infinity parse as JSON numbers here
+            raise BadRequest(f"'{key}' must be a finite {'integer' if kind is int else 'number'}")
         return kind(value)
 
     max_tokens = number("max_completion_tokens", 0, int) or number("max_tokens", 0, int)

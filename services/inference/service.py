@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ from .compositions import CompositionRegistry, Served
 from .decoding import RowRequest, RowResult
 from .settings import InferenceSettings
 from .specs import ChatMessageModel, CompositionSpecModel, GenerateModel
+
+#: Bounds of a request's sampling values: what torch's int64 tensors and generators take (`_prepare`).
+MAX_TOP_K = 2**31 - 1
+MAX_SEED = 2**63 - 1
 
 
 @dataclass
@@ -212,9 +217,15 @@ class Inference:
                                   fix="shorten the conversation")
         max_tokens = req.max_tokens or self.settings.default_max_tokens
         max_tokens = max(1, min(max_tokens, self.settings.max_completion_tokens, room))
-        if req.temperature < 0 or not 0 < req.top_p <= 1 or req.top_k < 0:
-            raise InvalidArgument(field="sampling", expected="temperature >= 0, 0 < top_p <= 1, top_k >= 0",
+        # Rows share one batch: a value torch cannot take (a NaN temperature, a top_k or seed past int64)
+        # would fail every request batched with it, so each is bounded here, before the batch.
+        if not (math.isfinite(req.temperature) and req.temperature >= 0) or not 0 < req.top_p <= 1 \
+                or not 0 <= req.top_k <= MAX_TOP_K:
+            raise InvalidArgument(field="sampling", expected=f"a finite temperature >= 0, 0 < top_p <= 1, "
+                                  f"0 <= top_k <= {MAX_TOP_K}",
                                   got={"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k})
+        if req.seed is not None and not 0 <= req.seed <= MAX_SEED:
+            raise InvalidArgument(field="seed", expected=f"an integer from 0 to {MAX_SEED}", got=req.seed)
         row = RowRequest(prompt_ids=ids, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                          max_tokens=max_tokens, seed=req.seed)
         return served, row

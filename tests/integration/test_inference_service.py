@@ -171,6 +171,7 @@ def test_cancelling_a_stream_stops_its_generation(embedded_stack, chatter):
     ("bad_tool_json", grpc.StatusCode.INVALID_ARGUMENT, "tools[0].json"),
     ("tool_message_without_id", grpc.StatusCode.INVALID_ARGUMENT, "tool_call_id"),
     ("unknown_model", grpc.StatusCode.NOT_FOUND, "no loaded composition 'ghost'"),
+    ("nan_temperature", grpc.StatusCode.INVALID_ARGUMENT, "request.sampling.temperature"),
 ])
 def test_bad_requests_get_documented_errors_and_service_stays_healthy(embedded_stack, served, case, code, needle):
     stub = embedded_stack.stub("inference")
@@ -183,6 +184,8 @@ def test_bad_requests_get_documented_errors_and_service_stays_healthy(embedded_s
         req.messages.append(t.ChatMessage(role="tool", content="{}"))
     elif case == "unknown_model":
         req.model = "ghost"
+    elif case == "nan_temperature":
+        req.sampling.temperature = float("nan")
     with pytest.raises(grpc.RpcError) as err:
         stub.Generate(req, timeout=60)
     assert err.value.code() == code and needle in err.value.details()
@@ -256,6 +259,15 @@ def test_openai_stream_and_routing_extension(embedded_stack, served):
     ({"model": NAME, "messages": [{"role": "user", "content": "refund " * 9000}]}, 400, "invalid_request_error",
      "at most 8192 tokens"),
     ({"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found", "ghost"),
+    # values torch cannot take would fail every request batched with them: refused before the batch
+    ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "seed": 2**64}, 400, "invalid_request_error",
+     "seed"),
+    ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "top_k": 10**20}, 400, "invalid_request_error",
+     "top_k"),
+    (json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "temperature": float("nan")}), 400,
+     "invalid_request_error", "'temperature' must be a finite number"),
+    (json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": float("inf")}), 400,
+     "invalid_request_error", "'max_tokens' must be a finite integer"),
 ])
 def test_openai_errors_are_documented(embedded_stack, served, body, status, kind, needle):
     base = embedded_stack.http_url("inference")
