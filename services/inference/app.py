@@ -17,7 +17,8 @@ def create_service(settings: InferenceSettings | None = None) -> ServiceDefiniti
     domain = Inference(settings)
     token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
     # the HTTP front, around the domain, requiring the same token as gRPC and serving the same TLS
-    http = OpenAIServer(domain, settings.http_host, settings.http_port, token=token, tls=settings.tls_pair)
+    http = OpenAIServer(domain, settings.http_host, settings.http_port, token=token, tls=settings.tls_pair,
+                        max_in_flight=settings.max_concurrent_rpcs)
     return ServiceDefinition(
         name="inference", full_names=["trace.v1.InferenceService"], metrics=M,
         add_to_server=lambda server: pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(domain), server),

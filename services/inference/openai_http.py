@@ -178,8 +178,11 @@ class OpenAIServer:
     crosses the network in the clear on either port; None = plain HTTP."""
 
     def __init__(self, domain: Inference, host: str, port: int, token: str | None = None,
-                 tls: tuple[Path, Path] | None = None):
+                 tls: tuple[Path, Path] | None = None, max_in_flight: int = 256):
         self.domain, self.host, self.port = domain, host, port
+        # completions in progress at once, as max_concurrent_rpcs bounds gRPC calls: each holds its body and
+        # its row in the batcher's queue, so without a bound a client could queue them until memory runs out
+        self.max_in_flight, self._in_flight = max_in_flight, 0
         self._tls = tls
         self._token = BearerToken(token) if token is not None else None
         self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._auth])
@@ -245,6 +248,17 @@ class OpenAIServer:
             {"id": name, "object": "model", "created": 0, "owned_by": "trace"} for name in self.domain.registry.names()]})
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        if self._in_flight >= self.max_in_flight:
+            return error_response(429, f"{self._in_flight} completions are in progress, the most this service takes "
+                                  "at once (TRACE_INFERENCE_MAX_CONCURRENT_RPCS); retry later", "rate_limit_exceeded",
+                                  "resource_exhausted")
+        self._in_flight += 1
+        try:
+            return await self._chat_completions(request)
+        finally:
+            self._in_flight -= 1
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         try:
             try:
                 body = json.loads(await request.read())
