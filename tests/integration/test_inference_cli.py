@@ -82,6 +82,64 @@ def test_serve_process_answers_openai_and_stops(world, tmp_path):
             proc.kill()
 
 
+@pytest.mark.parametrize("host, token_args, env, code, needle", [
+    ("0.0.0.0", [], {}, 2, "without auth: set --token"),                          # refused, nothing started
+    ("::", [], {}, 2, "without auth: set --token"),
+    ("0.0.0.0", ["--token", TOKEN], {}, 0, "model=demo"),                          # the token it will require
+    ("0.0.0.0", [], {"TRACE_AUTH_TOKEN": TOKEN}, 0, "model=demo"),
+    ("127.0.0.1", [], {}, 0, "model=demo"),                                        # this machine only: as before
+])
+def test_serve_beyond_loopback_needs_a_token(composition, tmp_path, capsys, monkeypatch, host, token_args, env, code,
+                                             needle):
+    monkeypatch.setenv("COLUMNS", "400")
+    for var in ("TRACE_INFERENCE_AUTH_TOKEN", "TRACE_AUTH_TOKEN", "TRACE_INFERENCE_TARGET"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    got = main(["serve", "--composition", composition.manifest_uri, "--name", "demo", "--host", host, *token_args,
+                "--once", "--root", str(tmp_path / "root")])
+    out = capsys.readouterr().out
+    assert got == code and needle in out, out
+    assert (code == 2) is ("loading composition" not in out)                      # a refusal starts nothing
+
+
+@SLOW
+def test_serve_with_a_token_requires_it_on_both_apis(world, tmp_path):
+    import grpc
+    import httpx
+
+    art = write_tiny_composition(world, tmp_path / "store")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "tracectl", "serve", "--composition", art.manifest_uri,
+                             "--name", "demo", "--token", TOKEN, "--root", str(tmp_path / "root")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "COLUMNS": "400"})
+    try:
+        line, deadline = "", time.time() + 120
+        while "grpc=" not in line:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "tracectl serve exited early"
+            assert time.time() < deadline
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        for headers, status in [({}, 401), ({"Authorization": f"Bearer {TOKEN}"}, 200)]:
+            assert httpx.get(fields["http"] + "/models", headers=headers, timeout=30).status_code == status
+        stub = messages("inference")
+        from trace_common.grpc.client import Endpoint, open_channel
+        from trace_common.grpc.client import stub as make_stub
+
+        with pytest.raises(grpc.RpcError) as err:
+            make_stub("inference", open_channel(Endpoint(fields["grpc"]))).ListCompositions(
+                stub.ListCompositionsRequest(), timeout=30)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        listed = make_stub("inference", open_channel(Endpoint(fields["grpc"], TOKEN))).ListCompositions(
+            stub.ListCompositionsRequest(), timeout=30)
+        assert [c.spec.name for c in listed.compositions] == ["demo"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @SLOW
 @pytest.mark.parametrize("args, needle", [
     (["--base", "/nonexistent/model"], "NOT_FOUND"),

@@ -41,6 +41,7 @@ import grpc
 from rich.console import Console
 
 from trace_common.errors import TraceError
+from tracectl.exits import BAD_INPUT
 
 console = Console()
 ROUTING_CHOICES = ("token", "per_request", "merged", "soft_trajectory")
@@ -76,8 +77,9 @@ def add_composition_args(p: argparse.ArgumentParser) -> None:
 
 def add_inference_target_args(p: argparse.ArgumentParser, *, what: str) -> None:
     p.add_argument("--target", default="", metavar="[inference=]HOST:PORT", help=what)
-    p.add_argument("--token", default=None, help="bearer token for --target ($TRACE_INFERENCE_AUTH_TOKEN wins "
-                   "when set, as for every command; default $TRACE_AUTH_TOKEN)")
+    p.add_argument("--token", default=None, help="bearer token: sent to --target, or required by the service "
+                   "started here ($TRACE_INFERENCE_AUTH_TOKEN wins when set, as for every command; default "
+                   "$TRACE_AUTH_TOKEN)")
 
 
 def inference_target(args: argparse.Namespace) -> str:
@@ -90,6 +92,16 @@ def inference_target(args: argparse.Namespace) -> str:
             raise SystemExit(f"--target {target!r}: expected [inference=]HOST:PORT")
         return addr
     return target
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` binds this machine only (a name other than localhost is taken as reachable)."""
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def target_token(args: argparse.Namespace) -> str | None:
@@ -213,7 +225,12 @@ def describe(info) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     target = inference_target(args)
-    token = target_token(args) if target else None
+    token = target_token(args)   # sent to --target, or required by the service started here
+    if not target and token is None and not loopback(args.host):
+        console.print(f"[red]tracectl serve:[/] --host {args.host} would serve the composition beyond this machine "
+                      "without auth: set --token, $TRACE_AUTH_TOKEN or $TRACE_INFERENCE_AUTH_TOKEN (or bind "
+                      "127.0.0.1)", highlight=False, soft_wrap=True)
+        return BAD_INPUT
     try:
         spec = composition_spec(args, args.name, args.routing)
     except TraceError as exc:
@@ -243,8 +260,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 return 1
             console.print(f"grpc={target} model={info.spec.name}", highlight=False, soft_wrap=True)
             return 0
+        auth = {"auth_token": token} if token is not None else {}
         async with inference_in_process(root=args.root, host=args.host, port=args.port, http_port=args.http_port,
-                                        metrics_port=args.metrics_port, device=args.device, spec=spec) as here:
+                                        metrics_port=args.metrics_port, device=args.device, spec=spec, **auth) as here:
             info = await load(here.target, here.token)
             if info is None:
                 return 1
