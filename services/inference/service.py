@@ -44,6 +44,10 @@ from .specs import ChatMessageModel, CompositionSpecModel, GenerateModel
 #: Bounds of a request's sampling values: what torch's int64 tensors and generators take (`_prepare`).
 MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**63 - 1
+#: Characters a request may carry per token of max_prompt_tokens before it is rendered and tokenized: a
+#: token is some 4 characters of text, so this refuses only a prompt that could never fit, before the
+#: work of tokenizing it (megabytes of text take seconds).
+CHARS_PER_PROMPT_TOKEN = 16
 
 
 @dataclass
@@ -143,23 +147,56 @@ def chat_request_from_generate(req: GenerateModel) -> ChatRequest:
                        seed=s.seed or None, return_routing_trace=req.return_routing_trace, api="grpc")
 
 
-class _IncrementalText:
-    """Text deltas of a growing token list (holds back incomplete UTF-8 characters)."""
+class IncrementalText:
+    """Text deltas of a growing token list (holds back incomplete UTF-8 characters).
+
+    Semantics (each push decodes a short window of the list, not all of it, so a stream of n tokens
+    costs O(n), not O(n^2) -- a 4,096-token stream re-decoded whole at every token took seconds of
+    the event loop):
+        ids += [token]                          (a stop token adds nothing)
+        prefix = decode(ids[p:r]); full = decode(ids[p:])     p, r: start 0, 0
+        full ends in U+FFFD (a character not finished yet) or does not extend prefix -> ""
+        else -> full[len(prefix):], and p, r = r, len(ids)
+    The window starts one emitted step back, so a token whose text depends on the one before it (a
+    leading space, a byte-level merge) decodes as it does in the whole. `reference_deltas` is the
+    whole-list version the tests hold this to."""
 
     def __init__(self, tokenizer: Any, stop_ids: set[int]):
         self.tokenizer, self.stop_ids = tokenizer, stop_ids
         self.ids: list[int] = []
-        self.text = ""
+        self._prefix = self._read = 0
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def push(self, token_id: int) -> str:
         if token_id in self.stop_ids:
             return ""
         self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
-        if text.endswith("\ufffd") or not text.startswith(self.text):
+        prefix = self._decode(self.ids[self._prefix:self._read])
+        full = self._decode(self.ids[self._prefix:])
+        if full.endswith("\ufffd") or len(full) <= len(prefix) or not full.startswith(prefix):
             return ""
-        delta, self.text = text[len(self.text):], text
-        return delta
+        self._prefix, self._read = self._read, len(self.ids)
+        return full[len(prefix):]
+
+
+def reference_deltas(tokenizer: Any, stop_ids: set[int], token_ids: list[int]) -> list[str]:
+    """IncrementalText's deltas by decoding the whole list at every token (the reference)."""
+    ids: list[int] = []
+    text, out = "", []
+    for token_id in token_ids:
+        if token_id in stop_ids:
+            out.append("")
+            continue
+        ids.append(token_id)
+        whole = tokenizer.decode(ids, skip_special_tokens=False)
+        if whole.endswith("\ufffd") or not whole.startswith(text):
+            out.append("")
+            continue
+        out.append(whole[len(text):])
+        text = whole
+    return out
 
 
 class Inference:
@@ -194,9 +231,17 @@ class Inference:
 
     # ---- generation ------------------------------------------------------------------------
     def _prepare(self, req: ChatRequest) -> tuple[Served, RowRequest]:
+        """The request rendered, tokenized and checked (run in a worker thread: see generate)."""
         served = self.registry.get(req.model)
         if not req.messages:
             raise InvalidArgument(field="messages", expected="at least one message")
+        limit = self.settings.max_prompt_tokens
+        chars = sum(len(m.content or "") + sum(len(c.function.arguments) for c in m.tool_calls or [])
+                    for m in req.messages) + (len(json.dumps(req.tools)) if req.tools else 0)
+        if chars > CHARS_PER_PROMPT_TOKEN * limit:
+            raise InvalidArgument(field="messages", expected=f"a prompt of at most {limit} tokens",
+                                  got=f"{chars} characters, more than {CHARS_PER_PROMPT_TOKEN} per token could hold",
+                                  fix="shorten the conversation (or raise TRACE_INFERENCE_MAX_PROMPT_TOKENS)")
         try:
             text = served.chat.render(req.messages, req.tools or None, add_generation_prompt=True)
         except TraceError:
@@ -205,7 +250,6 @@ class Inference:
             raise InvalidArgument(field="messages", reason=f"the chat template cannot render the conversation "
                                   f"({type(exc).__name__}: {exc})") from exc
         ids = list(served.tokenizer(text, add_special_tokens=False)["input_ids"])
-        limit = self.settings.max_prompt_tokens
         if len(ids) > limit:
             raise InvalidArgument(field="messages", expected=f"a prompt of at most {limit} tokens",
                                   got=f"{len(ids)} tokens", fix="shorten the conversation (or raise "
@@ -286,19 +330,21 @@ class Inference:
         return self._completion(served, req, row, out, seconds)
 
     async def generate(self, req: ChatRequest) -> Completion:
-        served, row = self._prepare(req)
+        # rendering and tokenizing take milliseconds to seconds: off the event loop, which serves gRPC,
+        # HTTP and health for every other client meanwhile
+        served, row = await asyncio.to_thread(self._prepare, req)
         return await self._run(served, req, row)
 
     async def generate_stream(self, req: ChatRequest) -> AsyncIterator[StreamDelta | Completion]:
         """Token deltas as they are generated, then the `Completion`. Closing the iterator early
         (a client cancelling the stream) cancels the generation at its next decoding step."""
-        served, row = self._prepare(req)
+        served, row = await asyncio.to_thread(self._prepare, req)   # off the event loop, as in generate
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
         row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
         task = asyncio.ensure_future(self._run(served, req, row))
         task.add_done_callback(lambda _t: queue.put_nowait(None))
-        text = _IncrementalText(served.tokenizer, set(served.engine.stop_ids))
+        text = IncrementalText(served.tokenizer, set(served.engine.stop_ids))
         try:
             while True:
                 item = await queue.get()

@@ -259,6 +259,9 @@ def test_openai_stream_and_routing_extension(embedded_stack, served):
     ({"model": NAME, "messages": [{"role": "user", "content": "refund " * 9000}]}, 400, "invalid_request_error",
      "at most 8192 tokens"),
     ({"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found", "ghost"),
+    # far more text than the token cap could hold: refused before it is tokenized
+    ({"model": NAME, "messages": [{"role": "user", "content": "x" * (16 * 8192 + 1)}]}, 400, "invalid_request_error",
+     "131073 characters, more than 16 per token"),
     # values torch cannot take would fail every request batched with them: refused before the batch
     ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "seed": 2**64}, 400, "invalid_request_error",
      "seed"),
