@@ -65,6 +65,19 @@ def error_response(status: int, message: str, kind: str, code: str | None = None
                              status=status)
 
 
+def error_event(exc: Exception) -> bytes:
+    """The SSE event that ends a stream whose generation failed after its response began (OpenAI's shape:
+    an `error` object; no second response can follow the first)."""
+    if isinstance(exc, TraceError):
+        _status, kind = _STATUS.get(exc.code, (500, "server_error"))
+        message, code = exc.reason, exc.code.lower()
+    else:
+        log.error("streamed completion failed", exc_info=exc)
+        kind, message, code = "server_error", "internal error while generating; see the service log", None
+    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
 def _content_text(content: Any, index: int) -> str | None:
     if content is None or isinstance(content, str):
         return content
@@ -307,7 +320,11 @@ class OpenAIServer:
                                        "total_tokens": event.prompt_tokens + event.completion_tokens}}
                     await response.write(chunk(delta, event.finish_reason, usage))
                     break
-                event = await anext(stream)
+                try:
+                    event = await anext(stream)
+                except Exception as exc:  # noqa: BLE001 - the 200 is sent: an error event ends the stream
+                    await response.write(error_event(exc))
+                    return response
             await response.write(b"data: [DONE]\n\n")
         finally:
             await stream.aclose()
