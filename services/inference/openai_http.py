@@ -231,7 +231,8 @@ class OpenAIServer:
         return await handler(request)
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # a client that disconnects cancels its handler, and so its generation (Inference._run)
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         context = None
         if self._tls is not None:

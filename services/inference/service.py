@@ -317,6 +317,10 @@ class Inference:
         m.REQUESTS_ACTIVE.inc()
         try:
             out = await served.engine.submit(row)
+        except asyncio.CancelledError:   # the caller went away (a gRPC cancel, an HTTP client's disconnect)
+            row.cancelled.set()          # its row stops at the next decoding step instead of running to the end
+            m.REQUESTS_CANCELLED.inc()
+            raise
         finally:
             m.REQUESTS_ACTIVE.dec()
         seconds = time.perf_counter() - started

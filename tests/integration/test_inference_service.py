@@ -166,6 +166,27 @@ def test_cancelling_a_stream_stops_its_generation(embedded_stack, chatter):
     assert _generate(stub, model=chatter, max_tokens=5).finish_reason == "length"
 
 
+@pytest.mark.parametrize("how", ["grpc_unary_cancel", "http_disconnect"])
+def test_a_caller_that_goes_away_stops_its_generation(embedded_stack, chatter, how):
+    """Not only streams: a unary call cancelled, or an HTTP client that disconnects, cancels its row."""
+    stub = embedded_stack.stub("inference")
+    cancelled_before = _metric(embedded_stack, "trace_inference_requests_cancelled_total")
+    if how == "grpc_unary_cancel":
+        call = stub.Generate.future(INF.GenerateRequest(model=chatter, messages=_chat(),
+                                                        sampling=t.SamplingParams(max_tokens=4000)), timeout=120)
+        time.sleep(1.0)
+        call.cancel()
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(embedded_stack.http_url("inference") + "/chat/completions", timeout=httpx.Timeout(120, read=1.0),
+                       json={"model": chatter, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000})
+    deadline = time.time() + 30
+    while _metric(embedded_stack, "trace_inference_requests_cancelled_total") <= cancelled_before:
+        assert time.time() < deadline, "the abandoned generation was never cancelled"
+        time.sleep(0.1)
+    assert _generate(stub, model=chatter, max_tokens=5).finish_reason == "length"   # the service keeps serving
+
+
 @pytest.mark.parametrize("case, code, needle", [
     ("over_long_prompt", grpc.StatusCode.INVALID_ARGUMENT, "at most 8192 tokens"),
     ("bad_tool_json", grpc.StatusCode.INVALID_ARGUMENT, "tools[0].json"),
