@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 
@@ -168,22 +169,34 @@ def test_cancelling_a_stream_stops_its_generation(embedded_stack, chatter):
 
 @pytest.mark.parametrize("how", ["grpc_unary_cancel", "http_disconnect"])
 def test_a_caller_that_goes_away_stops_its_generation(embedded_stack, chatter, how):
-    """Not only streams: a unary call cancelled, or an HTTP client that disconnects, cancels its row."""
+    """Not only streams: a unary call cancelled, or an HTTP client that disconnects, cancels its row
+    (the caller leaves as soon as its generation is under way; the chatter then runs to its context)."""
     stub = embedded_stack.stub("inference")
     cancelled_before = _metric(embedded_stack, "trace_inference_requests_cancelled_total")
+    body = {"model": chatter, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000}
+
+    def running() -> None:
+        deadline = time.time() + 60
+        while _metric(embedded_stack, "trace_inference_requests_active") < 1:
+            assert time.time() < deadline, "the generation never started"
+            time.sleep(0.01)
+
     if how == "grpc_unary_cancel":
         call = stub.Generate.future(INF.GenerateRequest(model=chatter, messages=_chat(),
                                                         sampling=t.SamplingParams(max_tokens=4000)), timeout=120)
-        time.sleep(1.0)
+        running()
         call.cancel()
-    else:
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(embedded_stack.http_url("inference") + "/chat/completions", timeout=httpx.Timeout(120, read=1.0),
-                       json={"model": chatter, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000})
+    else:   # a raw connection, so that closing it is a disconnect the server sees
+        url = httpx.URL(embedded_stack.http_url("inference") + "/chat/completions")
+        payload = json.dumps(body).encode()
+        with socket.create_connection((url.host, url.port), timeout=30) as conn:
+            conn.sendall(f"POST {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: "
+                         f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            running()
     deadline = time.time() + 30
     while _metric(embedded_stack, "trace_inference_requests_cancelled_total") <= cancelled_before:
         assert time.time() < deadline, "the abandoned generation was never cancelled"
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert _generate(stub, model=chatter, max_tokens=5).finish_reason == "length"   # the service keeps serving
 
 
