@@ -202,6 +202,21 @@ def test_service_containers_have_grpc_probes(value_set):
     assert seen >= 2
 
 
+@pytest.mark.parametrize("value_set", ["defaults", "tau2-retail-vllm"])
+def test_vllm_runs_as_a_uid_its_image_does_not_list(value_set):
+    """The pod's UID 10001 has no /etc/passwd entry in the vLLM image: torch asks getpass.getuser() at
+    import, which reads USER / LOGNAME first, else fails; its inductor cache must be writable (/tmp)."""
+    r = render(value_set)
+    pod = r.get("Deployment", f"{FULLNAME}-vllm")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["USER"] and env["LOGNAME"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "HOME"):
+        assert any(env[var] == root or env[var].startswith(root + "/") for root in writable), (var, env[var])
+
+
 @pytest.mark.parametrize("value_set", ["defaults", "gpu-pools"])
 def test_vllm_and_minio_have_http_probes(value_set):
     r = render(value_set)
