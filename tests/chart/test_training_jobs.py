@@ -102,6 +102,7 @@ def test_with_tls_the_trainer_and_its_jobs_trust_the_environment_services_ca(val
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "trace-grpc-tls"            # tests/chart/values/tls.yaml
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": Path(ca).name}]   # no tls.key in a Job
+    assert volume["secret"]["optional"] is True   # a Secret without ca.crt must not keep every Job from starting
 
 
 def vllm_job() -> TrainingSpecModel:
