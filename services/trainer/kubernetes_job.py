@@ -47,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from trace_common import errors as E
@@ -309,7 +310,8 @@ class KubernetesExecutor:
                     state, reason = await asyncio.to_thread(self._state, name, ns)
                 except E.Unavailable as exc:
                     failed_reads += 1
-                    if failed_reads >= STATE_READ_TRIES:
+                    if failed_reads >= STATE_READ_TRIES:   # TRACE stops following it: nothing else would end it
+                        await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
                         raise E.Unavailable(f"{exc.reason} ({failed_reads} reads in a row failed; the Job is "
                                             "deleted)") from exc
                     log.warning("%s; asking again (%d of %d)", exc.reason, failed_reads, STATE_READ_TRIES)
@@ -328,7 +330,7 @@ class KubernetesExecutor:
                     raise error_from_event(final)
                 ends = await asyncio.to_thread(self._container_ends, spec.job_id, ns)
                 raise E.TraceError(f"Kubernetes Job {name} failed: {reason}{_ends_text(ends, memory_limit(job), self.settings)}")
-        except (asyncio.CancelledError, E.Unavailable):   # TRACE stops following it: nothing else would end it
+        except asyncio.CancelledError:
             await asyncio.shield(asyncio.to_thread(self._delete, name, ns))
             raise
 
@@ -361,6 +363,8 @@ class KubernetesExecutor:
             if exc.status == 404:
                 return "failed", "the Job was deleted outside TRACE"
             raise E.Unavailable(f"cannot read Kubernetes Job {name}: {exc.status} {exc.reason}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:   # no answer at all: refused, reset, timed out
+            raise E.Unavailable(f"cannot read Kubernetes Job {name}: {type(exc).__name__}: {exc}") from exc
         status = job.status
         for cond in (status.conditions if status is not None and status.conditions else []):
             if cond.status == "True" and cond.type == "Complete":

@@ -222,6 +222,19 @@ async def test_failed_state_reads_are_retried_then_the_job_is_deleted(kmock, tmp
     assert err.value.status == 404
 
 
+def test_an_api_server_that_does_not_answer_is_unavailable(tmp_path):
+    """No HTTP answer at all (refused, reset) is a failed read like a 503, retried by run(), not an escape."""
+    from tests.support.ports import closed_port
+
+    host = f"http://127.0.0.1:{closed_port()}"
+    config = client.Configuration(host=host)
+    config.retries = 0
+    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_image="i:1"),
+                            open_store(tmp_path.as_uri()), lambda: client.ApiClient(config))
+    with pytest.raises(Unavailable, match="cannot read Kubernetes Job j: "):
+        ex._state("j", "trace")
+
+
 async def add_pod(core: client.CoreV1Api, job_id: str, n: int, terminated: dict) -> None:
     """A pod as the Job controller would create it from the template (our labels), ended as `terminated`."""
     pod = {"metadata": {"name": f"p{n}", "labels": {"trace.dev/training-job": job_id}},
