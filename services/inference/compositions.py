@@ -89,6 +89,10 @@ class CompositionRegistry:
                                   gates_uri=spec.gates_uri, routing=spec.routing, cache_dir=self.cache_dir, s3=self.s3,
                                   dtype=self.dtype, device=self.device, allowed=self.allowed)
         tokenizer = loaded.tokenizer
+        # one encode now, while nothing else uses it: transformers clears a tokenizer.json's padding and
+        # truncation on the Rust tokenizer at its first call, a mutation that concurrent first requests (each
+        # prepared in its own thread, service.Inference.generate) would meet as "Already borrowed"
+        tokenizer("warm-up", add_special_tokens=False)
         stops = stop_token_ids(tokenizer, loaded.model if loaded.composed is None else loaded.composed.base)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
         engine = CompositionEngine(loaded, stop_ids=stops, pad_id=pad, max_batch=self.max_batch,

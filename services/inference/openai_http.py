@@ -123,7 +123,8 @@ def chat_request_from_body(body: Any) -> ChatRequest:
         value = body.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or (isinstance(value, float) and not math.isfinite(value)) \
                 or (kind is int and int(value) != value):   # NaN and Infinity parse as JSON numbers here
             raise BadRequest(f"'{key}' must be a finite {'integer' if kind is int else 'number'}")
         return kind(value)
@@ -297,9 +298,6 @@ class OpenAIServer:
 
     async def _stream(self, request: web.Request, req: ChatRequest) -> web.StreamResponse:
         stream = self.domain.generate_stream(req)
-        first = await anext(stream)  # errors before the first token still become a JSON error response
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
 
         def chunk(delta: dict[str, Any], finish: str | None = None, extra: dict | None = None) -> bytes:
@@ -307,7 +305,10 @@ class OpenAIServer:
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **(extra or {})}
             return f"data: {json.dumps(data)}\n\n".encode()
 
-        try:
+        try:   # whatever ends this handler (a disconnect cancelling it included) closes the generation
+            first = await anext(stream)  # errors before the first token still become a JSON error response
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await response.prepare(request)
             await response.write(chunk({"role": "assistant", "content": ""}))
             event = first
             while True:

@@ -41,9 +41,10 @@ from .decoding import RowRequest, RowResult
 from .settings import InferenceSettings
 from .specs import ChatMessageModel, CompositionSpecModel, GenerateModel
 
-#: Bounds of a request's sampling values: what torch's int64 tensors and generators take (`_prepare`).
-MAX_TOP_K = 2**31 - 1
-MAX_SEED = 2**63 - 1
+#: Bounds of a request's sampling values (`_prepare`): top_k goes into an int64 tensor (sampling then
+#: clamps it to the vocabulary), a seed into torch.Generator.manual_seed, which takes -2^63 .. 2^64 - 1.
+MAX_TOP_K = 2**63 - 1
+MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1
 #: Characters a request may carry per token of max_prompt_tokens before it is rendered and tokenized: a
 #: token is some 4 characters of text, so this refuses only a prompt that could never fit, before the
 #: work of tokenizing it (megabytes of text take seconds).
@@ -261,15 +262,16 @@ class Inference:
                                   fix="shorten the conversation")
         max_tokens = req.max_tokens or self.settings.default_max_tokens
         max_tokens = max(1, min(max_tokens, self.settings.max_completion_tokens, room))
-        # Rows share one batch: a value torch cannot take (a NaN temperature, a top_k or seed past int64)
+        # Rows share one batch: a value torch cannot take (a NaN temperature, a top_k past int64, a seed
+        # past what a generator takes)
         # would fail every request batched with it, so each is bounded here, before the batch.
         if not (math.isfinite(req.temperature) and req.temperature >= 0) or not 0 < req.top_p <= 1 \
                 or not 0 <= req.top_k <= MAX_TOP_K:
             raise InvalidArgument(field="sampling", expected=f"a finite temperature >= 0, 0 < top_p <= 1, "
                                   f"0 <= top_k <= {MAX_TOP_K}",
                                   got={"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k})
-        if req.seed is not None and not 0 <= req.seed <= MAX_SEED:
-            raise InvalidArgument(field="seed", expected=f"an integer from 0 to {MAX_SEED}", got=req.seed)
+        if req.seed is not None and not MIN_SEED <= req.seed <= MAX_SEED:
+            raise InvalidArgument(field="seed", expected=f"an integer from {MIN_SEED} to {MAX_SEED}", got=req.seed)
         row = RowRequest(prompt_ids=ids, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                          max_tokens=max_tokens, seed=req.seed)
         return served, row

@@ -301,6 +301,8 @@ def test_openai_stream_and_routing_extension(embedded_stack, served):
      "seed"),
     ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "top_k": 10**20}, 400, "invalid_request_error",
      "top_k"),
+    ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "top_k": 10**400}, 400, "invalid_request_error",
+     "top_k"),                                                  # a JSON integer past any float: not a 500
     (json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "temperature": float("nan")}), 400,
      "invalid_request_error", "'temperature' must be a finite number"),
     (json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": float("inf")}), 400,
