@@ -85,9 +85,10 @@ def test_serve_process_answers_openai_and_stops(world, tmp_path):
 @pytest.mark.parametrize("host, token_args, env, code, needle", [
     ("0.0.0.0", [], {}, 2, "without auth: set --token"),                          # refused, nothing started
     ("::", [], {}, 2, "without auth: set --token"),
-    ("0.0.0.0", ["--token", TOKEN], {}, 0, "model=demo"),                          # the token it will require
-    ("0.0.0.0", [], {"TRACE_AUTH_TOKEN": TOKEN}, 0, "model=demo"),
-    ("127.0.0.1", [], {}, 0, "model=demo"),                                        # this machine only: as before
+    ("0.0.0.0", ["--token", TOKEN], {}, 0, "model=demo auth=bearer-token"),        # the token it will require
+    ("0.0.0.0", [], {"TRACE_AUTH_TOKEN": TOKEN}, 0, "model=demo auth=bearer-token"),
+    ("127.0.0.1", [], {}, 0, "model=demo auth=none"),                              # this machine only: as before
+    ("127.0.0.1", [], {"TRACE_AUTH_TOKEN": ""}, "exit", "TRACE_AUTH_TOKEN is set but blank"),   # never auth off
 ])
 def test_serve_beyond_loopback_needs_a_token(composition, tmp_path, capsys, monkeypatch, host, token_args, env, code,
                                              needle):
@@ -96,8 +97,14 @@ def test_serve_beyond_loopback_needs_a_token(composition, tmp_path, capsys, monk
         monkeypatch.delenv(var, raising=False)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
-    got = main(["serve", "--composition", composition.manifest_uri, "--name", "demo", "--host", host, *token_args,
-                "--once", "--root", str(tmp_path / "root")])
+    args = ["serve", "--composition", composition.manifest_uri, "--name", "demo", "--host", host, *token_args,
+            "--once", "--root", str(tmp_path / "root")]
+    if code == "exit":
+        with pytest.raises(SystemExit) as stop:
+            main(args)
+        assert needle in str(stop.value.code)
+        return
+    got = main(args)
     out = capsys.readouterr().out
     assert got == code and needle in out, out
     assert (code == 2) is ("loading composition" not in out)                      # a refusal starts nothing

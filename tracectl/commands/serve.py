@@ -107,10 +107,16 @@ def loopback(host: str) -> bool:
 def target_token(args: argparse.Namespace) -> str | None:
     """The token a deployed inference service is sent: $TRACE_INFERENCE_AUTH_TOKEN, else --token /
     $TRACE_AUTH_TOKEN (`trace_common.config.service_token`)."""
-    from trace_common.config import service_token
+    from trace_common.config import check_token, service_token
 
     try:
-        return service_token("inference", args.token or os.environ.get("TRACE_AUTH_TOKEN"))
+        if args.token is not None:
+            fallback = check_token(args.token, "--token")
+        elif "TRACE_AUTH_TOKEN" in os.environ:
+            fallback = check_token(os.environ["TRACE_AUTH_TOKEN"], "TRACE_AUTH_TOKEN")
+        else:
+            fallback = None
+        return service_token("inference", fallback)
     except ValueError as exc:  # a blank or malformed token variable
         raise SystemExit(f"tracectl {args.command}: {exc}") from None
 
@@ -267,7 +273,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if info is None:
                 return 1
             console.print(f"grpc={here.target} http={here.http_url} metrics={here.metrics_url} "
-                          f"model={info.spec.name}", highlight=False, soft_wrap=True)
+                          f"model={info.spec.name} auth={'bearer-token' if here.token else 'none'}",
+                          highlight=False, soft_wrap=True)
             if args.once:
                 return 0
             stop = asyncio.Event()
