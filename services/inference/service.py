@@ -263,8 +263,7 @@ class Inference:
         max_tokens = req.max_tokens or self.settings.default_max_tokens
         max_tokens = max(1, min(max_tokens, self.settings.max_completion_tokens, room))
         # Rows share one batch: a value torch cannot take (a NaN temperature, a top_k past int64, a seed
-        # past what a generator takes)
-        # would fail every request batched with it, so each is bounded here, before the batch.
+        # past what a generator takes) would fail every request batched with it, so each is bounded here.
         if not (math.isfinite(req.temperature) and req.temperature >= 0) or not 0 < req.top_p <= 1 \
                 or not 0 <= req.top_k <= MAX_TOP_K:
             raise InvalidArgument(field="sampling", expected=f"a finite temperature >= 0, 0 < top_p <= 1, "
