@@ -54,6 +54,8 @@ _STATUS = {"INVALID_ARGUMENT": (400, "invalid_request_error"), "NOT_FOUND": (404
            "RESOURCE_EXHAUSTED": (429, "rate_limit_exceeded"), "UNAVAILABLE": (503, "server_error"),
            "FAILED_PRECONDITION": (400, "invalid_request_error")}
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: What a client is told of a failure that is no domain error (never the exception itself).
+INTERNAL_ERROR = "internal error while generating; see the service log"
 
 
 class BadRequest(Exception):
@@ -73,7 +75,7 @@ def error_event(exc: Exception) -> bytes:
         message, code = exc.reason, exc.code.lower()
     else:
         log.error("streamed completion failed", exc_info=exc)
-        kind, message, code = "server_error", "internal error while generating; see the service log", None
+        kind, message, code = "server_error", INTERNAL_ERROR, None
     body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
     return f"data: {json.dumps(body)}\n\n".encode()
 
@@ -294,7 +296,7 @@ class OpenAIServer:
             raise
         except Exception:  # noqa: BLE001 - never a stack trace to clients
             log.exception("chat completion failed")
-            return error_response(500, "internal error while generating; see the service log", "server_error")
+            return error_response(500, INTERNAL_ERROR, "server_error")
 
     async def _stream(self, request: web.Request, req: ChatRequest) -> web.StreamResponse:
         stream = self.domain.generate_stream(req)

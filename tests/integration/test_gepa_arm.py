@@ -100,7 +100,6 @@ def test_run_gepa_end_to_end(embedded_stack, budget):
     assert res["prompt"] in (seed_prompt, PROPOSAL)
 
 
-
 @pytest.mark.parametrize("endpoint", ["closed-port", "http-500", "unset-key"])
 def test_unusable_reflection_model_fails_before_any_gepa_rollout(embedded_stack, endpoint):
     fake = FakeOpenAI(default={"status": 500, "json": {"error": "boom"}})

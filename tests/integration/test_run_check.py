@@ -89,7 +89,6 @@ class _Models(http.server.BaseHTTPRequestHandler):
         pass
 
 
-
 #: CLUSTER's adapter training without its vLLM rollouts (the suite's stack has no vLLM server).
 IN_PROCESS = {k: v for k, v in CLUSTER["training"]["grpo"].items() if k not in ("rollout_backend", "vllm")}
 

@@ -41,6 +41,7 @@ import grpc
 from rich.console import Console
 
 from trace_common.errors import TraceError
+from tracectl.embedded import is_loopback
 from tracectl.exits import BAD_INPUT
 
 console = Console()
@@ -92,16 +93,6 @@ def inference_target(args: argparse.Namespace) -> str:
             raise SystemExit(f"--target {target!r}: expected [inference=]HOST:PORT")
         return addr
     return target
-
-
-def loopback(host: str) -> bool:
-    """Whether `host` binds this machine only (a name other than localhost is taken as reachable)."""
-    import ipaddress
-
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def target_token(args: argparse.Namespace) -> str | None:
@@ -232,7 +223,7 @@ def describe(info) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     target = inference_target(args)
     token = target_token(args)   # sent to --target, or required by the service started here
-    if not target and token is None and not loopback(args.host):
+    if not target and token is None and not is_loopback(args.host):
         console.print(f"[red]tracectl serve:[/] --host {args.host} would serve the composition beyond this machine "
                       "without auth: set --token, $TRACE_AUTH_TOKEN or $TRACE_INFERENCE_AUTH_TOKEN (or bind "
                       "127.0.0.1)", highlight=False, soft_wrap=True)
