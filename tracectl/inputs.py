@@ -39,7 +39,26 @@ DATA_MAX_BYTES = 256 << 20
 
 #: libyaml's safe loader where PyYAML has it: ~10x faster than the pure-Python one on a large file
 #: (a 1 MiB YAML list: 6 s instead of 89 s, measured on this project's 2-core CI machine).
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _YAML_LOADER(_SAFE_LOADER):  # noqa: N801 (named as the loader it replaces)
+    """The safe loader, refusing a key written twice in one mapping. YAML says keys are unique, but
+    PyYAML keeps the last value: a second `training:` block silently replaced the first one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                earlier = first.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the base constructor says so
+                break
+            if earlier is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is written twice in one mapping (first at line "
+                    f"{earlier.start_mark.line + 1}); keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 _KINDS = {dict: "a mapping", list: "a list", str: "a string", int: "a number", float: "a number", bool: "true/false"}
 

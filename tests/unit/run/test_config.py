@@ -116,6 +116,10 @@ BAD_FILES = [
     ("empty", b"", "the file is empty"),
     ("blank", b"\n  \n", "the file is empty"),
     ("bad yaml", b"run_id: x\nrollout: {limit: [1}\n", "not valid YAML at line 2"),
+    ("duplicate top-level key", b"run_id: x\ntraining: {parallel: 3}\nrun_id: y\n",
+     "not valid YAML at line 3, column 1: the key 'run_id' is written twice in one mapping (first at line 1)"),
+    ("duplicate nested key", b"run_id: x\ntraining:\n  parallel: 3\n  parallel: 1\n",
+     "line 4, column 3: the key 'parallel' is written twice in one mapping (first at line 3)"),
     ("directory", None, "cannot read it"),
     ("missing", "absent", "cannot read it"),
 ]
