@@ -71,6 +71,30 @@ VIOLATION_KINDS = ("cpu", "memory", "processes", "file_size", "timeout", "networ
                    "limits", "native", "introspection", "environment", "syscall", "killed", "crash", "protocol")
 
 
+#: How deeply a worker's response may nest lists and objects. Generated code chooses what `step`'s
+#: info or `diagnostics` return; a value nested ~1,000 deep still encodes in the worker's shallow stack
+#: but fails to parse (RecursionError) or to convert (protobuf, JSON) in the service's deeper one. No
+#: environment's results need more than a few levels.
+MAX_RESPONSE_DEPTH = 64
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether `value` (parsed JSON) nests lists/objects more than `limit` deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 class SandboxViolation(ResourceExhausted):
     """The environment code hit a sandbox limit or tried a forbidden operation (or, kind
     "killed", the worker was killed from outside the sandbox)."""
@@ -500,6 +524,10 @@ class SandboxWorker:
                 msg = json.loads(reply)
             except ValueError:
                 raise self._fail("protocol", f"unparseable response line ({reply[:80]!r})", op) from None
+            except RecursionError:  # nested deeper than this stack can parse
+                raise self._fail("protocol", f"a response nested deeper than {MAX_RESPONSE_DEPTH} levels", op) from None
+            if _nested_deeper(msg, MAX_RESPONSE_DEPTH):
+                raise self._fail("protocol", f"a response nested deeper than {MAX_RESPONSE_DEPTH} levels", op)
             if not isinstance(msg, dict) or msg.get("id") != rid:
                 raise self._fail("protocol", f"response id {msg.get('id') if isinstance(msg, dict) else '?'} "
                                  f"does not answer request {rid}", op)

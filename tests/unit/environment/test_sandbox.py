@@ -171,6 +171,33 @@ def test_environment_errors_are_reported_and_the_worker_survives(op, fields, exp
         assert w.call("solve", seed=2) == [{"message": str(__import__("random").Random(2).randrange(1000))}]
 
 
+@pytest.mark.parametrize(("depth", "kinds"), [
+    (950, {"protocol"}),            # encodes in the worker's shallow stack, past what the service's parses
+    (990, {"protocol", "crash"}),   # near the worker's own limit: it may fail to encode it (a crash) instead
+    (100, {"protocol"}),            # parses, but deeper than the service accepts
+])
+def test_a_step_info_nested_too_deep_is_a_sandbox_violation(depth, kinds):
+    """`step`'s info passes through the worker unchecked: one nested about 1,000 deep still encodes in
+    the worker but failed to parse in the service (RecursionError: an INTERNAL error, not a violation)."""
+    nested = TOY.replace("return StepResult(observation=[Message.user(\"bye ###STOP###\")], done=True)",
+                         f"info = 'x'\n        for _ in range({depth}):\n            info = [info]\n"
+                         "        return StepResult(observation=[Message.user(\"bye ###STOP###\")], done=True, "
+                         "info={'deep': info})").replace("PAYLOAD", "pass")
+    assert nested != module()
+    w = worker()
+    try:
+        w.call("load", source=nested)
+        w.call("reset", instance="a", seed=1)
+        with pytest.raises(SandboxViolation) as caught:
+            w.call("step", instance="a", action={"message": "hi"})
+        assert caught.value.kind in kinds, str(caught.value)
+        assert caught.value.kind != "protocol" or "nested deeper than 64" in str(caught.value)
+        assert not w.alive
+    finally:
+        w.close()
+    serves_normally()
+
+
 def test_module_that_raises_on_load_is_an_environment_error():
     with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="bad") as w:
         with pytest.raises(EnvironmentCodeError, match="ZeroDivisionError"):
