@@ -32,7 +32,7 @@ from urllib.parse import unquote
 from trace_common.artifacts import ArtifactInfo, ArtifactStore, S3Settings, open_store, validate_key
 from trace_common.artifacts.keys import RootSpec, parse_root_uri
 from trace_common.env import Trajectory, loads_jsonl
-from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from trace_common.errors import FailedPrecondition, InvalidArgument, PermissionDenied, ResourceExhausted
 
 #: The setting that lists the store prefixes a job may read besides its own run's rollouts.
 ROLLOUT_ROOTS_SETTING = "TRACE_ANALYSIS_ROLLOUT_ROOTS"
@@ -132,13 +132,20 @@ def confine_rollouts(uris: Sequence[str], run_id: str, store: ArtifactStore, roo
     return out
 
 
-def read_rollouts(refs: Sequence[RolloutRef]) -> tuple[list[Trajectory], list[RolloutSource]]:
-    """The trajectories of admitted rollout artifacts (sha256-verified reads)."""
+def read_rollouts(refs: Sequence[RolloutRef], max_bytes: int | None = None
+                  ) -> tuple[list[Trajectory], list[RolloutSource]]:
+    """The trajectories of admitted rollout artifacts (sha256-verified reads). With `max_bytes`, every
+    artifact is sized first and ResourceExhausted raised, before any is read, if together they exceed it."""
+    infos = [ref.store.stat(ref.key) for ref in refs]
+    total = sum(info.size for info in infos)
+    if max_bytes is not None and total > max_bytes:
+        raise ResourceExhausted(f"the {len(refs)} rollout artifact(s) hold {total:,} bytes, more than one analysis "
+                                f"job reads ({max_bytes:,}: TRACE_ANALYSIS_MAX_ROLLOUT_BYTES); analyse fewer "
+                                "rollouts per job, or raise the setting together with the service's memory")
     trajectories: list[Trajectory] = []
     sources: list[RolloutSource] = []
-    for ref in refs:
+    for ref, info in zip(refs, infos, strict=True):
         uri, store, key = ref.uri, ref.store, ref.key
-        info = store.stat(key)
         data = store.get_bytes(key)
         batch = loads_jsonl(data, source=uri)
         if not batch:

@@ -104,7 +104,7 @@ async def run_analysis(ctx: JobContext, spec: AnalysisSpecModel, settings: Analy
     s3 = settings.s3_settings()
     observer = M.artifact_observer
     ctx.progress(stage="loading", message=f"reading {len(rollouts)} rollout artifact(s)")
-    trajectories, sources = await asyncio.to_thread(read_rollouts, rollouts)
+    trajectories, sources = await asyncio.to_thread(read_rollouts, rollouts, settings.max_rollout_bytes)
     n_failed = sum(not t.success for t in trajectories)
     n_passed = len(trajectories) - n_failed
     if n_failed == 0:

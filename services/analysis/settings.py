@@ -56,6 +56,10 @@ class AnalysisSettings(ServiceSettings):
     prompts_dir: Path | None = Field(None, description="Directory with discover.md and label.md; default "
                                      "./prompts/analysis, else the source tree's prompts/analysis.")
     plots: bool = Field(True, description="Render the PNG plots into the report directory.")
+    max_rollout_bytes: int = Field(256 << 20, ge=1, description="Most bytes of rollout JSONL one job "
+                                   "reads (all its rollout_uris together), checked before anything is read. "
+                                   "Parsed trajectories hold about 5 times their bytes (peak 7), so the "
+                                   "default (256 MiB) fits the chart's 2Gi analysis pod; raise both together.")
 
     @field_validator("rollout_roots", mode="before")
     @classmethod

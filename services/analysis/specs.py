@@ -39,7 +39,12 @@ class AnalysisSpecModel(Strict):
     def _uris(cls, v: list[str]) -> list[str]:
         # a URI with '..' segments is left to the service, which refuses it as a path outside this run
         # (PERMISSION_DENIED, artifacts_io.confine_rollouts) like every other such path
-        return [u if ".." in u.split("/") else check_uri(u, f"rollout_uris[{i}]") for i, u in enumerate(v)]
+        out = [u if ".." in u.split("/") else check_uri(u, f"rollout_uris[{i}]") for i, u in enumerate(v)]
+        first: dict[str, int] = {}
+        for i, u in enumerate(out):  # a repeated artifact would count its trajectories twice in every rate
+            if first.setdefault(u, i) != i:
+                raise ValueError(f"rollout_uris[{i}] repeats rollout_uris[{first[u]}] ({u}); list each artifact once")
+        return out
 
     @model_validator(mode="after")
     def _llm(self) -> AnalysisSpecModel:

@@ -18,13 +18,14 @@ from trace_common.env import dumps_jsonl
 from trace_common.jobs import JobState
 
 
-def run_job(root: Path, data: bytes | None, *, key="runs/r1/rollouts/part-0.jsonl", run_id="r1", **spec):
+def run_job(root: Path, data: bytes | None, *, key="runs/r1/rollouts/part-0.jsonl", run_id="r1",
+            settings: dict | None = None, **spec):
     store = open_store(root.as_uri())
     uri = store.put_bytes(key, data).uri if data is not None else store.uri_for(key)
     spec = AnalysisSpecModel(rollout_uris=[uri], mode=spec.pop("mode", "ANALYST_MODE_DIAGNOSTICS"), **spec)
 
     async def go():
-        domain = Analyses(AnalysisSettings(artifact_root=root.as_uri()))
+        domain = Analyses(AnalysisSettings(artifact_root=root.as_uri(), **(settings or {})))
         rec = domain.create_job(spec, run_id, {}, "")
         return await domain.jobs.wait(rec.job_id, timeout=120)
     return asyncio.run(go())
@@ -136,6 +137,19 @@ BAD_INPUT = {
     "no diagnostics": (dumps_jsonl([make_trajectory(str(i), success=i % 2 == 0) for i in range(6)]), {},
                        "FAILED_PRECONDITION", "use ANALYST_MODE_LLM"),
 }
+
+
+BAD_INPUT["more bytes than a job reads"] = (dumps_jsonl(planted_set()), {"settings": {"max_rollout_bytes": 1000}},
+                                             "RESOURCE_EXHAUSTED", "more than one analysis job reads (1,000: "
+                                             "TRACE_ANALYSIS_MAX_ROLLOUT_BYTES)")
+
+
+def test_a_repeated_rollout_uri_is_refused_by_the_spec():
+    uri = "file:///data/runs/r1/rollouts/part-0.jsonl"
+    other = "file:///data/runs/r1/rollouts/part-1.jsonl"
+    assert AnalysisSpecModel(rollout_uris=[uri, other], mode="ANALYST_MODE_DIAGNOSTICS").rollout_uris == [uri, other]
+    with pytest.raises(ValueError, match=r"rollout_uris\[2\] repeats rollout_uris\[0\] .*list each artifact once"):
+        AnalysisSpecModel(rollout_uris=[uri, other, uri], mode="ANALYST_MODE_DIAGNOSTICS")
 
 
 @pytest.mark.parametrize("case", BAD_INPUT.values(), ids=BAD_INPUT.keys())
