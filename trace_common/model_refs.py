@@ -37,6 +37,8 @@ import hashlib
 import os
 import posixpath
 import shutil
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -190,6 +192,12 @@ class ModelRoots:
 UNCONFINED = ModelRoots(unconfined=True, setting="(unconfined)")
 
 
+#: A download directory older than this, under the cache, was left by a process that died mid-download.
+STALE_PARTIAL_S = 24 * 3600
+#: What a model or adapter directory holds at its top (what `materialize`'s callers load).
+DIRECTORY_MARKERS = ("config.json", "adapter_config.json")
+
+
 def _download(uri: str, cache_dir: Path, s3) -> Path:
     from trace_common.artifacts import open_uri
 
@@ -200,15 +208,29 @@ def _download(uri: str, cache_dir: Path, s3) -> Path:
     files = store.list(prefix + "/")
     if not files:
         raise NotFound(f"no objects under {uri}; give the URI of a model or adapter directory")
-    tmp = path.with_name(path.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)  # a download an earlier process did not finish
-    for info in files:
-        dest = tmp / info.key[len(prefix) + 1:]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        store.get_file(info.key, dest)
+    if not {info.key[len(prefix) + 1:] for info in files} & set(DIRECTORY_MARKERS):
+        # e.g. a store's root: everything under it would be downloaded into the cache
+        raise NotFound(f"{uri} holds {len(files)} object(s) but no {' or '.join(DIRECTORY_MARKERS)} at its top; "
+                       "give the URI of a model or adapter directory (written by save_pretrained)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for old in cache_dir.glob(f"{path.name}.partial*"):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_PARTIAL_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    # a directory of its own: two jobs downloading the same URI at once each write their own copy
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f"{path.name}.partial-"))
     try:
-        tmp.rename(path)
-    except OSError:  # another process published the same URI first
+        for info in files:
+            dest = tmp / info.key[len(prefix) + 1:]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            store.get_file(info.key, dest)
+        try:
+            tmp.rename(path)
+        except OSError:  # another download of the same URI was published first: it is used
+            pass
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
 
