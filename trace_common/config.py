@@ -37,9 +37,10 @@ class ServiceSettings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 picks a free one; -1 is not allowed.")
     auth_token: SecretStr | None = Field(
-        None, description="Bearer token required on every gRPC call except health/reflection, and on the "
-        "inference service's OpenAI-compatible HTTP API. In Kubernetes it comes from a Secret. Visible ASCII, "
-        "no whitespace; a blank value is refused at start-up. Unset disables auth (the service logs a warning).")
+        None, description="Bearer token required on every gRPC call except the health Check (Kubernetes probes; "
+        "health Watch and reflection need it), and on the inference service's OpenAI-compatible HTTP API. In "
+        "Kubernetes it comes from a Secret. Visible ASCII, no whitespace; a blank value is refused at start-up. "
+        "Unset disables auth (the service logs a warning).")
     tls_cert_file: Path | None = Field(None, description="PEM certificate chain; enables TLS with tls_key_file.")
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file.")
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1 << 30,
@@ -59,10 +60,12 @@ class ServiceSettings(BaseSettings):
     max_concurrent_jobs: int = Field(4, ge=1, le=1024, description="Jobs running at once; more wait as PENDING.")
     max_concurrent_rpcs: int = Field(256, ge=1, le=100_000, description="gRPC calls in progress at once, open "
                                      "streams (Watch…) included; a call past it is refused at once with "
-                                     "RESOURCE_EXHAUSTED (retry later). Bounds the memory that concurrent large "
-                                     "requests can hold: about this many x max_message_bytes x 3 at worst. Raise it "
-                                     "for many clients at once (the environment service sees one StepEpisode per "
-                                     "episode stepping, from every training job).")
+                                     "RESOURCE_EXHAUSTED (retry later). Open streams may take all but 8 of them "
+                                     "(half, for a cap under 16), so the health Check and unary calls always find "
+                                     "a slot; a stream past that is RESOURCE_EXHAUSTED too. Bounds the memory that "
+                                     "concurrent large requests can hold: about this many x max_message_bytes x 3 "
+                                     "at worst. Raise it for many clients at once (the environment service sees "
+                                     "one StepEpisode per episode stepping, from every training job).")
     max_pending_jobs: int = Field(1000, ge=1, le=100_000, description="Jobs waiting as PENDING at once; a Create "
                                   "past it is RESOURCE_EXHAUSTED (retry later). trace_common/jobs.py.")
     max_pending_bytes: int = Field(256 * 1024 * 1024, ge=1 << 20, le=1 << 40, description="Bytes the PENDING jobs' "

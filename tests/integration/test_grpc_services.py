@@ -39,12 +39,18 @@ def test_health_and_reflection(embedded_stack, service):
 @pytest.mark.parametrize("service", SERVICE_NAMES)
 def test_health_watch_streams_serving(request, stack, service):
     """grpc.health.v1 Watch (a coroutine that writes for itself, unlike the servicers' async
-    generators) through all three interceptors, without a token also where auth is on."""
+    generators) through every interceptor; where auth is on it needs the token (a stream held open
+    takes a slot of max_concurrent_rpcs: tests/integration/test_grpc_stream_cap.py)."""
     s = request.getfixturevalue(stack)
+    md = (("authorization", f"Bearer {TOKEN}"),) if stack == "authed_stack" else ()
     with open_channel(Endpoint(s.targets[service])) as ch:
         h = health_pb2_grpc.HealthStub(ch)
+        if md:
+            with pytest.raises(grpc.RpcError) as info:
+                next(h.Watch(health_pb2.HealthCheckRequest(), timeout=10))
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         for name in ("", SERVICES[service][3]):
-            call = h.Watch(health_pb2.HealthCheckRequest(service=name), timeout=10)
+            call = h.Watch(health_pb2.HealthCheckRequest(service=name), metadata=md, timeout=10)
             try:
                 first = next(call)
             finally:
@@ -71,17 +77,22 @@ def _rpc_count(stack, service: str, method: str, code: str) -> float:
 
 
 def test_stream_request_handlers_pass_every_interceptor(authed_stack):
-    """Reflection (stream-stream) without a token where auth is on: answered, counted; undecodable
-    bytes in its request stream are INVALID_ARGUMENT like on any unary method."""
+    """Reflection (stream-stream) where auth is on: UNAUTHENTICATED without the token; with it
+    answered, counted; undecodable bytes in its request stream are INVALID_ARGUMENT like on any
+    unary method."""
     before = _rpc_count(authed_stack, "environment", "ServerReflectionInfo", "OK")
+    md = (("authorization", f"Bearer {TOKEN}"),)
+    question = reflection_pb2.ServerReflectionRequest(list_services="")
     with open_channel(Endpoint(authed_stack.targets["environment"])) as ch:
         refl = reflection_pb2_grpc.ServerReflectionStub(ch)
-        resp = list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                              timeout=10))
+        with pytest.raises(grpc.RpcError) as anonymous:
+            list(refl.ServerReflectionInfo(iter([question]), timeout=10))
+        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        resp = list(refl.ServerReflectionInfo(iter([question]), metadata=md, timeout=10))
         assert "trace.v1.EnvironmentService" in {x.name for x in resp[0].list_services_response.service}
         raw = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
         with pytest.raises(grpc.RpcError) as info:
-            list(raw(iter([b"\x0a\x7f"]), timeout=10))
+            list(raw(iter([b"\x0a\x7f"]), metadata=md, timeout=10))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "ServerReflectionInfo: the request bytes do not decode" in info.value.details()
     assert _rpc_count(authed_stack, "environment", "ServerReflectionInfo", "OK") == before + 1
@@ -101,7 +112,7 @@ def test_auth_required_except_health(authed_stack, service, token, fragment):
         getattr(authed_stack.stub(service, token=token), list_call[0])(list_call[1](), timeout=5)
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert fragment in info.value.details()
-    # with the right token the same call works; health needs no token (Kubernetes probes)
+    # with the right token the same call works; the health Check needs no token (Kubernetes probes)
     getattr(authed_stack.stub(service), list_call[0])(list_call[1](), timeout=5)
     with open_channel(Endpoint(authed_stack.targets[service])) as ch:
         assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest()).status == 1

@@ -9,7 +9,8 @@ TRACE_ROLLOUT_MAX_PENDING_BYTES; cancelling them returns the service's RSS near 
 request_id whose job was evicted (TRACE_ROLLOUT_RETAINED_JOBS) gets a new job when retried; a
 request_id under another run_id is another request. Requests too large to be jobs at all (a 15 MiB
 `environment.uri`, sent concurrently in rounds) are INVALID_ARGUMENT and leave the RSS near where it
-was; calls past TRACE_ROLLOUT_MAX_CONCURRENT_RPCS are RESOURCE_EXHAUSTED.
+was; Watch streams past their share of TRACE_ROLLOUT_MAX_CONCURRENT_RPCS are RESOURCE_EXHAUSTED while
+unary calls and the health Check are still answered.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from trace_common import limits
 from trace_common.grpc.client import messages
@@ -48,6 +51,9 @@ ROUNDS = 2
 #: Calls in progress at once (TRACE_ROLLOUT_MAX_CONCURRENT_RPCS), and the concurrent refused requests
 #: of one round below it, each with a `environment.uri` of HUGE_URI characters.
 MAX_RPCS = 16
+#: Streams that may be open at once: MAX_RPCS less the headroom kept for unary calls and health checks
+#: (trace_common/grpc/interceptors.py STREAM_HEADROOM, at most half the cap).
+MAX_STREAMS = 8
 CONCURRENT_HUGE = 12
 HUGE_URI = 15 * MIB
 #: After rounds of huge refused requests the RSS is at most this far above its start (after a warm-up
@@ -99,6 +105,7 @@ def service(tmp_path_factory):
         time.sleep(0.1)
     try:
         stub.blocker_id = blocker.job_id
+        stub.health = health_pb2_grpc.HealthStub(channel)
         yield stub, proc.pid
     finally:
         channel.close()
@@ -263,25 +270,34 @@ def test_huge_refused_requests_give_their_memory_back(service):
         assert after - start <= HUGE_RSS_BOUND, (start, rounds)
 
 
-def test_calls_past_the_concurrency_cap_are_resource_exhausted(service):
+def _watch_code(stream) -> str:
+    try:
+        next(stream)
+        return "OK"
+    except grpc.RpcError as err:
+        assert "TRACE_ROLLOUT_MAX_CONCURRENT_RPCS" in err.details(), err.details()
+        return err.code().name
+
+
+def test_streams_past_their_share_of_the_concurrency_cap_are_resource_exhausted(service):
     stub, _ = service
     watch = R.WatchRolloutJobRequest(job_id=stub.blocker_id)
     streams = [stub.WatchRolloutJob(watch) for _ in range(MAX_RPCS)]
     try:
-        for s in streams:                                      # each stream is open on the server
-            assert next(s).job.job_id == stub.blocker_id
-        with pytest.raises(grpc.RpcError) as err:
-            stub.ListRolloutJobs(R.ListRolloutJobsRequest(page_size=1))
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
+        codes = Counter(_watch_code(s) for s in streams)       # each answered stream stays open on the server
+        assert codes == {"OK": MAX_STREAMS, "RESOURCE_EXHAUSTED": MAX_RPCS - MAX_STREAMS}, codes
+        assert stub.ListRolloutJobs(R.ListRolloutJobsRequest(page_size=1)).jobs   # unary calls keep their room
+        assert stub.health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
     finally:
         for s in streams:
             s.cancel()
     for _ in range(50):                                        # the cancelled streams end on the server
+        again = stub.WatchRolloutJob(watch)
         try:
-            stub.ListRolloutJobs(R.ListRolloutJobsRequest(page_size=1))
-            break
-        except grpc.RpcError as again:
-            assert again.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            time.sleep(0.1)
+            if _watch_code(again) == "OK":
+                break
+        finally:
+            again.cancel()
+        time.sleep(0.1)
     else:
-        raise AssertionError("calls still refused after the streams were cancelled")
+        raise AssertionError("streams still refused after the open ones were cancelled")

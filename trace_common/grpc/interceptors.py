@@ -1,7 +1,11 @@
-"""Server interceptors: metrics (outermost), bearer-token auth, domain errors -> status codes.
+"""Server interceptors: metrics (outermost), bearer-token auth, the streaming-call cap, domain
+errors -> status codes.
 
 Order matters and is fixed in `server.py`: metrics sees every call with its final code; auth
-rejects before any handler runs; error mapping sits closest to the handler so that every
+rejects before any handler runs (so a caller without the token never holds a streaming slot); the
+streaming-call cap (`StreamLimitInterceptor`) keeps STREAM_HEADROOM of the server's
+`max_concurrent_rpcs` free of streams, so the kubelet's health Check and unary calls always find a
+slot however many Watch streams are open; error mapping sits closest to the handler so that every
 `trace_common.errors.TraceError` becomes its documented status with the reason as details,
 pydantic validation errors become INVALID_ARGUMENT, and anything unexpected becomes INTERNAL
 with an incident id (the traceback goes to the log, never to the client).
@@ -52,8 +56,21 @@ from trace_common.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 
-#: Methods reachable without a token: Kubernetes probes and grpcurl discovery.
-UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+#: Methods reachable without a token: the health Check only (Kubernetes' native gRPC probes send no
+#: metadata). Not health Watch nor reflection: both are streams a caller may hold open for ever, and
+#: open streams count against the server's `max_concurrent_rpcs`, so leaving them open let anyone who
+#: reaches the port fill it; they need the token like every other method (grpcurl: `-H
+#: "authorization: Bearer $TOKEN"`). Exact method names, not prefixes.
+UNAUTHENTICATED_METHODS = frozenset({"/grpc.health.v1.Health/Check"})
+
+#: Slots of the server's `max_concurrent_rpcs` that streaming calls (a streaming request or response:
+#: the Watch*Job streams, GenerateStream, health Watch, reflection) may not take, so that unary
+#: calls -- the kubelet's startup, liveness and readiness Checks (one each in flight per pod) among
+#: them -- always find one: a stream may stay open as long as its caller likes, a unary call ends by
+#: itself. 8 covers the three probes plus a few unary calls at once, and costs a 256-call server 3%
+#: of its streams. At most half of a small cap is kept (`stream_cap`), so a cap of 2 still serves
+#: one stream.
+STREAM_HEADROOM = 8
 
 #: Longest status detail sent (characters, the ellipsis included).
 MAX_DETAIL_CHARS = 1000
@@ -90,6 +107,12 @@ def bound_detail(text: str) -> str:
     if len(text) > MAX_DETAIL_CHARS:
         text = text[:MAX_DETAIL_CHARS - len(ELLIPSIS)] + ELLIPSIS
     return text
+
+
+def stream_cap(max_concurrent_rpcs: int) -> int:
+    """Streaming calls a server with `max_concurrent_rpcs` runs at once: that cap less STREAM_HEADROOM,
+    the headroom being at most half of it (256 -> 248, 64 -> 56, 16 -> 8, 2 -> 1, 1 -> 1)."""
+    return max_concurrent_rpcs - min(STREAM_HEADROOM, max_concurrent_rpcs // 2)
 
 
 def _method_name(full: str) -> str:
@@ -244,13 +267,14 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
 
 class AuthInterceptor(aio.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every call except health and reflection."""
+    """Requires `authorization: Bearer <token>` on every call except the health Check
+    (UNAUTHENTICATED_METHODS)."""
 
     def __init__(self, token: str):
         self._token = BearerToken(token)
 
     def _refusal(self, details: grpc.HandlerCallDetails) -> str | None:
-        if details.method.startswith(UNAUTHENTICATED_PREFIXES):
+        if details.method in UNAUTHENTICATED_METHODS:
             return None
         got = None
         for key, value in details.invocation_metadata or ():
@@ -270,6 +294,44 @@ class AuthInterceptor(aio.ServerInterceptor):
             return run
 
         return _rewrap(handler, deny)
+
+
+class StreamLimitInterceptor(aio.ServerInterceptor):
+    """Refuses a streaming call (a streaming request or response) with RESOURCE_EXHAUSTED while
+    `limit` of them are running on this server (`stream_cap` of its `max_concurrent_rpcs`), so that
+    open streams never take the slots unary calls and the health Check need. Unary calls pass as they
+    are (grpc's own `maximum_concurrent_rpcs` bounds them with everything else).
+
+    The count lives on the event loop's thread (grpc.aio runs every handler there) and is checked and
+    taken with no `await` in between; it is given back in a `finally` around the call, so on every way
+    out: the stream's normal end, an error or abort, the client cancelling or its deadline (grpc cancels
+    the handler's task) and the server stopping."""
+
+    def __init__(self, limit: int, max_concurrent_rpcs: int, setting: str = "max_concurrent_rpcs"):
+        self.limit = limit
+        #: Streaming calls running now.
+        self.active = 0
+        self._refusal = (f"too many streaming calls in progress: this server runs at most {limit} at once "
+                         f"(max_concurrent_rpcs {max_concurrent_rpcs}, less {max_concurrent_rpcs - limit} kept for "
+                         f"unary calls and health checks); retry when one has ended, or raise {setting}")
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is not None:
+            return handler
+
+        def wrap(fn, _request_streaming: bool, response_streaming: bool):
+            async def run(request, context):
+                if self.active >= self.limit:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+                self.active += 1
+                try:
+                    return await run_behaviour(fn, request, context, response_streaming)
+                finally:
+                    self.active -= 1
+            return run
+
+        return _rewrap(handler, wrap)
 
 
 class MetricsInterceptor(aio.ServerInterceptor):

@@ -1,11 +1,13 @@
 """Server bootstrap shared by the five services.
 
 `TraceServer` owns one grpc.aio server with: the service's own servicer(s), grpc.health.v1,
-reflection, interceptors (metrics -> auth -> error mapping), max message sizes, a cap on calls in
-progress (`max_concurrent_rpcs`: past it grpc refuses a call with RESOURCE_EXHAUSTED), optional TLS,
-and a Prometheus /metrics endpoint on its own port. `run_forever` adds graceful stop on
-SIGTERM/SIGINT: health flips to NOT_SERVING, new calls are refused, in-flight calls get
-`grace_seconds`.
+reflection, interceptors (metrics -> auth -> streaming-call cap -> error mapping), max message sizes,
+a cap on calls in progress (`max_concurrent_rpcs`: past it grpc refuses a call with RESOURCE_EXHAUSTED)
+of which streams may take all but a few (`stream_cap`: the health Check and unary calls keep room
+however many Watch streams are open), optional TLS, and a Prometheus /metrics endpoint on its own port.
+Only the health Check answers without the token (Kubernetes probes); health Watch and reflection need
+it. `run_forever` adds graceful stop on SIGTERM/SIGINT: health flips to NOT_SERVING, new calls are
+refused, in-flight calls get `grace_seconds`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from trace_common.config import ServiceSettings, token_env
-from trace_common.grpc.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
+from trace_common.grpc.interceptors import (
+    AuthInterceptor,
+    ErrorMappingInterceptor,
+    MetricsInterceptor,
+    StreamLimitInterceptor,
+    stream_cap,
+)
 from trace_common.metrics import MetricsServer, ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,7 @@ class TraceServer:
         self.port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self.health: health.aio.HealthServicer | None = None
+        self.stream_limit: StreamLimitInterceptor | None = None
         self._server: aio.Server | None = None
 
     def _build(self) -> aio.Server:
@@ -84,7 +93,11 @@ class TraceServer:
         interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor(definition.metrics)]
         if self.auth:  # ServiceSettings refuses a blank token, so a token here is a real one
             interceptors.append(AuthInterceptor(settings.auth_token.get_secret_value()))
-        interceptors.append(ErrorMappingInterceptor())
+        # after auth: a caller without the token is refused before it can hold a streaming slot
+        setting = f"TRACE_{(settings.service_name or definition.name).upper()}_MAX_CONCURRENT_RPCS"
+        self.stream_limit = StreamLimitInterceptor(stream_cap(settings.max_concurrent_rpcs),
+                                                   settings.max_concurrent_rpcs, setting)
+        interceptors += [self.stream_limit, ErrorMappingInterceptor()]
         server = aio.server(interceptors=interceptors, options=server_options(settings.max_message_bytes),
                             maximum_concurrent_rpcs=settings.max_concurrent_rpcs)
         definition.add_to_server(server)
