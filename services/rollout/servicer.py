@@ -20,7 +20,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
 
     async def CreateRolloutJob(self, request, context):
         spec = parse(RolloutSpecModel, request.spec, "spec")
-        rec = self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id)
+        rec = await self.d.create_job(spec, request.run_id, dict(request.labels), request.request_id)
         return pb.CreateRolloutJobResponse(job=jobs_rpc.job_to_proto(rec))
 
     async def GetRolloutJob(self, request, context):
