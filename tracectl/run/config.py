@@ -17,7 +17,7 @@ a reason. A per-stage value (`max_completion_length` in training.grpo or gates.c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -296,14 +296,27 @@ class RunConfig(Section):
                              "evaluation.temperature > 0 (sampled trials) or trials: 1")
         return self
 
-    def section(self, stage: str) -> dict[str, Any]:
-        """The configuration stage `stage` depends on directly (for manifest hashes)."""
+    #: Fields that say how a stage is scheduled, not what it computes (how many episodes, adapters or
+    #: arms run at once; where training runs): left out of the hashes, so lowering `evaluation.parallel`
+    #: after running out of memory keeps every finished arm instead of re-running the stage.
+    SCHEDULING_FIELDS: ClassVar[dict[str, frozenset[str]]] = {
+        "rollout": frozenset({"concurrency"}), "training": frozenset({"executor", "parallel"}),
+        "evaluation": frozenset({"parallel"})}
+
+    def section(self, stage: str, *, legacy: bool = False) -> dict[str, Any]:
+        """The configuration stage `stage` depends on directly (for manifest hashes), without the
+        SCHEDULING_FIELDS; `legacy=True`: with them, as runs recorded before 2026-12-07 hashed it (the
+        pipeline accepts either, so such a run resumes as it was)."""
         by_stage = {"rollout": [self.target, self.base_agent, self.rollout], "analysis": [self.analysis],
                     "environments": [self.environments], "adapters": [self.training], "gates": [self.gates],
                     "evaluation": [self.evaluation], "report": []}
         # fields added later are left out at their defaults, so runs recorded before them keep their hashes
         unset = {id(self.analysis): {"on_no_capability"} if self.analysis.on_no_capability == "stop" else set(),
                  id(self.evaluation): set() if self.evaluation.gepa_search else {"gepa_search"}}
+        if not legacy:
+            for name, fields in self.SCHEDULING_FIELDS.items():
+                part = getattr(self, name)
+                unset[id(part)] = unset.get(id(part), set()) | fields
         parts = [p.model_dump(exclude=unset.get(id(p)) or None) for p in by_stage[stage]]
         out = {"seed": self.seed, "parts": parts}
         if stage == "rollout":   # the rollout stage fixes the one completion cap every later stage uses

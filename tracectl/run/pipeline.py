@@ -547,18 +547,26 @@ class Pipeline:
         if from_stage:
             m.invalidate_from(from_stage)
         upstream: list[Any] = []
+        legacy: list[Any] = []   # as runs recorded before the scheduling fields left the hashes (config.py)
         stale = False
         for stage in STAGES:
             upstream.append(self.cfg.section(stage))
+            legacy.append(self.cfg.section(stage, legacy=True))
             if stage == "rollout":
                 upstream.append(self.base_agent_identity())
+                legacy.append(upstream[-1])
             want = config_hash(*upstream)
             rec = m.stages[stage]
+            if not stale and rec.config_hash == config_hash(*legacy) != want:
+                rec.config_hash = want   # the same configuration, recorded under the earlier hash
             if not stale and rec.status == "completed" and rec.config_hash == want:
                 console.print(f"[dim]stage {stage}: done earlier, reused[/]")
                 if until == stage:
                     break
                 continue
+            if not stale and rec.status == "completed":
+                console.print(f"[yellow]stage {stage}: its configuration (or an earlier stage's) changed since it "
+                              "completed: re-running it and every stage after it[/]")
             if stale or rec.config_hash != want:
                 rec.partial = {}  # units finished under another config or on other inputs are not reusable
             elif rec.partial:
