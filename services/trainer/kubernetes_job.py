@@ -281,11 +281,17 @@ class KubernetesExecutor:
         ns = default_namespace(self.settings)
         job = build_job(spec, self.settings, namespace=ns)
         name = job["metadata"]["name"]
+        created = asyncio.ensure_future(asyncio.to_thread(self.batch.create_namespaced_job, ns, job))
         try:
-            await asyncio.to_thread(self.batch.create_namespaced_job, ns, job)
+            await asyncio.shield(created)
         except client.ApiException as exc:
             raise E.Unavailable(f"could not create Kubernetes Job {name} in namespace {ns}: {exc.status} "
                                 f"{exc.reason}") from exc
+        except asyncio.CancelledError:
+            # cancelled while the create was on its way: it may still make the Job, which nothing would
+            # then delete (its GPUs held to its deadline), so wait for it and delete what it made
+            await asyncio.shield(self._delete_after(created, name, ns))
+            raise
         seen: set[str] = set()
 
         def drain(events: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -396,6 +402,14 @@ class KubernetesExecutor:
                 if term is not None and term.reason:
                     ends.append(f"{term.reason} (exit {term.exit_code})")
         return ends
+
+    async def _delete_after(self, created: asyncio.Future, name: str, ns: str) -> None:
+        """Delete Job `name` once its create call (`created`) has ended, whatever its outcome."""
+        try:
+            await created
+        except Exception:  # noqa: BLE001 (a failed create made nothing; the delete is then a 404)
+            pass
+        await asyncio.to_thread(self._delete, name, ns)
 
     def _delete(self, name: str, ns: str) -> None:
         try:

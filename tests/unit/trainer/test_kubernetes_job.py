@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
+import time
 
 import kubernetes_validate
 import pytest
@@ -276,6 +278,31 @@ async def test_executor_failed_job_reports_the_reason(kmock, tmp_path, events, p
     await set_status(ex.batch, job.metadata.name, "Failed", **condition)
     with pytest.raises(error, match=text):
         await asyncio.wait_for(task, 10)
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_while_the_job_is_being_created_deletes_it(kmock, tmp_path):
+    """The create call runs in a thread: a cancel that lands while it is on its way used to leave the Job
+    it then made running, with nothing to delete it."""
+    ex = KubernetesExecutor(TrainerSettings(kubernetes_namespace="trace", job_poll_seconds=0.05, job_image="i:1"),
+                            open_store(tmp_path.as_uri()), api_factory(kmock))
+    spec = wspec(root=tmp_path.as_uri())
+    real_create, started = ex.batch.create_namespaced_job, threading.Event()
+
+    def slow_create(*args, **kwargs):
+        started.set()
+        time.sleep(0.5)
+        return real_create(*args, **kwargs)
+
+    ex.batch.create_namespaced_job = slow_create
+    task = asyncio.create_task(ex.run(spec, lambda e: None))
+    assert await asyncio.to_thread(started.wait, 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(client.ApiException) as err:   # made after the cancel, and deleted
+        await asyncio.to_thread(ex.batch.read_namespaced_job, job_name(spec.job_id), "trace")
+    assert err.value.status == 404
 
 
 @pytest.mark.asyncio
