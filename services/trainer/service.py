@@ -33,7 +33,7 @@ from services.trainer.grpo import checkpoint as ckpt
 from services.trainer.grpo.config import GRPOConfig
 from services.trainer.grpo.guidance import check_guidance
 from services.trainer.grpo.models import check_adapter_merge
-from trace_common.artifacts import ArtifactStore, open_store, split_uri
+from trace_common.artifacts import ArtifactStore, open_store
 from trace_common.data_roots import own_data_hidden
 from trace_common.endpoints import Endpoints, normalize_url, refuse_outbound_params
 from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -255,14 +255,17 @@ class Training:
         return tuple(shared_mounts(template)) if template else ()
 
     def resume_key(self, uri: str) -> str:
+        """The key of the checkpoint.json `uri` names (a ListCheckpoints URI, or its checkpoint's
+        directory) in this trainer's store; InvalidArgument naming spec.resume_from_uri elsewhere."""
         if not uri:
             return ""
-        root, key = split_uri(uri.rstrip("/"))
-        if root.rstrip("/") != self.store.root_uri.rstrip("/"):
+        try:
+            key = self.store.key_of(uri.rstrip("/"))
+        except InvalidArgument:
             raise InvalidArgument(field="spec.resume_from_uri", expected=f"a checkpoint in this trainer's artifact "
                                   f"store ({self.store.root_uri})", got=uri,
-                                  fix="copy the checkpoint into the store or use a ListCheckpoints URI")
-        return key if key.endswith(ckpt.MANIFEST) else f"{key}/{ckpt.MANIFEST}"
+                                  fix="copy the checkpoint into the store or use a ListCheckpoints URI") from None
+        return ckpt.manifest_key_of(key)
 
     # -- jobs -----------------------------------------------------------------------------------------
     def create_job(self, spec: TrainingSpecModel, run_id: str, labels: dict[str, str],

@@ -95,6 +95,14 @@ def load_spec(args: argparse.Namespace) -> WorkerSpec:
     return WorkerSpec.model_validate_json(raw)
 
 
+def built_in_key(model: str) -> str:
+    """The cache key of a built-in base agent (`micro`, `smollm2`) under this code: part of the job's
+    identity its checkpoints record, since a rebuilt agent keeps its name. "" for any other model."""
+    from trace_common.agents.resolve import CONFIGS, base_agent_key
+
+    return (base_agent_key(model) or "") if model in CONFIGS else ""
+
+
 def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
     import torch
     from pydantic import SecretStr
@@ -155,7 +163,9 @@ def run(spec: WorkerSpec, sink_factory=EventSink) -> int:
                                capability=spec.capability, on_event=emit, should_stop=stop.is_set, dist=dist,
                                model_label=label, lineage=adapter_lineage(spec.prefix),
                                policy_model=spec.policy["model"], policy_adapter=spec.policy.get("adapter_uri", ""),
-                               environment=(spec.environment.get("name", ""), spec.environment.get("version", "")))
+                               environment=(spec.environment.get("name", ""), spec.environment.get("version", "")),
+                               environment_params=spec.environment.get("params") or {},
+                               model_key=built_in_key(spec.policy["model"]))
         result = trainer.train(resume=spec.resume_from or True, write_adapter=False)
         if stop.is_set() and result.stop_reason == "stop requested":
             emit("error", {"code": "CANCELLED", "message": f"stopped on request after iteration "

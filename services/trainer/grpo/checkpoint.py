@@ -18,15 +18,27 @@ Which iterations get one (`checkpoint_due`): every `save_steps`-th, those `check
 Each object is written atomically with its sha256 by the store; a checkpoint exists only once
 its `checkpoint.json` does, and loading re-checks every listed file's recorded digest (the
 store verifies the bytes on read). A job that dies while writing leaves an incomplete
-directory that `latest` skips, so the previous checkpoint stays the one resumed from.
+directory that `latest` skips, so the previous checkpoint stays the one resumed from. Saving
+over an existing `ckpt-<iteration>/` (e.g. a stale one of another lineage: another config,
+model or environment) removes its `checkpoint.json` first, so a job killed mid-overwrite never
+leaves a "complete" checkpoint whose files come from two lineages.
+
+Whose checkpoint it is: the manifest (and trainer_state.json) record the config's resume digest
+and the job's identity (`job_identity`: the model label, the policy reference, and the
+environment's name, version and a digest of its params). A job continues only a checkpoint of
+its own lineage (trainer.py `resume`); `read_record` reads both without loading any tensor.
+Checkpoints written before identities were recorded have none; their trainer_state.json's
+`model` (the model label) is all they say about the job.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import random
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +50,26 @@ from trace_common.errors import ArtifactCorrupted, NotFound
 
 from .lora import torch_bytes, torch_load_bytes
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "checkpoint.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 _CKPT_RE = re.compile(r"/ckpt-(\d+)/checkpoint\.json$")
+
+
+def job_identity(*, model_label: str, policy_model: str = "", policy_adapter: str = "",
+                 environment: tuple[str, str] | None = None,
+                 environment_params: Mapping[str, Any] | None = None, model_key: str = "") -> dict[str, str]:
+    """What a checkpoint was trained for, beyond its config (recorded in it; module docstring): the model
+    label, the job's PolicyRef (model, default the label; adapter), the built-in base agent's cache key
+    (`model_key`: a rebuilt `micro` keeps its name and gets another key), and the environment's (name,
+    version) and the sha256 of its params (canonical JSON)."""
+    name, version = environment or ("", "")
+    params = json.dumps(dict(environment_params or {}), sort_keys=True, separators=(",", ":"), default=str)
+    return {"model": model_label, "policy_model": policy_model or model_label, "policy_adapter": policy_adapter,
+            "model_key": model_key,
+            "environment": name, "environment_version": version,
+            "environment_params_sha256": hashlib.sha256(params.encode()).hexdigest()}
 
 
 @dataclass
@@ -107,9 +136,17 @@ def restore_torch_rng(d: dict[str, Any]) -> None:
 def save_checkpoint(store: ArtifactStore, prefix: str, *, state: TrainerState, adapter: bytes,
                     adapter_config: bytes, optimizer: dict[str, Any], scheduler: dict[str, Any],
                     config_digest: str, extra: dict[str, Any] | None = None,
-                    weights_file: str = WEIGHTS_FILE, config_file: str = "adapter_config.json") -> CheckpointInfo:
-    """Write one checkpoint under `<prefix>/ckpt-<iteration>/` (module docstring), manifest last."""
+                    weights_file: str = WEIGHTS_FILE, config_file: str = "adapter_config.json",
+                    identity: dict[str, str] | None = None) -> CheckpointInfo:
+    """Write one checkpoint under `<prefix>/ckpt-<iteration>/` (module docstring): an existing one's
+    manifest is removed first, the new manifest is written last. `identity`: `job_identity`'s."""
     base = f"{prefix}/ckpt-{state.iteration}"
+    if store.exists(f"{base}/{MANIFEST}"):
+        log.info("replacing the checkpoint at %s: its manifest goes first, so no mix of the two is ever "
+                 "complete", store.uri_for(base))
+        store.delete(f"{base}/{MANIFEST}")
+    if identity is not None:
+        extra = dict(extra or {}, identity=identity)
     trainer_state = dict(state.to_json(), rng=python_numpy_rng(), config_digest=config_digest, **(extra or {}))
     parts = {
         weights_file: adapter,
@@ -122,8 +159,10 @@ def save_checkpoint(store: ArtifactStore, prefix: str, *, state: TrainerState, a
     for name, data in parts.items():
         info = store.put_bytes(f"{base}/{name}", data)
         files[name] = {"sha256": info.sha256, "size": info.size}
-    manifest = {"iteration": state.iteration, "seed_cursor": state.seed_cursor, "config_digest": config_digest,
-                "files": files}
+    manifest: dict[str, Any] = {"iteration": state.iteration, "seed_cursor": state.seed_cursor,
+                                "config_digest": config_digest, "files": files}
+    if identity is not None:
+        manifest["identity"] = identity
     if weights_file != WEIGHTS_FILE:
         manifest["weights_file"] = weights_file
     info = store.put_bytes(f"{base}/{MANIFEST}", json.dumps(manifest, sort_keys=True, indent=1).encode())
@@ -151,9 +190,63 @@ def list_checkpoints(store: ArtifactStore, prefix: str) -> list[CheckpointInfo]:
     return sorted(out, key=lambda c: c.iteration)
 
 
-def latest_checkpoint(store: ArtifactStore, prefix: str) -> CheckpointInfo | None:
-    found = list_checkpoints(store, prefix)
-    return found[-1] if found else None
+def latest_checkpoint(store: ArtifactStore, prefix: str,
+                      accept: Callable[[CheckpointInfo], bool] | None = None) -> CheckpointInfo | None:
+    """The complete checkpoint of the highest iteration under `prefix` that `accept` takes (default:
+    any), newest first; None when there is none."""
+    for found in reversed(list_checkpoints(store, prefix)):
+        if accept is None or accept(found):
+            return found
+    return None
+
+
+def manifest_key_of(key: str) -> str:
+    """The key of a checkpoint's `checkpoint.json`, given it or the checkpoint's directory."""
+    return key if key.endswith(f"/{MANIFEST}") else f"{key.rstrip('/')}/{MANIFEST}"
+
+
+def _read_manifest(store: ArtifactStore, manifest_key: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(store.get_bytes(manifest_key))
+    except NotFound:
+        raise NotFound(f"no complete checkpoint at {store.uri_for(manifest_key)} (its checkpoint.json is missing); "
+                       "list the job's checkpoints to pick one") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactCorrupted(f"{manifest_key} is not JSON: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise ArtifactCorrupted(f"{manifest_key} is not a checkpoint manifest (a JSON object)")
+    return manifest
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """Whose a checkpoint is (module docstring), read without loading its tensors."""
+
+    config_digest: str                      # "" when none was recorded
+    identity: dict[str, str] | None         # `job_identity`'s; None: written before identities were recorded
+    model: str | None                       # the model label recorded (None: none)
+
+
+def read_record(store: ArtifactStore, manifest_key: str) -> CheckpointRecord:
+    """The config digest and job identity a checkpoint recorded: its manifest's, and for a checkpoint
+    written before identities were recorded, the model label of its trainer_state.json."""
+    manifest_key = manifest_key_of(manifest_key)
+    manifest = _read_manifest(store, manifest_key)
+    digest = str(manifest.get("config_digest") or "")
+    identity = manifest.get("identity")
+    if isinstance(identity, dict):
+        model = identity.get("model")
+        return CheckpointRecord(digest, {str(k): str(v) for k, v in identity.items()},
+                                None if model is None else str(model))
+    base = manifest_key.rsplit("/", 1)[0]
+    try:
+        state = json.loads(store.get_bytes(f"{base}/trainer_state.json"))
+    except NotFound:
+        raise ArtifactCorrupted(f"checkpoint {base} lacks trainer_state.json") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactCorrupted(f"{base}/trainer_state.json is not JSON: {exc}") from exc
+    model = state.get("model") if isinstance(state, dict) else None
+    return CheckpointRecord(digest, None, None if model is None else str(model))
 
 
 @dataclass
@@ -169,16 +262,9 @@ class LoadedCheckpoint:
 
 def load_checkpoint(store: ArtifactStore, manifest_key: str) -> LoadedCheckpoint:
     """Read and verify a checkpoint by the key of its `checkpoint.json`."""
-    if not manifest_key.endswith(f"/{MANIFEST}"):
-        manifest_key = f"{manifest_key.rstrip('/')}/{MANIFEST}"
+    manifest_key = manifest_key_of(manifest_key)
     base = manifest_key.rsplit("/", 1)[0]
-    try:
-        manifest = json.loads(store.get_bytes(manifest_key))
-    except NotFound:
-        raise NotFound(f"no complete checkpoint at {store.uri_for(manifest_key)} (its checkpoint.json is missing); "
-                       "list the job's checkpoints to pick one") from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactCorrupted(f"{manifest_key} is not JSON: {exc}") from exc
+    manifest = _read_manifest(store, manifest_key)
     data: dict[str, bytes] = {}
     for name, rec in manifest.get("files", {}).items():
         blob = store.get_bytes(f"{base}/{name}")

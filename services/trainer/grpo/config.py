@@ -129,7 +129,8 @@ class GRPOConfig(BaseModel):
     max_resample_rounds: int = Field(
         0, ge=0, le=16, description="Constant-reward groups are dropped; up to this many extra rounds draw "
         "fresh seeds to replace them (0: train on the informative groups only).")
-    seed: int = Field(0, ge=0, description="Seeds the seed schedule, sampling and LoRA initialisation.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds the seed schedule, sampling and LoRA "
+                      "initialisation (at most 2**63-1, torch.manual_seed's range).")
     initial_batches_uri: str = Field(
         "", max_length=4096, description="A calibration-batches manifest (calibration_batches.json, in this "
         "trainer's store) of the environment being trained: its calibration episodes, played by the base policy "

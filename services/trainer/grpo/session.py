@@ -41,12 +41,15 @@ def make_trainer(config: GRPOConfig, base_model: torch.nn.Module, tokenizer: Any
                  on_event: EventFn | None = None, should_stop=None, dist: Dist | None = None,
                  model_label: str = "", engine: RolloutEngine | None = None,
                  guidance_text: str | None = None, lineage: str = "", policy_model: str = "",
-                 policy_adapter: str = "", environment: tuple[str, str] | None = None) -> GRPOTrainer:
+                 policy_adapter: str = "", environment: tuple[str, str] | None = None,
+                 environment_params: dict[str, Any] | None = None, model_key: str = "") -> GRPOTrainer:
     """Attach a fresh LoRA adapter to `base_model` (frozen) and build the trainer (module docstring).
     `lineage` (a digest of the job's checkpoint prefix) names the vLLM adapter versions of this job's
     checkpoints apart from other runs' (vllm_rollouts.py). `policy_model`, `policy_adapter` and
     `environment` ((name, version)) are what `config.initial_batches_uri`'s episodes must have been
-    played by and on (initial_batches.py)."""
+    played by and on (initial_batches.py); with `environment_params`, `model_label` and `model_key` (a
+    built-in base agent's cache key) they are the job's identity its checkpoints record (a job resumes
+    only its own: `GRPOTrainer.resume`)."""
     if config.gradient_checkpointing:
         base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = attach_lora(base_model, config)
@@ -64,4 +67,5 @@ def make_trainer(config: GRPOConfig, base_model: torch.nn.Module, tokenizer: Any
     return GRPOTrainer(config, model, env_factory, engine, render=prompt_renderer(policy), pad_id=policy.pad_id,
                        store=store, prefix=prefix, capability=capability, guidance_text=guidance_text, dist=dist,
                        on_event=on_event, should_stop=should_stop, model_label=model_label,
-                       policy_model=policy_model, policy_adapter=policy_adapter, environment=environment)
+                       policy_model=policy_model, policy_adapter=policy_adapter, environment=environment,
+                       environment_params=environment_params, model_key=model_key)

@@ -60,7 +60,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,10 +215,13 @@ class GRPOTrainer:
                  capability: str = "", guidance_text: str | None = None, dist: Dist | None = None,
                  on_event: EventFn | None = None, should_stop: Callable[[], bool] | None = None,
                  model_label: str = "", weights: TrainableWeights | None = None, policy_model: str = "",
-                 policy_adapter: str = "", environment: tuple[str, str] | None = None):
+                 policy_adapter: str = "", environment: tuple[str, str] | None = None,
+                 environment_params: Mapping[str, Any] | None = None, model_key: str = ""):
         """`policy_model`/`policy_adapter` (the job's PolicyRef, default `model_label`) and
         `environment` ((name, version) of the job's environment) identify what initial batches must
-        have been played by and on (initial_batches.py)."""
+        have been played by and on (initial_batches.py). With `environment_params` (the environment's
+        params), `model_label` and `model_key` (a built-in base agent's cache key) they are the job's
+        identity, recorded in its checkpoints: a job continues only checkpoints of its own (`resume`)."""
         self.config = config
         self.model = model
         self.env_factory = env_factory
@@ -232,6 +235,9 @@ class GRPOTrainer:
         self.on_event = on_event or (lambda kind, payload: None)
         self.should_stop = should_stop or (lambda: False)
         self.model_label = model_label
+        self.identity = ckpt.job_identity(model_label=model_label, policy_model=policy_model,
+                                          policy_adapter=policy_adapter, environment=environment,
+                                          environment_params=environment_params, model_key=model_key)
         probe = env_factory()
         splits = probe.splits()
         if config.train_split not in splits:
@@ -266,33 +272,62 @@ class GRPOTrainer:
         self._reported = False  # an "iteration" event was sent during this train() call
 
     # -- resume ------------------------------------------------------------------------------
+    def _not_ours(self, record: ckpt.CheckpointRecord) -> str:
+        """Why a checkpoint is not of this job's lineage ("" when it is): it continues only one written
+        with a resumable config digest for the same identity (model label, policy, environment name,
+        version and params). One written before identities were recorded: the same model label."""
+        if record.config_digest and record.config_digest not in self.config.resumable_digests():
+            return f"it was written with another config ({record.config_digest} != {self.config.resume_digest()})"
+        if record.identity is None:
+            if record.model != self.model_label:
+                return f"it was trained on model {record.model!r}, this job trains {self.model_label!r}"
+            return ""
+        differ = [f"{k} {record.identity.get(k)!r} != {v!r}" for k, v in self.identity.items()
+                  if record.identity.get(k) != v]
+        return f"it was written by another job ({'; '.join(differ)})" if differ else ""
+
+    def _continues(self, found: ckpt.CheckpointInfo) -> bool:
+        why = self._not_ours(ckpt.read_record(self.store, found.key))
+        if why:  # a re-run with a changed config, model or environment is a new training, not a continuation
+            log.warning("not continuing checkpoint %s: %s", found.uri, why)
+        return not why
+
     def resume(self, manifest_key: str | None = None) -> bool:
-        """Restore the given checkpoint, or the latest complete one under the prefix.
-        Returns False when there is none (fresh start)."""
+        """Restore the given checkpoint, or the newest complete one under the prefix of this job's
+        lineage (`_not_ours`; the others are skipped with a log line). Returns False when there is
+        none (fresh start). A given checkpoint is restored even when written with another config or
+        environment (with a warning), never one trained on another model (FailedPrecondition)."""
         if self.store is None:
             return False
         explicit = manifest_key is not None
         if manifest_key is None:
-            found = ckpt.latest_checkpoint(self.store, self.prefix)
+            found = ckpt.latest_checkpoint(self.store, self.prefix, accept=self._continues)
             if found is None:
                 return False
             manifest_key = found.key
+        manifest_key = ckpt.manifest_key_of(manifest_key)
+        if explicit:
+            record = ckpt.read_record(self.store, manifest_key)
+            if record.model is not None and record.model != self.model_label:
+                raise FailedPrecondition(
+                    f"checkpoint {self.store.uri_for(manifest_key)} was trained on model {record.model!r}, and this "
+                    f"job trains model {self.model_label!r}: a LoRA adapter continues only on the model it was "
+                    f"trained on. Resume from a checkpoint trained on {self.model_label!r}, or start fresh "
+                    "(no resume_from_uri)")
+            why = self._not_ours(record)
+            if why:
+                log.warning("resuming from checkpoint %s although %s", self.store.uri_for(manifest_key), why)
         loaded = ckpt.load_checkpoint(self.store, manifest_key)
-        if loaded.config_digest and loaded.config_digest not in self.config.resumable_digests():
-            if not explicit:  # a re-run with a changed config is a new training, not a continuation
-                log.warning("the latest checkpoint under %s was written with another config (%s != %s): "
-                            "starting fresh", self.prefix, loaded.config_digest, self.config.resume_digest())
-                return False
-            log.warning("resuming from a checkpoint written with another config (%s != %s)",
-                        loaded.config_digest, self.config.resume_digest())
         self.weights.load_state_bytes(loaded.adapter)
         self.optimizer.load_state_dict(loaded.optimizer)
         self.scheduler.load_state_dict(loaded.scheduler)
         ckpt.restore_python_numpy_rng(loaded.rng_python_numpy)
         ckpt.restore_torch_rng(loaded.rng_torch)
         self.state = loaded.state
+        # this job's lineage only (a stale checkpoint of another one may lie under the prefix)
         self.checkpoints = [c for c in ckpt.list_checkpoints(self.store, self.prefix)
-                            if c.iteration <= self.state.iteration]
+                            if c.key == manifest_key or (c.iteration <= self.state.iteration
+                                                         and not self._not_ours(ckpt.read_record(self.store, c.key)))]
         log.info("resumed %s at iteration %d (seed cursor %d)", self.capability, self.state.iteration,
                  self.state.seed_cursor)
         return True
@@ -687,7 +722,8 @@ class GRPOTrainer:
                                     weights_file=self.weights.weights_file, config_file=self.weights.config_file,
                                     optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
                                     config_digest=self.config.resume_digest(),
-                                    extra={"capability": self.capability, "model": self.model_label})
+                                    extra={"capability": self.capability, "model": self.model_label},
+                                    identity=self.identity)
         self.checkpoints.append(info)
         self.on_event("checkpoint", {"iteration": info.iteration, "uri": info.uri, "sha256": info.sha256,
                                      "size": info.size})

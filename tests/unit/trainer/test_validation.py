@@ -29,6 +29,7 @@ def spec(**kw) -> TrainingSpecModel:
     ({"config": {"group_size": 8}}, InvalidArgument, "use 'num_generations'"),
     ({"config": {"epsilon": 0.3, "epsilon_high": 0.1}}, InvalidArgument, "epsilon_high=0.28"),
     ({"config": {"learning_rate": -1}}, InvalidArgument, "config.learning_rate"),
+    ({"config": {"seed": 1e20}}, InvalidArgument, "config.seed"),   # not after the worker loaded the model
     ({"config": {"train_split": "holdout"}}, InvalidArgument, "one of ['dev', 'test', 'train']"),
     ({"policy": {"backend": "POLICY_BACKEND_SCRIPTED", "model": "expert"}}, InvalidArgument,
      "POLICY_BACKEND_IN_PROCESS"),
@@ -90,3 +91,12 @@ def test_config_struct_values_arrive_as_floats(tmp_path):
     domain = Training(TrainerSettings(artifact_root=tmp_path.as_uri()))
     cfg = domain.validate(spec(config={"values": {"num_generations": 4.0, "max_steps": 2.0}}))
     assert (cfg.num_generations, cfg.max_steps) == (4, 2)
+
+
+def test_a_built_in_agents_key_is_part_of_a_jobs_identity():
+    """A rebuilt `micro` keeps its name: its checkpoints tell the agents apart by their cache key."""
+    from services.trainer.worker import built_in_key
+    from trace_common.agents.resolve import base_agent_key
+
+    assert built_in_key("micro") == base_agent_key("micro") and len(built_in_key("micro")) == 16
+    assert built_in_key("file:///models/m") == built_in_key("smollm2-base") == ""

@@ -36,6 +36,10 @@ from trace_common.errors import InvalidArgument
      "block at the end of the system prompt"),
     ({"guidance_position": "system", "guidance_fraction": 0.25}, "config", "guidance_position: "),
     ({"guidance_position": "user"}, "config", "remove the field"),
+    # torch.manual_seed takes no more (the worker would fail after loading the model)
+    ({"seed": 1e20}, "config.seed", "less than or equal to 9223372036854775807"),
+    ({"seed": 2**63}, "config.seed", "less than or equal to 9223372036854775807"),
+    ({"seed": -1}, "config.seed", "greater than or equal to 0"),
 ])
 def test_invalid_config_says_how_to_fix(values, field, fix):
     with pytest.raises(InvalidArgument) as err:
@@ -54,9 +58,23 @@ def test_invalid_config_says_how_to_fix(values, field, fix):
     ({"guidance_fraction": 0.084, "num_generations": 6}, lambda c: c.guided_per_group == 1),  # the least above
     ({}, lambda c: c.guidance_fraction == 0.0 and c.guided_per_group == 0),  # guidance is asked for, never implied
     ({"lora_target_modules": ["q_proj", "v_proj"]}, lambda c: c.lora_target_modules == ["q_proj", "v_proj"]),
+    ({"seed": 2**63 - 1}, lambda c: c.seed == 2**63 - 1),   # the largest seed torch.manual_seed takes
+    ({"seed": 1e6}, lambda c: c.seed == 10**6),
 ])
 def test_valid_config(values, check):
     assert check(parse_config(values))
+
+
+@pytest.mark.parametrize("values, resume_digest", [
+    ({}, "b1d73ef21706d575"),
+    ({"seed": 123456789, "max_steps": 3}, "55eba26c1a8c002d"),
+    ({"seed": 2**63 - 1}, "af7d9cd45f312064"),
+])
+def test_checkpoints_of_todays_configs_stay_resumable(values, resume_digest):
+    """The digests today's configs record in their checkpoints (checked on resume): changing a field's
+    bounds or description leaves them as they are; a change that alters them must keep them in
+    `resumable_digests`."""
+    assert resume_digest in GRPOConfig(**values).resumable_digests()
 
 
 @pytest.mark.parametrize("changed, same_resume_digest", [

@@ -18,7 +18,9 @@ from trace_common.artifacts import open_store
 PREFIX = "runs/r/adapters/cap"
 
 
-def run(store, cfg, env, kind, *, stop_after=None, resume=False):
+def run(store, cfg, env, kind, *, stop_after=None, resume=False, **identity):
+    """`identity`: make_trainer's model_label, policy_model, policy_adapter, environment, environment_params,
+    model_key."""
     rows = []
     box = {}
 
@@ -26,7 +28,8 @@ def run(store, cfg, env, kind, *, stop_after=None, resume=False):
         if k == "iteration":
             rows.append({**p["values"], "replayed": bool(p.get("replayed"))})
     trainer = make_trainer(cfg, warm_model(kind), tiny_tokenizer(), env, store=store, prefix=PREFIX, capability="cap",
-                           on_event=on_event, should_stop=lambda: stop_after is not None and len(rows) >= stop_after)
+                           on_event=on_event, should_stop=lambda: stop_after is not None and len(rows) >= stop_after,
+                           **identity)
     box["result"] = trainer.train(resume=resume, write_adapter=False)
     return load(adapter_state_bytes(trainer.model)), rows, box["result"], trainer
 
@@ -123,3 +126,138 @@ def test_budget_is_the_same_for_resumed_and_uninterrupted_runs(tmp_path, env, cf
         assert sum(r["resample_rounds"] for r in rows_a) > 0 and final["rollouts_total"] > schedule
     else:
         assert final["rollouts_total"] == schedule
+
+
+#: The job that wrote the checkpoints of the lineage tests: base model, PolicyRef, environment and its params.
+JOB = dict(model_label="base-a", policy_model="base-a", environment=("pick", "1"), environment_params={"good": "ab"})
+SMALL = dict(groups_per_batch=2, num_generations=4, max_completion_length=3, seed=1, lora_r=4, learning_rate=5e-3,
+             early_stop_uninformative_iterations=0)
+
+
+def older_trace(monkeypatch):
+    """Checkpoints written as a TRACE before job identities were recorded wrote them (trainer_state.json's
+    `model` only)."""
+    save = ckpt.save_checkpoint
+    monkeypatch.setattr(ckpt, "save_checkpoint", lambda *a, identity=None, **kw: save(*a, **kw))
+
+
+@pytest.mark.parametrize("changed, max_steps, legacy, resumes", [
+    ({}, 3, False, True),                                                  # the same job continues
+    ({"model_label": "base-b", "policy_model": "base-b"}, 3, False, False),  # another base model
+    ({"model_key": "a-rebuilt-agent"}, 3, False, False),   # a built-in agent rebuilt under the same name
+    ({"policy_adapter": "file:///s/runs/r/adapters/x/v1"}, 3, False, False),  # ... warm-started: another policy
+    ({"environment": ("pick", "2")}, 3, False, False),                     # another environment version
+    ({"environment": ("other", "1")}, 3, False, False),                    # another environment
+    ({"environment_params": {"good": "b"}}, 3, False, False),              # the same one with other params
+    # a finished job of another model: trained anew, not its adapter handed back as new ("nothing left to run")
+    ({"model_label": "base-b", "policy_model": "base-b"}, 2, False, False),
+    ({}, 3, True, True),                                 # written before identities: the same model label continues
+    ({"environment_params": {"good": "b"}}, 3, True, True),   # (it recorded nothing else)
+    ({"model_label": "base-b"}, 3, True, False),         # ... another model label does not
+])
+def test_automatic_resume_continues_only_the_same_job(tmp_path, monkeypatch, changed, max_steps, legacy, resumes):
+    """Two jobs sharing a prefix (`tracectl train` without a run id: runs/adhoc/..., or a pipeline re-run with
+    another base agent) continue each other's checkpoints only when they train the same thing."""
+    store = open_store(tmp_path.as_uri())
+    if legacy:
+        older_trace(monkeypatch)
+    run(store, GRPOConfig(max_steps=2, save_steps=2, **SMALL), PickEnv, "pick", **JOB)
+    monkeypatch.undo()
+    _, rows, result, trainer = run(store, GRPOConfig(max_steps=max_steps, save_steps=2, **SMALL), PickEnv, "pick",
+                                   resume=True, **{**JOB, **changed})
+    assert result.iterations == max_steps
+    assert [r["replayed"] for r in rows] == ([True] if resumes and max_steps == 2 else [False] * len(rows))
+    assert len(rows) == (max_steps - 2 if resumes and max_steps > 2 else 1 if resumes else max_steps)
+    found = ckpt.list_checkpoints(store, PREFIX)
+    assert [c.iteration for c in trainer.checkpoints] == [c.iteration for c in found] == sorted({2, max_steps})
+    if not (legacy and resumes):   # a new training overwrote the other job's ckpt-2: all are this job's now
+        assert all(ckpt.read_record(store, c.key).identity == trainer.identity for c in found)
+
+
+@pytest.mark.parametrize("old_at, new_at, stop_after, expected_rows, lineage", [
+    # a new config's job was killed at iteration 2 while the old config's ckpt-4 lies above it: it resumes
+    # from its own ckpt-2 (it used to restart from scratch on every retry)
+    ([2, 4], [], 2, 4, [2, 6]),
+    # the old lineage's checkpoints interleave with the new one's: the job's list holds its own only
+    ([1, 3, 5], [2], 4, 2, [2, 4, 6]),
+])
+def test_the_newest_checkpoint_of_the_jobs_lineage_is_resumed(tmp_path, old_at, new_at, stop_after, expected_rows,
+                                                              lineage):
+    store = open_store(tmp_path.as_uri())
+    run(store, GRPOConfig(max_steps=max(old_at), save_steps=0, checkpoint_at=old_at, **SMALL), PickEnv, "pick",
+        **JOB)
+    new = dict(SMALL, learning_rate=1e-3)   # another config: another lineage
+    _, _, killed, _ = run(store, GRPOConfig(max_steps=6, save_steps=0, checkpoint_at=new_at, **new), PickEnv, "pick",
+                          stop_after=stop_after, **JOB)
+    assert killed.stop_reason == "stop requested" and killed.iterations == stop_after
+    _, rows, result, trainer = run(store, GRPOConfig(max_steps=6, save_steps=0, checkpoint_at=new_at, **new),
+                                   PickEnv, "pick", resume=True, **JOB)
+    assert result.iterations == 6 and len(rows) == expected_rows
+    assert [c.iteration for c in trainer.checkpoints] == lineage
+    digest = GRPOConfig(**new).resume_digest()
+    assert all(ckpt.read_record(store, c.key).config_digest == digest for c in trainer.checkpoints)
+
+
+@pytest.mark.parametrize("changed, legacy, refused", [
+    ({}, False, False),
+    ({"environment": ("pick", "2"), "environment_params": {"good": "b"}}, False, False),  # warned, as another config
+    ({"model_label": "base-b", "policy_model": "base-b"}, False, True),
+    ({}, True, False),                                     # written before identities: its model label decides
+    ({"model_label": "base-b"}, True, True),
+])
+def test_explicit_resume_refuses_a_checkpoint_of_another_model(tmp_path, monkeypatch, changed, legacy, refused):
+    store = open_store(tmp_path.as_uri())
+    if legacy:
+        older_trace(monkeypatch)
+    run(store, GRPOConfig(max_steps=2, save_steps=2, **SMALL), PickEnv, "pick", **JOB)
+    monkeypatch.undo()
+    key = ckpt.list_checkpoints(store, PREFIX)[-1].key
+    job = {**JOB, **changed}
+    if not refused:
+        _, rows, result, _ = run(store, GRPOConfig(max_steps=3, save_steps=2, **SMALL), PickEnv, "pick", resume=key,
+                                 **job)
+        assert result.iterations == 3 and len(rows) == 1
+        return
+    from trace_common.errors import FailedPrecondition
+
+    with pytest.raises(FailedPrecondition) as err:
+        run(store, GRPOConfig(max_steps=3, save_steps=2, **SMALL), PickEnv, "pick", resume=key, **job)
+    assert "trained on model 'base-a'" in err.value.reason and "this job trains model 'base-b'" in err.value.reason
+
+
+class Killed(BaseException):
+    pass
+
+
+class DiesAfter:
+    """A store whose writes fail after `puts` objects (the job is killed mid-checkpoint)."""
+
+    def __init__(self, store, puts: int):
+        self.store, self.puts = store, puts
+
+    def put_bytes(self, key, data):
+        if self.puts == 0:
+            raise Killed(key)
+        self.puts -= 1
+        return self.store.put_bytes(key, data)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def write(store, digest: str, adapter: bytes):
+    return ckpt.save_checkpoint(store, PREFIX, state=ckpt.TrainerState(iteration=2, seed_cursor=4),
+                                adapter=adapter, adapter_config=b"{}", optimizer={}, scheduler={},
+                                config_digest=digest)
+
+
+@pytest.mark.parametrize("puts", [0, 1, 3, 4, 5])   # killed before/after each of the files, before the manifest
+def test_overwriting_a_stale_checkpoint_never_leaves_a_mixed_one_complete(tmp_path, puts):
+    store = open_store(tmp_path.as_uri())
+    write(store, "old", b"old lineage")
+    with pytest.raises(Killed):
+        write(DiesAfter(store, puts), "new", b"new lineage")
+    assert ckpt.list_checkpoints(store, PREFIX) == []     # the stale checkpoint's manifest went first
+    write(store, "new", b"new lineage")                  # the retry completes it
+    loaded = ckpt.load_checkpoint(store, ckpt.latest_checkpoint(store, PREFIX).key)
+    assert (loaded.config_digest, loaded.adapter) == ("new", b"new lineage")
