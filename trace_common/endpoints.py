@@ -254,3 +254,10 @@ def refuse_outbound_params(params: Mapping[str, str], field: str) -> None:
                                "request cannot", field=field,
                                fix="Remove them; name the user simulator's endpoint profile in "
                                "spec.user_simulator.profile (the operator configures the profiles)")
+    if "user_model" in params:
+        # without a profile, the user simulator is the operator's TRACE_TAU2_USER_BASE_URL, called with its
+        # key: a request naming the model there would pass over the model allow-list profiles keep
+        raise PermissionDenied("parameter user_model would choose the model the operator's user-simulator "
+                               "endpoint serves to this request, which a request cannot", field=field,
+                               fix="Remove it; name a profile (spec.user_simulator.profile) and one of its allowed models "
+                               "in spec.user_simulator.model (or the operator sets TRACE_TAU2_USER_MODEL)")
