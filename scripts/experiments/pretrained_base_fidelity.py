@@ -19,7 +19,10 @@ unguided passes, each skill at least the teacher's rate minus 0.1). The sampled 
 the `micro` runs is left out: a SmolLM2 episode costs some 35-110 times a `micro` one on a CPU (the
 same 100-task greedy probe: 3,932 s on 2 cores; the `micro` builds' 35-108 s, the shipped one's 59 s).
 `--no-guided` leaves the guided condition out (the record says so). The test split is never played.
-Stages resume from `--out`: the build (in its cache) and each probe condition (a file per condition).
+`--continue-steps N` trains the built model N more steps on teacher episodes it never saw
+(`continued_finetune.py`, checkpointed) and probes that model instead; the criterion is the same.
+Stages resume from `--out`: the build (in its cache), the continuation (its checkpoint) and each probe
+condition (a file per condition).
 
     python scripts/experiments/pretrained_base_fidelity.py --out <work dir> --json docs/pretrained-base-fidelity-<date>.json
 """
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from continued_finetune import continue_finetune
 from micro_dagger import _log, save_record
 from record_code import code_state
 
@@ -118,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="work directory (reruns resume from it)")
     ap.add_argument("--steps", type=int, default=None, help="fine-tune steps (default: the smollm2 recipe's)")
     ap.add_argument("--tasks", type=int, default=DEV_TASKS, help="first dev tasks to probe")
+    ap.add_argument("--continue-steps", type=int, default=0,
+                    help="then fine-tune the built model this many more steps on unseen teacher episodes")
+    ap.add_argument("--continue-episodes", type=int, default=440,
+                    help="unseen teacher episodes for the continuation (4 per step; longer ones skipped)")
     ap.add_argument("--no-guided", action="store_true",
                     help="probe unguided only (the record then says the guided condition was not played)")
     ap.add_argument("--json", type=Path, help="write the record here too")
@@ -129,16 +137,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = code_state()
     cfg = config(args.steps)
     model_dir, meta = build(cfg, args.out)
+    continued = None
+    if args.continue_steps:
+        with _Heartbeat(f"continuing the fine-tune {args.continue_steps} steps"):
+            model_dir, continued = continue_finetune(model_dir, args.out, args.continue_steps,
+                                                     args.continue_episodes, log=_log)
     result = probe(model_dir, args.out, args.tasks, guided_too=not args.no_guided)
     met, lines = close_to_teacher(result)
     _log("criterion: " + ("MET" if met else "missed") + "\n  " + "\n  ".join(lines))
     # the command as a reader reruns it: the work directory is this machine's, so it is left out
     command = ["python", "scripts/experiments/pretrained_base_fidelity.py", "--out", "<work dir>"]
     command += ([] if args.steps is None else ["--steps", str(args.steps)]) + ["--tasks", str(args.tasks)]
+    if args.continue_steps:
+        command += ["--continue-steps", str(args.continue_steps), "--continue-episodes", str(args.continue_episodes)]
     command += ["--no-guided"] if args.no_guided else []
     record = {**state, "command": " ".join(command), "base": BASE,
               "config": cfg.model_dump(mode="json"),
               "build": {k: meta.get(k) for k in ("hash", "provenance", "built_at", "build_seconds", "metrics")},
+              **({"continued": continued} if continued else {}),
               "guided_played": not args.no_guided,
               "dev": {"guidance_probe": result, "criterion_met": met, "criterion": lines},
               **({"note": args.note} if args.note else {})}
