@@ -1,78 +1,68 @@
-"""The driver's reuse rule (pipeline.py `run`): a completed stage is reused while the configuration it and
-every earlier stage depend on is unchanged; the scheduling fields (config.py SCHEDULING_FIELDS: how many
-episodes, adapters or arms run at once, where training runs) are not part of it; a run recorded when they
-still were (the legacy hash) resumes as it was. Stages are stand-ins that record their calls."""
+"""Which stages a re-run reuses: a completed stage is reused while its config (and everything
+upstream) is unchanged, and the rollout stage's inputs include the key of the agent the base-agent
+name resolves to, so a rebuilt base agent re-runs every stage instead of mixing its results with
+the old agent's episodes."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from trace_common.agents.resolve import base_agent_key
+from trace_common.artifacts import open_store
+from trace_common.errors import InvalidArgument
 from tracectl.run.config import RunConfig
-from tracectl.run.manifest import STAGES, Manifest, config_hash
+from tracectl.run.manifest import STAGES, Manifest
 from tracectl.run.pipeline import Pipeline
 
 
-class CountingPipeline(Pipeline):
-    def __init__(self, cfg: RunConfig, manifest: Manifest, calls: list[str]):
-        super().__init__(cfg, runner=None, store=None, manifest=manifest)  # type: ignore[arg-type]
-        self.calls = calls
+class Recording(Pipeline):
+    """Every stage method records its call and returns an empty result."""
 
-    def base_agent_identity(self) -> dict[str, Any]:
-        return {"base_agent_key": "fixed"}
+    key: str | None = "a"
 
-    def __getattribute__(self, name: str) -> Any:
+    def base_agent_identity(self):
+        return {"base_agent_key": self.key}
+
+    def __getattribute__(self, name):
         if name.startswith("stage_") and name.removeprefix("stage_") in STAGES:
-            calls = object.__getattribute__(self, "calls")
-            return lambda: calls.append(name.removeprefix("stage_")) or {}
-        return object.__getattribute__(self, name)
+            return lambda: (self.calls.append(name.removeprefix("stage_")), {})[1]
+        return super().__getattribute__(name)
 
 
-@pytest.fixture
-def saved(monkeypatch):
-    monkeypatch.setattr(Manifest, "save", lambda self, store: None)
+def _run(store, key, cfg, manifest=None) -> tuple[list[str], Manifest]:
+    p = Recording(cfg, runner=None, store=store, manifest=manifest or Manifest(run_id=cfg.run_id))
+    p.calls, p.key = [], key
+    p.run()
+    return p.calls, p.manifest
 
 
-def run(cfg: dict, manifest: Manifest) -> list[str]:
-    calls: list[str] = []
-    CountingPipeline(RunConfig(run_id="r", **cfg), manifest, calls).run()
-    return calls
+@pytest.mark.parametrize(("first_key", "second_key", "change", "rerun"), [
+    ("a", "a", {}, []),                                         # nothing changed: every stage reused
+    ("a", "b", {}, list(STAGES)),                               # a rebuilt base agent: everything re-runs
+    ("a", None, {}, list(STAGES)),                              # now served over HTTP
+    ("a", "a", {"gates": {"config": {"max_steps": 3}}}, ["gates", "evaluation", "report"]),
+])
+def test_a_rerun_reuses_exactly_the_stages_whose_inputs_are_unchanged(tmp_path, first_key, second_key, change,
+                                                                      rerun):
+    store = open_store(tmp_path.as_uri())
+    cfg = RunConfig.model_validate({"run_id": "reuse", "target": {"env": "store"}})
+    calls, manifest = _run(store, first_key, cfg)
+    assert calls == list(STAGES)
+    calls, _ = _run(store, second_key, RunConfig.model_validate({**cfg.model_dump(), **change}), manifest)
+    assert calls == rerun
 
 
-CHANGES = [
-    # (what changed between the two runs, the stages the second run runs again)
-    ({}, []),
-    ({"rollout": {"concurrency": 3}}, []),
-    ({"training": {"parallel": 5, "executor": "kubernetes"}}, []),
-    ({"evaluation": {"parallel": 1}}, []),
-    ({"rollout": {"samples": 3}}, list(STAGES)),
-    ({"training": {"grpo": {"learning_rate": 1e-5}}}, ["adapters", "gates", "evaluation", "report"]),
-    ({"evaluation": {"limit": 7}}, ["evaluation", "report"]),
-]
+def test_base_agent_key_names_the_build_and_follows_a_model_directory(tmp_path):
+    from trace_common.agents.shipped_files import read_record, shipped_dir
 
-
-@pytest.mark.parametrize("change, rerun", CHANGES, ids=[str(c[0]) or "nothing" for c in CHANGES])
-def test_only_a_changed_computation_re_runs_its_stage_and_those_after(saved, change, rerun):
-    manifest = Manifest(run_id="r")
-    assert run({}, manifest) == list(STAGES)
-    assert run(change, manifest) == rerun
-
-
-def test_a_run_recorded_under_the_legacy_hash_resumes_and_is_rehashed(saved):
-    """A manifest written before the scheduling fields left the hashes holds the legacy hashes."""
-    cfg = RunConfig(run_id="r")
-    manifest = Manifest(run_id="r")
-    run({}, manifest)
-    current = {stage: manifest.stages[stage].config_hash for stage in STAGES}
-    upstream: list[Any] = []
-    for stage in STAGES:   # rewrite every record as the earlier code hashed it
-        upstream += [cfg.section(stage, legacy=True)] + ([{"base_agent_key": "fixed"}] if stage == "rollout" else [])
-        manifest.stages[stage].config_hash = config_hash(*upstream)
-    assert all(manifest.stages[stage].config_hash != current[stage] for stage in STAGES)
-    assert run({}, manifest) == []                        # nothing re-run
-    assert {stage: manifest.stages[stage].config_hash for stage in STAGES} == current   # recorded anew
-    assert run({"evaluation": {"parallel": 1}}, manifest) == []   # and now scheduling changes are free too
-    # a legacy record whose configuration did change is still re-run
-    manifest.stages["evaluation"].config_hash = "0" * 16
-    assert run({}, manifest) == ["evaluation", "report"]
+    record = read_record(shipped_dir("micro"))
+    assert base_agent_key("micro") == record["key"]  # the shipped artifact is what `micro` resolves to today
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    first = base_agent_key(str(model))
+    (model / "model.safetensors").write_bytes(b"x" * 8)
+    assert first and base_agent_key(str(model)) not in (None, first)
+    assert base_agent_key("no-such-agent") is None
+    with pytest.raises(InvalidArgument, match="base_agent.name"):  # a clean error, not a traceback
+        base_agent_key("~no-such-user-trace/model")
