@@ -305,7 +305,10 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
         if isinstance(resume, str):
             grpo_ckpt = resume
         else:
-            found = ckpt.latest_checkpoint(store, prefix)
+            # the newest trained on this base model (one of another base is no continuation: a re-run of the
+            # run id with another base agent trains its gates anew)
+            found = ckpt.latest_checkpoint(store, prefix, accept=lambda c: ckpt.read_record(store, c.key).model
+                                           in (None, base_model))
             grpo_ckpt = found.key if found is not None else None
             if grpo_ckpt and not _followed_this_warm_start(store, prefix, composed, target_envs, base, config,
                                                            splits):

@@ -367,3 +367,27 @@ def test_mixture_of_target_environments_draws_each_equally_and_deterministically
     assert obs.info["task_type"] in KINDS
     with pytest.raises(InvalidArgument, match="target environment"):
         build_mixture([], split="train")
+
+
+def test_a_rerun_on_another_base_model_trains_its_gates_anew(tmp_path):
+    """The gate job picks its GRPO checkpoint itself: one trained on another base model (a re-run of the
+    run id with another base agent) is no continuation; it used to be resumed explicitly and then refused
+    (FAILED_PRECONDITION on every retry)."""
+    from services.trainer.grpo import checkpoint as ckpt
+
+    config = GateGRPOConfig(**for_labels(RESUME, "outcome"))
+    store = open_store((tmp_path / "s").as_uri())
+    run(config, composed(), store)
+    first = ckpt.latest_checkpoint(store, "runs/r/moe/m")
+    assert first is not None and ckpt.read_record(store, first.key).model.endswith("base")
+    base_dir, _ = toy_world()
+    events: list[tuple[str, dict]] = []
+    model = composed()
+    train_gate_job(config, model, tiny_tokenizer(), capability_envs={n: ENVS[n] for n in NAMES},
+                   target_envs=list(TARGET), base_trajectories=base_rollouts(),
+                   adapter_uris={n: str(toy_world()[1][n]) for n in NAMES}, base_model=str(base_dir) + "-rebuilt",
+                   store=store, prefix="runs/r/moe/m", on_event=lambda k, p: events.append((k, p)))
+    # GRPO on the gates from its first iteration (iteration 0: the warm start's values)
+    assert [p["iteration"] for k, p in events if k == "iteration"] == list(range(0, config.max_steps + 1))
+    latest = ckpt.latest_checkpoint(store, "runs/r/moe/m")
+    assert ckpt.read_record(store, latest.key).model == str(base_dir) + "-rebuilt"
