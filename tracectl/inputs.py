@@ -47,6 +47,7 @@ class _YAML_LOADER(_SAFE_LOADER):  # noqa: N801 (named as the loader it replaces
     PyYAML keeps the last value: a second `training:` block silently replaced the first one."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)  # merge keys (`<<: {...}`) first, as the base constructor does
         first: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)

@@ -176,3 +176,12 @@ def test_gepa_search_is_checked_as_the_arm_parses_it(search, error):
     else:
         with pytest.raises(ValidationError, match=error):
             RunConfig.model_validate(data)
+
+
+def test_an_inline_merge_key_still_loads(tmp_path):
+    """The duplicate-key check flattens merge keys first, as PyYAML's own constructor does."""
+    from tracectl.inputs import read_yaml_mapping
+
+    path = tmp_path / "run.yaml"
+    path.write_text("run_id: x\ntraining: {<<: {parallel: 3}, executor: local}\n")
+    assert read_yaml_mapping(path, "--config") == {"run_id": "x", "training": {"parallel": 3, "executor": "local"}}
