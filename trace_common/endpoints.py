@@ -259,5 +259,6 @@ def refuse_outbound_params(params: Mapping[str, str], field: str) -> None:
         # key: a request naming the model there would pass over the model allow-list profiles keep
         raise PermissionDenied("parameter user_model would choose the model the operator's user-simulator "
                                "endpoint serves to this request, which a request cannot", field=field,
-                               fix="Remove it; name a profile (spec.user_simulator.profile) and one of its allowed models "
-                               "in spec.user_simulator.model (or the operator sets TRACE_TAU2_USER_MODEL)")
+                               fix="Remove it; the user simulator's model is the operator's TRACE_TAU2_USER_MODEL, or, "
+                               "for a rollout job, one of the allowed models of the profile named in "
+                               "spec.user_simulator.profile and spec.user_simulator.model")
