@@ -61,8 +61,8 @@ class ServiceSettings(BaseSettings):
     max_concurrent_rpcs: int = Field(256, ge=1, le=100_000, description="gRPC calls in progress at once, open "
                                      "streams (Watch…) included; a call past it is refused at once with "
                                      "RESOURCE_EXHAUSTED (retry later). Open streams may take all but 8 of them "
-                                     "(half, for a cap under 16), so the health Check and unary calls always find "
-                                     "a slot; a stream past that is RESOURCE_EXHAUSTED too. Bounds the memory that "
+                                     "(half of a cap under 16): the rest stay for the health Check and unary calls, "
+                                     "and a stream past that is RESOURCE_EXHAUSTED too. Bounds the memory that "
                                      "concurrent large requests can hold: about this many x max_message_bytes x 3 "
                                      "at worst. Raise it for many clients at once (the environment service sees "
                                      "one StepEpisode per episode stepping, from every training job).")

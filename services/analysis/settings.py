@@ -58,8 +58,9 @@ class AnalysisSettings(ServiceSettings):
     plots: bool = Field(True, description="Render the PNG plots into the report directory.")
     max_rollout_bytes: int = Field(256 << 20, ge=1, description="Most bytes of rollout JSONL one job "
                                    "reads (all its rollout_uris together), checked before anything is read. "
-                                   "Parsed trajectories hold about 5 times their bytes (peak 7), so the "
-                                   "default (256 MiB) fits the chart's 2Gi analysis pod; raise both together.")
+                                   "Parsed trajectories hold about 5 times their bytes (peak 7): one job at the "
+                                   "default (256 MiB) fits the chart's 2Gi analysis pod; keep this x 7 x "
+                                   "max_concurrent_jobs within the service's memory.")
 
     @field_validator("rollout_roots", mode="before")
     @classmethod

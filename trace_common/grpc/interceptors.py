@@ -4,8 +4,8 @@ errors -> status codes.
 Order matters and is fixed in `server.py`: metrics sees every call with its final code; auth
 rejects before any handler runs (so a caller without the token never holds a streaming slot); the
 streaming-call cap (`StreamLimitInterceptor`) keeps STREAM_HEADROOM of the server's
-`max_concurrent_rpcs` free of streams, so the kubelet's health Check and unary calls always find a
-slot however many Watch streams are open; error mapping sits closest to the handler so that every
+`max_concurrent_rpcs` free of streams, so however many Watch streams are open, the kubelet's health
+Check and unary calls (which end by themselves) keep room; error mapping sits closest to the handler so that every
 `trace_common.errors.TraceError` becomes its documented status with the reason as details,
 pydantic validation errors become INVALID_ARGUMENT, and anything unexpected becomes INTERNAL
 with an incident id (the traceback goes to the log, never to the client).
@@ -66,7 +66,7 @@ UNAUTHENTICATED_METHODS = frozenset({"/grpc.health.v1.Health/Check"})
 #: Slots of the server's `max_concurrent_rpcs` that streaming calls (a streaming request or response:
 #: the Watch*Job streams, GenerateStream, health Watch, reflection) may not take, so that unary
 #: calls -- the kubelet's startup, liveness and readiness Checks (one each in flight per pod) among
-#: them -- always find one: a stream may stay open as long as its caller likes, a unary call ends by
+#: them -- keep room: a stream may stay open as long as its caller likes, a unary call ends by
 #: itself. 8 covers the three probes plus a few unary calls at once, and costs a 256-call server 3%
 #: of its streams. At most half of a small cap is kept (`stream_cap`), so a cap of 2 still serves
 #: one stream.
