@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from trace_common.artifacts import open_store
 from trace_common.endpoints import Endpoints
+from trace_common.errors import InvalidArgument
 from trace_common.jobs import JobContext, JobManager, JobRecord, estimate_footprint
 
 from .artifacts_io import confine_rollouts
@@ -46,6 +47,12 @@ class Analyses:
                    if endpoint is not None and spec.mode == "ANALYST_MODE_LLM" else None)
         rollouts = confine_rollouts(spec.rollout_uris, run_id, self.store, self.rollout_roots,
                                     self.settings.s3_settings(), M.artifact_observer)
+        first: dict[str, int] = {}
+        for i, ref in enumerate(rollouts):  # two spellings of one artifact (a path and its file:// URI, %-escapes)
+            if first.setdefault(ref.uri, i) != i:
+                raise InvalidArgument(field=f"spec.rollout_uris[{i}]", expected="each artifact once",
+                                      got=f"the artifact of spec.rollout_uris[{first[ref.uri]}] again",
+                                      fix="list each rollout artifact once (its trajectories would count twice)")
 
         async def body(ctx: JobContext) -> AnalysisResult:
             return await run_analysis(ctx, spec, self.settings, analyst, rollouts=rollouts)

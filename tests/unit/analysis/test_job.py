@@ -152,6 +152,19 @@ def test_a_repeated_rollout_uri_is_refused_by_the_spec():
         AnalysisSpecModel(rollout_uris=[uri, other, uri], mode="ANALYST_MODE_DIAGNOSTICS")
 
 
+def test_two_spellings_of_one_rollout_artifact_are_refused(tmp_path):
+    """A path and its file:// URI name one artifact: its trajectories would count twice in every rate."""
+    from trace_common.errors import InvalidArgument
+
+    store = open_store(tmp_path.as_uri())
+    uri = store.put_bytes("runs/r1/rollouts/part-0.jsonl", dumps_jsonl(planted_set())).uri
+    path = str(tmp_path / "runs/r1/rollouts/part-0.jsonl")
+    spec = AnalysisSpecModel(rollout_uris=[uri, path], mode="ANALYST_MODE_DIAGNOSTICS")
+    domain = Analyses(AnalysisSettings(artifact_root=tmp_path.as_uri()))
+    with pytest.raises(InvalidArgument, match=r"spec.rollout_uris\[1\].*each artifact once"):
+        domain.create_job(spec, "r1", {}, "")
+
+
 @pytest.mark.parametrize("case", BAD_INPUT.values(), ids=BAD_INPUT.keys())
 def test_bad_input_fails_the_job_with_a_reason(tmp_path, case):
     data, spec, code, message = case
