@@ -61,7 +61,11 @@ def continue_finetune(model_dir: Path, out: Path, steps: int, episodes: int, *,
 
     final = continue_dir(model_dir, out, steps)
     if (final / "continued.json").is_file():
-        return final, json.loads((final / "continued.json").read_text())
+        meta = json.loads((final / "continued.json").read_text())
+        if (meta["episodes"], meta["first_seed"]) != (episodes, FIRST_SEED):
+            raise SystemExit(f"{final} was continued on {meta['episodes']} episodes from seed {meta['first_seed']}, "
+                             f"not {episodes} from {FIRST_SEED}: use another --out, or the same settings")
+        return final, meta
     cfg = SmolLM2Config().sft.model_copy(update={"steps": steps})
     data = MicroConfig().data.model_copy(update={"first_seed": FIRST_SEED, "episodes": episodes})
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -80,6 +84,9 @@ def continue_finetune(model_dir: Path, out: Path, steps: int, episodes: int, *,
     done, losses, seconds = 0, [], 0.0
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
+        if state.get("episodes", episodes) != episodes:
+            raise SystemExit(f"{ckpt} continues a run on {state['episodes']} episodes, not {episodes}: use "
+                             "another --out, or the same --continue-episodes")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
@@ -103,7 +110,8 @@ def continue_finetune(model_dir: Path, out: Path, steps: int, episodes: int, *,
         if (step + 1) % CHECKPOINT_EVERY == 0 or step + 1 == steps:
             spent = seconds + time.perf_counter() - started
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                        "step": step + 1, "losses": losses, "seconds": spent}, ckpt.with_suffix(".tmp"))
+                        "step": step + 1, "losses": losses, "seconds": spent,
+                        "episodes": episodes}, ckpt.with_suffix(".tmp"))
             os.replace(ckpt.with_suffix(".tmp"), ckpt)
             window = losses[-CHECKPOINT_EVERY:]
             log(f"step {step + 1}/{steps}: loss {sum(window) / len(window):.4f}, lr {sched.get_last_lr()[0]:.2e}, "
