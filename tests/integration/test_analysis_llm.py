@@ -83,7 +83,9 @@ def labeling(server: StandinServer) -> list[dict]:
 def test_llm_mode_end_to_end(tmp_path):
     ts = small_planted_set()
     analyst = ScriptedAnalyst(truth(ts), CANDIDATES, noise=0.1)
-    rec, server = run_llm_job(tmp_path, ts, analyst)
+    # each reply takes 20 ms: requests then overlap whenever the job sends them concurrently, however
+    # loaded the machine (with instant replies a busy CI machine served them one at a time: peak 1)
+    rec, server = run_llm_job(tmp_path, ts, analyst, latency=0.02)
     assert rec.state == JobState.SUCCEEDED, rec.error_message
     result = rec.result
     assert result.mode == "llm" and result.analyst["model"] == "standin"
