@@ -24,8 +24,8 @@ model or environment) removes its `checkpoint.json` first, so a job killed mid-o
 leaves a "complete" checkpoint whose files come from two lineages.
 
 Whose checkpoint it is: the manifest (and trainer_state.json) record the config's resume digest
-and the job's identity (`job_identity`: the model label, the policy reference, and the
-environment's name, version and a digest of its params). A job continues only a checkpoint of
+and the job's identity (`job_identity`: the model label, a built-in agent's cache key, the policy
+reference, and the environment's name, version and a digest of its params). A job continues only a checkpoint of
 its own lineage (trainer.py `resume`); `read_record` reads both without loading any tensor.
 Checkpoints written before identities were recorded have none; their trainer_state.json's
 `model` (the model label) is all they say about the job.
