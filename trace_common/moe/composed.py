@@ -30,6 +30,7 @@ cannot be combined.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -250,6 +251,21 @@ class ComposedMoEModel(nn.Module):
         if counted != expected:  # pragma: no cover - construction guarantees it
             raise FailedPrecondition(f"gate parameter count {counted} != L*(H*(K+1)+(K+1)) = {expected}")
         return counted
+
+    def adapter_fingerprints(self) -> dict[str, str]:
+        """Adapter name -> sha256 (16 hex) of its frozen factors (every routed path's A, B and scaling,
+        in path order): what the adapter computes, whatever URI it was loaded from, so a retrained
+        adapter at the same URI gets another fingerprint."""
+        digests = {slot: hashlib.sha256() for slot in range(1, self.num_slots)}
+        for key in sorted(self.routed):
+            module = self.routed[key]
+            for slot, scaling in sorted(module.scalings.items()):
+                h = digests[slot]
+                h.update(f"{module.path}|{scaling!r}|".encode())
+                for t in (module.lora_A[str(slot)], module.lora_B[str(slot)]):
+                    h.update(str(tuple(t.shape)).encode() + str(t.dtype).encode())
+                    h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        return {name: digests[k].hexdigest()[:16] for k, name in enumerate(self.adapter_names, start=1)}
 
     def parameter_report(self) -> dict[str, int]:
         """Parameter counts by role: trainable gates, frozen adapter factors, frozen base."""

@@ -32,7 +32,8 @@ Uninformative groups are re-collected by that loop's own mechanism (`max_resampl
 by default: fresh tasks from the seed schedule replace the dropped groups, up to that many rounds).
 
 Semantics (one job):
-    data <- stored warm-start data (replays or provenance) with the same digest, else play it (and store it)
+    data <- stored warm-start data (replays or provenance) with the same digest (config, environments,
+            splits, and the models: base model and each adapter's fingerprint), else play it (and store it)
     gates <- warm_start(data)                         if warm_start_steps > 0 (else the seeded init;
                                                       zeroed when no replay task gave a label)
     for it in 1..max_steps: GRPO iteration on the target's training tasks, only the gates in the optimizer
@@ -121,9 +122,20 @@ def _matching_warm_start(store: ArtifactStore, prefix: str, digest: str) -> str 
     return None
 
 
+def composition_identity(composed: ComposedMoEModel, base_model: str) -> dict[str, Any]:
+    """The models a gate job's warm-start data comes from, part of that data's digest: the base model
+    as the job names it, a built-in agent's build key (a rebuilt agent keeps its name) and each
+    adapter's fingerprint (a retrained adapter may keep its URI)."""
+    from services.trainer.worker import built_in_key
+
+    return {"base_model": base_model, "base_key": built_in_key(base_model),
+            "adapters": composed.adapter_fingerprints()}
+
+
 def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: ComposedMoEModel,
                               target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory],
-                              config: GateGRPOConfig, splits: Mapping[str, str] | None) -> bool:
+                              config: GateGRPOConfig, splits: Mapping[str, str] | None,
+                              models: Mapping[str, Any] | None = None) -> bool:
     """Whether the GRPO checkpoints under `prefix` continue the warm start this config asks for: the
     stored warm-start data has the digest this config gives it (labels, tasks, samples, tie rule,
     fallback, ...), and, where a warm-start checkpoint exists, one was written with this config's
@@ -134,10 +146,10 @@ def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: Compo
         return True
     if config.warm_start_labels == "outcome":
         where = f"{prefix}/{outcome_labels.OUTCOMES_DIR}/{outcome_labels.RECORD_FILE}"
-        want = outcomes_digest(config, composed.adapter_names, [t for t, _ in target_envs], splits)
+        want = outcomes_digest(config, composed.adapter_names, [t for t, _ in target_envs], splits, models)
     else:
         where = f"{prefix}/{provenance_labels.PROVENANCE_DIR}/{provenance_labels.RECORD_FILE}"
-        want = provenance_digest(config, composed.adapter_names, base, splits)
+        want = provenance_digest(config, composed.adapter_names, base, splits, models)
     try:
         if json.loads(store.get_bytes(where)).get("digest") != want:
             return False
@@ -160,15 +172,16 @@ class _LabelledData:
 
 def _labelled_data(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
                    target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory], config: GateGRPOConfig,
-                   *, store: ArtifactStore | None, prefix: str, splits: Mapping[str, str] | None) -> _LabelledData:
+                   *, store: ArtifactStore | None, prefix: str, splits: Mapping[str, str] | None,
+                   models: Mapping[str, Any] | None = None) -> _LabelledData:
     if config.warm_start_labels == "outcome":
         factory, _split, seeds = grpo_source(target_envs, config, splits)
         outcomes = obtain_outcomes(composed, tokenizer, factory, seeds, config, targets=[t for t, _ in target_envs],
-                                   store=store, prefix=prefix, splits=splits)
+                                   store=store, prefix=prefix, splits=splits, models=models)
         return _LabelledData(outcomes.trajectories, outcomes.budget, outcomes.digest,
                              {"outcomes": outcomes.summary([BASE_SLOT_NAME, *composed.adapter_names])})
     provenance = obtain_provenance(composed, tokenizer, capability_envs, base, config, store=store, prefix=prefix,
-                                   splits=splits)
+                                   splits=splits, models=models)
     return _LabelledData(provenance.trajectories, provenance.budget, provenance.digest,
                          {"provenance_reward_mean": {c: sum(t.reward for t in ts) / len(ts)
                                                      for c, ts in provenance.trajectories.items() if ts}})
@@ -177,14 +190,14 @@ def _labelled_data(composed: ComposedMoEModel, tokenizer: Any, capability_envs: 
 def _warm_start_gates(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
                       target_envs: Sequence[tuple[str, EnvFactory]], base: Sequence[Trajectory],
                       config: GateGRPOConfig, *, store: ArtifactStore | None, prefix: str, emit: EventFn,
-                      should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None
-                      ) -> tuple[dict[str, Any] | None, PlayedBudget]:
+                      should_stop: Callable[[], bool], splits: Mapping[str, str] | None = None,
+                      models: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, PlayedBudget]:
     """Warm start (module docstring): (its summary, or None when stopped on request; what its data cost).
     Outcome labels where no replay task gave a label (no slot scored, or, with warm_start_tie_label none,
     every slot tied) leave nothing to fit: the gates are zeroed (every token to the base, the choice no
     replay contradicts) and the summary says so."""
     data = _labelled_data(composed, tokenizer, capability_envs, target_envs, base, config, store=store, prefix=prefix,
-                          splits=splits)
+                          splits=splits, models=models)
     names = [BASE_SLOT_NAME, *composed.adapter_names]
     if not any(data.trajectories.values()):
         tied = int(data.summary.get("outcomes", {}).get("tied_tasks", 0))
@@ -300,6 +313,7 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
                     "warm-start example, so the gates will not learn to choose it")
     weights = GateWeights(composed, config.load_balancing_coef)
     prefix = prefix.rstrip("/")
+    models = composition_identity(composed, base_model) if config.warm_start_steps else None
     grpo_ckpt: str | None = None
     if store is not None and resume:
         if isinstance(resume, str):
@@ -311,7 +325,7 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
                                            in (None, base_model))
             grpo_ckpt = found.key if found is not None else None
             if grpo_ckpt and not _followed_this_warm_start(store, prefix, composed, target_envs, base, config,
-                                                           splits):
+                                                           splits, models):
                 log.warning("the GRPO checkpoints under %s followed a warm start with other settings: warm-starting "
                             "again and training GRPO on the gates from there", prefix)
                 grpo_ckpt = None
@@ -319,7 +333,8 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
     warm: dict[str, Any] = {}
     if config.warm_start_steps and grpo_ckpt is None:
         summary, budget = _warm_start_gates(composed, tokenizer, capability_envs, target_envs, base, config,
-                                            store=store, prefix=prefix, emit=emit, should_stop=stop, splits=splits)
+                                            store=store, prefix=prefix, emit=emit, should_stop=stop, splits=splits,
+                                            models=models)
         if summary is None:
             return GateJobResult(0, "stop requested", True, budget=budget)
         warm = summary

@@ -236,14 +236,18 @@ def outcome_table(replays: Mapping[str, Sequence[Trajectory]], names: Sequence[s
 
 
 def outcomes_digest(config: Any, adapter_names: Sequence[str], targets: Sequence[str],
-                    splits: Mapping[str, str] | None = None) -> str:
+                    splits: Mapping[str, str] | None = None, models: Mapping[str, Any] | None = None) -> str:
     """What determines the replays and their labels: the playing config, the adapters in slot order,
-    the target environments and their splits."""
+    the target environments and their splits, and the models that play (`models`: the base model and
+    each adapter's fingerprint, `grpo.composition_identity`; replays of another base or of a retrained
+    adapter are no labels for this composition)."""
     played = played_config(config, _PLAY_FIELDS)
     if getattr(config, "warm_start_tie_label", "base") != "base":  # the default leaves earlier digests valid
         played["warm_start_tie_label"] = config.warm_start_tie_label
     payload = {"config": played, "adapters": list(adapter_names),
                "targets": list(targets), "splits": dict(sorted((splits or {}).items())), "kind": "outcome"}
+    if models:
+        payload["models"] = dict(models)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -274,12 +278,12 @@ def save_outcomes(store: ArtifactStore, prefix: str, outcomes: Outcomes, samples
 
 def obtain_outcomes(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFactory, split: Sequence[int],
                     config: Any, *, targets: Sequence[str], store: ArtifactStore | None, prefix: str,
-                    splits: Mapping[str, str] | None = None) -> Outcomes:
+                    splits: Mapping[str, str] | None = None, models: Mapping[str, Any] | None = None) -> Outcomes:
     """The stored outcomes when their digest matches, else every slot replayed now (and stored)."""
     names = [BASE_SLOT_NAME, *composed.adapter_names]
     samples, fallback = int(config.warm_start_samples_per_slot), str(config.warm_start_fallback_score)
     ties = str(config.warm_start_tie_label)
-    digest = outcomes_digest(config, composed.adapter_names, targets, splits)
+    digest = outcomes_digest(config, composed.adapter_names, targets, splits, models)
     if store is not None:
         found = load_outcomes(store, prefix, digest)
         if found is not None:

@@ -163,11 +163,14 @@ def played_config(config: Any, fields: Sequence[str]) -> dict[str, Any]:
 
 
 def provenance_digest(config: Any, adapter_names: Sequence[str], base: Sequence[Trajectory],
-                      splits: Mapping[str, str] | None = None) -> str:
-    """What determines the provenance: the playing config, the adapters in slot order, their splits and
-    the selected base trajectories themselves."""
+                      splits: Mapping[str, str] | None = None, models: Mapping[str, Any] | None = None) -> str:
+    """What determines the provenance: the playing config, the adapters in slot order, their splits,
+    the selected base trajectories themselves and the models that play (`models`, as in
+    `outcomes.outcomes_digest`)."""
     payload = {"config": played_config(config, _PLAY_FIELDS), "adapters": list(adapter_names), "splits": dict(sorted((splits or {}).items())),
                "base": hashlib.sha256(dumps_jsonl(base)).hexdigest()}
+    if models:
+        payload["models"] = dict(models)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -218,10 +221,11 @@ def save_provenance(store: ArtifactStore, prefix: str, provenance: Provenance) -
 
 def obtain_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_envs: Mapping[str, EnvFactory],
                       base: Sequence[Trajectory], config: Any, *, store: ArtifactStore | None, prefix: str,
-                      splits: Mapping[str, str] | None = None) -> Provenance:
+                      splits: Mapping[str, str] | None = None, models: Mapping[str, Any] | None = None
+                      ) -> Provenance:
     """The stored provenance when its digest matches, else the adapters' episodes played now (and
     stored) plus slot 0's given base trajectories."""
-    digest = provenance_digest(config, composed.adapter_names, base, splits)
+    digest = provenance_digest(config, composed.adapter_names, base, splits, models)
     if store is not None:
         found = load_provenance(store, prefix, digest)
         if found is not None:

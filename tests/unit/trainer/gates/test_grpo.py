@@ -93,14 +93,15 @@ class Counting:
 
 
 def run(config: GateGRPOConfig, model: ComposedMoEModel, store=None, prefix: str = "runs/r/moe/m", *,
-        counting: Counting | None = None, targets=TARGET, base=None, **kw):
+        counting: Counting | None = None, targets=TARGET, base=None, base_model: str | None = None, **kw):
     base_dir, adapters = toy_world()
     counting = counting or Counting()
     return train_gate_job(config, model, tiny_tokenizer(),
                           capability_envs={n: counting.wrap(n, ENVS[n]) for n in NAMES},
                           target_envs=[(label, counting.wrap(label, cls)) for label, cls in targets],
                           base_trajectories=base_rollouts() if base is None else base,
-                          adapter_uris={n: str(adapters[n]) for n in NAMES}, base_model=str(base_dir), store=store,
+                          adapter_uris={n: str(adapters[n]) for n in NAMES}, base_model=base_model or str(base_dir),
+                          store=store,
                           prefix=prefix, **kw)
 
 
@@ -391,3 +392,41 @@ def test_a_rerun_on_another_base_model_trains_its_gates_anew(tmp_path):
     assert [p["iteration"] for k, p in events if k == "iteration"] == list(range(0, config.max_steps + 1))
     latest = ckpt.latest_checkpoint(store, "runs/r/moe/m")
     assert ckpt.read_record(store, latest.key).model == str(base_dir) + "-rebuilt"
+
+
+def _retrained(model: ComposedMoEModel, name: str) -> ComposedMoEModel:
+    """`model` with adapter `name`'s factors changed in place, as a retrained adapter written to the same
+    URI would load: same name, same URI, other weights."""
+    slot = model.adapter_names.index(name) + 1
+    with torch.no_grad():
+        for module in model.routed.values():
+            if str(slot) in module.lora_B:
+                module.lora_B[str(slot)].mul_(1.5)
+    return model
+
+
+@pytest.mark.parametrize("labels", ["outcome", "provenance"])
+@pytest.mark.parametrize("change, replayed", [
+    ("nothing", False),
+    ("base model", True),
+    ("adapter retrained at the same URI", True),
+])
+def test_warm_start_data_is_reused_only_for_the_same_models(tmp_path, labels, change, replayed):
+    """The stored warm-start data (outcome replays, provenance episodes) is labels for the models that
+    played it: a re-run under the prefix with another base model, or with an adapter retrained under
+    the same name and URI, plays it again (it used to reuse the old models' episodes)."""
+    from services.trainer.gates.outcomes import replay_seeds
+
+    config = GateGRPOConfig(**for_labels(dict(RESUME, max_steps=0, warm_start_steps=4), labels))
+    store = open_store((tmp_path / "s").as_uri())
+    run(config, composed(), store)
+    model = _retrained(composed(), "late") if change.startswith("adapter") else composed()
+    counting = Counting()
+    run(config, model, store, counting=counting,
+        base_model=str(toy_world()[0]) + "-rebuilt" if change == "base model" else None)
+    if labels == "outcome":
+        replays = set(replay_seeds(range(0, 1000), config))
+        played = [r for r in counting.resets if r[1] in replays]
+    else:
+        played = [r for r in counting.resets if r[0] in NAMES]
+    assert bool(played) is replayed, played[:5]
