@@ -38,10 +38,17 @@ class ServiceSettings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 picks a free one; -1 is not allowed.")
     auth_token: SecretStr | None = Field(
         None, description="Bearer token required on every gRPC call except the health Check (Kubernetes probes; "
-        "health Watch and reflection need it), and on the inference service's OpenAI-compatible HTTP API. In "
+        "health Watch and reflection need it), on the inference service's OpenAI-compatible HTTP API and on "
+        "/metrics (metrics_auth). In "
         "Kubernetes it comes from a Secret. Visible ASCII, no whitespace; a blank value is refused at start-up. "
         "Unset disables auth (the service logs a warning).")
-    tls_cert_file: Path | None = Field(None, description="PEM certificate chain; enables TLS with tls_key_file.")
+    metrics_auth: bool = Field(True, description="With auth_token set, /metrics needs the same bearer token (a "
+                               "Prometheus scrape config's `authorization: {credentials: ...}`; the chart's "
+                               "ServiceMonitors send the token Secret). false leaves /metrics open to whoever "
+                               "reaches its port (the service logs so at start-up). Without auth_token it is open "
+                               "like every other surface.")
+    tls_cert_file: Path | None = Field(None, description="PEM certificate chain; enables TLS with tls_key_file "
+                                       "(gRPC, the inference HTTP API and /metrics).")
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file.")
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1 << 30,
                                    description="Largest request/response message; artifacts travel by URI.")

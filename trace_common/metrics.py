@@ -5,14 +5,25 @@ Each service owns one `CollectorRegistry` (its `services/<name>/metrics.py` buil
 process still expose five separate /metrics endpoints. Names follow
 `trace_<service>_<noun>_<unit>`: counters end in `_total`, durations are `_seconds`
 histograms, and label values are bounded (method names, status codes, job kinds, states).
+
+`MetricsServer` serves one registry on its own port. With the service's token it answers only a
+request carrying `authorization: Bearer <token>` (401 otherwise, the rule of `trace_common.grpc.auth`),
+and with the service's TLS pair it speaks HTTPS, so a scrape never sends the token in the clear where
+the gRPC calls would not.
 """
 
 from __future__ import annotations
 
 import platform
+import socket
+import ssl
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -20,10 +31,11 @@ from prometheus_client import (
     Gauge,
     Histogram,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
 )
 
 from trace_common import __version__
+from trace_common.grpc.auth import BearerToken
 
 # `_created` series double the exposition size and no dashboard uses them.
 disable_created_metrics()
@@ -69,21 +81,69 @@ class ServiceMetrics:
         self.artifact_duration.labels(op, backend).observe(seconds)
 
 
-class MetricsServer:
-    """A /metrics HTTP endpoint for one registry, on its own daemon thread."""
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int):
-        self._server: WSGIServer
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 10  # seconds a connection may sit without sending its request (or finishing TLS)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base's signature
+        pass  # one line per scrape on stderr is noise
+
+
+def _bearer_only(app: Callable, token: BearerToken) -> Callable:
+    """`app` behind the bearer token: a request without it gets 401 and the reason, nothing else."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        refusal = token.refusal(environ.get("HTTP_AUTHORIZATION"))
+        if refusal is None:
+            return app(environ, start_response)
+        body = f"401 Unauthorized: {refusal}\n".encode()
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("WWW-Authenticate", 'Bearer realm="metrics"'),
+                                            ("Content-Length", str(len(body)))])
+        return [body]
+
+    return guarded
+
+
+class MetricsServer:
+    """A /metrics HTTP endpoint for one registry, on its own daemon thread: behind `token` when given
+    (a bearer token, as the service's gRPC calls), over HTTPS when `tls` (certificate chain, key) is.
+
+    prometheus_client's `start_http_server` takes neither a token nor a wrapped app, so the server is
+    put together here from the same parts (its WSGI app, a threading wsgiref server)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, token: str | None = None,
+                 tls: tuple[Path, Path] | None = None):
+        app = make_wsgi_app(registry)
+        if token is not None:
+            app = _bearer_only(app, BearerToken(token))
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        server_class = type("MetricsHTTPServer", (_ThreadingServer,), {"address_family": family})
+        self._server: WSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+        self.scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            # the handshake happens in the request's own thread, so a client that never finishes it
+            # holds that thread (until the handler's timeout), not the accept loop
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
+            self.scheme = "https"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
         self.host = host
         self.port = self._server.server_port
+        self.authenticated = token is not None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-        if isinstance(self._thread, threading.Thread):
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)

@@ -29,6 +29,7 @@ from tests.chart.helm import (
     helm,
     render,
     require_tool,
+    template,
     value_args,
 )
 
@@ -117,7 +118,8 @@ def _check_service_monitor(sm: dict, services: list[dict]) -> list[str]:
     if not endpoints:
         problems.append(f"{name}: no endpoints")
     for ep in endpoints:
-        allowed = {"port", "path", "interval", "scrapeTimeout", "relabelings", "scheme", "honorLabels"}
+        allowed = {"port", "path", "interval", "scrapeTimeout", "relabelings", "scheme", "honorLabels", "authorization",
+                   "tlsConfig"}  # fields of the operator's Endpoint type
         if set(ep) - allowed:
             problems.append(f"{name}: unexpected endpoint fields {sorted(set(ep) - allowed)}")
         if ep.get("port") not in ports:
@@ -174,3 +176,31 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "TRACE"}
     assert cm["data"]["trace.json"].strip() == (CHART / "dashboards" / "trace.json").read_text().strip()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_service_monitors_send_the_services_token_over_their_tls(tls):
+    """A TRACE service's /metrics needs its auth token: each of its ServiceMonitors sends the very Secret
+    key the service's Deployment reads its token from, over HTTPS (trusting tls.caKey, checking the
+    service's in-cluster name) when the services serve TLS. vLLM's /metrics is vLLM's: no token."""
+    out = template(*value_args("monitoring"), *(value_args("tls") if tls else []))
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert len(monitors) == len(SERVICES) + 1
+    for sm in monitors:
+        component = sm["metadata"]["labels"]["app.kubernetes.io/component"]
+        (endpoint,) = sm["spec"]["endpoints"]
+        if component == "vllm":
+            assert not {"authorization", "scheme", "tlsConfig"} & set(endpoint), endpoint
+            continue
+        (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == f"{FULLNAME}-{component}"]
+        (env,) = [e for c in deployment["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
+                  if e["name"] == f"TRACE_{component.upper()}_AUTH_TOKEN"]
+        assert endpoint["authorization"] == {"type": "Bearer", "credentials": env["valueFrom"]["secretKeyRef"]}
+        if tls:
+            assert endpoint["scheme"] == "https"
+            assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "trace-grpc-tls", "key": "ca.crt"}},
+                                             "serverName": f"{FULLNAME}-{component}"}
+        else:
+            assert "scheme" not in endpoint and "tlsConfig" not in endpoint

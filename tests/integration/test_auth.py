@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import grpc
+import httpx
 import openai
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -173,6 +174,21 @@ def test_http_without_auth_configured_needs_no_token(embedded_stack, method, pat
         assert "compositions" in resp.json()  # auth off: nothing to hide from a caller
 
 
+METRICS_CASES = [(None, 401), ("Bearer wrong-token", 401), (TOKEN, 401), (f"Bearer {TOKEN}", 200)]
+
+
+@pytest.mark.parametrize("service", SERVICE_NAMES)
+@pytest.mark.parametrize(("header", "status"), METRICS_CASES, ids=[repr(c[0]) for c in METRICS_CASES])
+def test_metrics_auth_embedded(authed_stack, service, header, status):
+    """/metrics is a serving surface too: behind the service's token (the full rule's table:
+    tests/integration/test_metrics_server.py)."""
+    resp = httpx.get(authed_stack.metrics_urls[service], headers={"Authorization": header} if header else {},
+                     timeout=10)
+    assert resp.status_code == status, resp.text[:300]
+    assert ("trace_build_info" in resp.text) is (status == 200)
+    assert TOKEN not in resp.text
+
+
 @pytest.mark.parametrize(("api_key", "ok"), [(TOKEN, True), ("wrong-token", False), ("EMPTY", False)])
 def test_openai_sdk_sends_the_token_as_api_key(authed_stack, api_key, ok):
     client = openai.OpenAI(base_url=authed_stack.http_url("inference"), api_key=api_key, max_retries=0, timeout=30)
@@ -271,6 +287,13 @@ def test_with_tls_the_http_api_is_served_over_tls_only(tmp_path):
             plain.request("GET", "/v1/models", headers={"Authorization": f"Bearer {TOKEN}"})
             plain.getresponse()
         plain.close()
+        metrics = urlsplit(fields["metrics"])  # the scrape sends the token too: HTTPS on the same pair
+        assert metrics.scheme == "https", fields
+        for header, status in [(f"Bearer {TOKEN}", 200), (None, 401)]:
+            conn = http.client.HTTPSConnection(metrics.hostname, metrics.port, timeout=30, context=context)
+            conn.request("GET", metrics.path, headers={"Authorization": header} if header else {})
+            assert conn.getresponse().status == status
+            conn.close()
     finally:
         assert _stop(proc) == 0
 
@@ -300,6 +323,23 @@ def test_with_tls_the_trainer_reaches_the_environment_service_trusting_its_ca(tm
             env_factory(ref, target, TOKEN)                           # plaintext to a TLS server
         with pytest.raises(FailedPrecondition, match="TLS CA file .* does not exist"):
             env_factory(ref, target, TOKEN, tmp_path / "missing.crt")
+    finally:
+        assert _stop(proc) == 0
+
+
+@pytest.mark.slow
+def test_metrics_left_open_on_purpose_says_so_in_its_log(tmp_path):
+    """TRACE_<SERVICE>_METRICS_AUTH=false: the operator's choice to leave /metrics open while the gRPC
+    calls keep needing the token, and the log's warning names the setting."""
+    proc, fields, lines = _start("analysis", _clean_env(TRACE_ANALYSIS_AUTH_TOKEN=TOKEN,
+                                                         TRACE_ANALYSIS_METRICS_AUTH="false",
+                                                         TRACE_ANALYSIS_ARTIFACT_ROOT=tmp_path.as_uri()))
+    try:
+        assert fields["auth"] == "on"
+        (warning,) = [ln for ln in lines if "WITHOUT AUTH" in ln]
+        assert "/metrics" in warning and "TRACE_ANALYSIS_METRICS_AUTH" in warning and fields["metrics"] in warning
+        assert httpx.get(fields["metrics"], timeout=10).status_code == 200
+        assert _probe(fields["grpc"], "analysis")[0] == "UNAUTHENTICATED"
     finally:
         assert _stop(proc) == 0
 

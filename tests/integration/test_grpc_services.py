@@ -71,7 +71,8 @@ def test_health_watch_of_an_unknown_service_streams_service_unknown(embedded_sta
 
 
 def _rpc_count(stack, service: str, method: str, code: str) -> float:
-    text = httpx.get(stack.metrics_urls[service], timeout=5).text
+    # the token only matters to the authed stack's /metrics; the open one ignores the header
+    text = httpx.get(stack.metrics_urls[service], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).text
     prefix = f'trace_{service}_rpc_requests_total{{code="{code}",method="{method}"}}'
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(prefix))
 

@@ -26,3 +26,19 @@ def test_prometheus_scrapes_every_service(embedded_stack, prometheus_factory):
     hist = prom.wait_for('trace_trainer_rpc_duration_seconds_count{method="GetTrainingJob"}',
                          lambda r: r and float(r[0]["value"][1]) >= 3)
     assert hist
+
+
+def test_prometheus_scrapes_token_protected_metrics_with_the_token_only(authed_stack, prometheus_factory):
+    """With a token, /metrics answers only a scrape that sends it (as the chart's ServiceMonitors do):
+    Prometheus with the token's credentials sees every service up and its series, one without sees
+    every target down (401) and no series."""
+    from tests.support.stack import TOKEN
+
+    with_token = prometheus_factory(authed_stack.metrics_urls, token=TOKEN)
+    without = prometheus_factory(authed_stack.metrics_urls)
+    up = with_token.wait_for("up", lambda r: len(r) == 5 and all(s["value"][1] == "1" for s in r))
+    assert {s["metric"]["job"] for s in up} == set(SERVICE_NAMES)
+    assert len(with_token.wait_for("trace_build_info", lambda r: len(r) == 5)) == 5
+    down = without.wait_for("up", lambda r: len(r) == 5 and all(s["value"][1] == "0" for s in r))
+    assert {s["metric"]["job"] for s in down} == set(SERVICE_NAMES)
+    assert without.query("trace_build_info") == []

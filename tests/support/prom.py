@@ -1,6 +1,7 @@
 """Fixture: a real Prometheus server (Debian package) scraping given /metrics URLs.
 
-`prometheus_factory(urls)` writes a config with one job per URL (scrape every 1 s), starts
+`prometheus_factory(urls, token=None)` writes a config with one job per URL (scrape every 1 s;
+with `token`, each scrape sends `authorization: Bearer <token>` as the chart's ServiceMonitors do), starts
 `prometheus` on a free loopback port with its own storage dir, waits until ready, and returns
 a client with `.query(promql)` (HTTP API) and `.wait_for(promql, predicate)`.
 """
@@ -30,14 +31,17 @@ def find_binary(name: str) -> str:
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: dict[str, str]):
+    def __init__(self, workdir: Path, targets: dict[str, str], token: str | None = None):
+        workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": []}
         for job, metrics_url in targets.items():
             u = urlparse(metrics_url)
-            cfg["scrape_configs"].append({"job_name": job, "metrics_path": u.path,
-                                          "static_configs": [{"targets": [u.netloc]}]})
+            job_cfg = {"job_name": job, "metrics_path": u.path, "static_configs": [{"targets": [u.netloc]}]}
+            if token is not None:
+                job_cfg["authorization"] = {"type": "Bearer", "credentials": token}
+            cfg["scrape_configs"].append(job_cfg)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         self.log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 -- closed in stop()
         self.proc = subprocess.Popen(
@@ -84,8 +88,8 @@ class Prometheus:
 def prometheus_factory(tmp_path):
     started: list[Prometheus] = []
 
-    def make(targets: dict[str, str]) -> Prometheus:
-        p = Prometheus(tmp_path, targets)
+    def make(targets: dict[str, str], token: str | None = None) -> Prometheus:
+        p = Prometheus(tmp_path / f"prometheus-{len(started)}", targets, token)
         started.append(p)
         return p
 

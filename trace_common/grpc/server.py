@@ -4,7 +4,8 @@
 reflection, interceptors (metrics -> auth -> streaming-call cap -> error mapping), max message sizes,
 a cap on calls in progress (`max_concurrent_rpcs`: past it grpc refuses a call with RESOURCE_EXHAUSTED)
 of which streams may take all but a few (`stream_cap`: the health Check and unary calls keep room
-however many Watch streams are open), optional TLS, and a Prometheus /metrics endpoint on its own port.
+however many Watch streams are open), optional TLS, and a Prometheus /metrics endpoint on its own port
+(behind the same token unless `metrics_auth` is false, over HTTPS with the same TLS pair).
 Only the health Check answers without the token (Kubernetes probes); health Watch and reflection need
 it. `run_forever` adds graceful stop on SIGTERM/SIGINT: health flips to NOT_SERVING, new calls are
 refused, in-flight calls get `grace_seconds`.
@@ -131,8 +132,10 @@ class TraceServer:
     async def start(self) -> None:
         self._server = self._build()
         self.port = self._bind()
-        self.metrics_server = MetricsServer(self.definition.metrics.registry, self.settings.metrics_host,
-                                            self.settings.metrics_port)
+        s = self.settings
+        token = s.auth_token.get_secret_value() if s.auth_token is not None and s.metrics_auth else None
+        self.metrics_server = MetricsServer(self.definition.metrics.registry, s.metrics_host, s.metrics_port,
+                                            token=token, tls=s.tls_pair)
         for hook in self.definition.on_start:
             await hook()
         await self._server.start()
@@ -140,6 +143,10 @@ class TraceServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("%s serving gRPC on %s, metrics on %s", self.definition.name, self.target,
                  self.metrics_server.url)
+        if self.auth and not self.metrics_server.authenticated:
+            log.warning("%s serves /metrics WITHOUT AUTH (%s=false): anyone who can reach %s may read it",
+                        self.definition.name, f"TRACE_{self.definition.name.upper()}_METRICS_AUTH",
+                        self.metrics_server.url)
         if not self.auth and self.warn_without_auth:
             where = f" and {self.definition.http_url}" if self.definition.http_url else ""
             log.warning("%s runs WITHOUT AUTH: no token set (%s), so anyone who can reach %s%s may call every "

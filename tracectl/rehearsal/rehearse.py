@@ -181,11 +181,16 @@ def _vllm(rendered, procs: Processes, stand: StandIns, workdir: Path, paths: Pat
 
 def _scrape(containers, stand: StandIns, out: Path) -> None:
     """Each service's Prometheus exposition after the run, as a scrape of the chart's metrics port would
-    read it (what the jobs, RPCs and artifact bytes of this rehearsal were): <workdir>/metrics/<name>.prom."""
+    read it (what the jobs, RPCs and artifact bytes of this rehearsal were): <workdir>/metrics/<name>.prom.
+    The chart gives every service the token, so /metrics needs it, as the ServiceMonitors send it."""
     out.mkdir(exist_ok=True)
     for name in containers:
+        token = containers[name].env.get(f"TRACE_{name.upper()}_AUTH_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if isinstance(token, str) and token else {}
         try:
-            text = httpx.get(f"http://{stand.address(name, 'metrics')}/metrics", timeout=5).text
+            response = httpx.get(f"http://{stand.address(name, 'metrics')}/metrics", headers=headers, timeout=5)
+            response.raise_for_status()
+            text = response.text
         except httpx.HTTPError as err:
             text = f"# scrape failed: {err}\n"
         (out / f"{name}.prom").write_text(text)
