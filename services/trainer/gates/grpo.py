@@ -55,6 +55,7 @@ warm start without replaying any episode.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -130,6 +131,15 @@ def composition_identity(composed: ComposedMoEModel, base_model: str) -> dict[st
 
     return {"base_model": base_model, "base_key": built_in_key(base_model),
             "adapters": composed.adapter_fingerprints()}
+
+
+def _same_composition(record: Any, base_model: str, models_key: str) -> bool:
+    """Whether a GRPO checkpoint's record was written for this composition: its identity's model_key is
+    the digest of `composition_identity` (base model, build key, adapter fingerprints). A checkpoint
+    written before identities were recorded is judged by its base model alone, as then."""
+    if record.identity is None:
+        return record.model in (None, base_model)
+    return record.model == base_model and record.identity.get("model_key") == models_key
 
 
 def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: ComposedMoEModel,
@@ -313,16 +323,19 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
                     "warm-start example, so the gates will not learn to choose it")
     weights = GateWeights(composed, config.load_balancing_coef)
     prefix = prefix.rstrip("/")
-    models = composition_identity(composed, base_model) if config.warm_start_steps else None
+    models = composition_identity(composed, base_model)
+    models_key = hashlib.sha256(json.dumps(models, sort_keys=True).encode()).hexdigest()[:16]
     grpo_ckpt: str | None = None
     if store is not None and resume:
         if isinstance(resume, str):
             grpo_ckpt = resume
         else:
-            # the newest trained on this base model (one of another base is no continuation: a re-run of the
-            # run id with another base agent trains its gates anew)
-            found = ckpt.latest_checkpoint(store, prefix, accept=lambda c: ckpt.read_record(store, c.key).model
-                                           in (None, base_model))
+            # the newest trained on this composition (one of another base or of other adapters is no
+            # continuation: a re-run of the run id with another base agent, or with retrained adapters,
+            # trains its gates anew)
+            found = ckpt.latest_checkpoint(store, prefix,
+                                           accept=lambda c: _same_composition(ckpt.read_record(store, c.key),
+                                                                              base_model, models_key))
             grpo_ckpt = found.key if found is not None else None
             if grpo_ckpt and not _followed_this_warm_start(store, prefix, composed, target_envs, base, config,
                                                            splits, models):
@@ -367,7 +380,7 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
         trainer = GRPOTrainer(grpo_config, composed.base, env_factory, CountingRollouts(policy, weights),
                               render=prompt_renderer(policy), pad_id=policy.pad_id, store=store, prefix=prefix,
                               capability=capability, on_event=forward, should_stop=stop, model_label=base_model,
-                              weights=weights)
+                              weights=weights, model_key=models_key)
         result = trainer.train(resume=grpo_ckpt or False, write_adapter=False)
         iterations, stop_reason, early = result.iterations, result.stop_reason, result.stopped_early
         history = [budget.add_to(h) for h in result.history]

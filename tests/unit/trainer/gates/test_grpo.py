@@ -430,3 +430,24 @@ def test_warm_start_data_is_reused_only_for_the_same_models(tmp_path, labels, ch
     else:
         played = [r for r in counting.resets if r[0] in NAMES]
     assert bool(played) is replayed, played[:5]
+
+
+@pytest.mark.parametrize("warm_start_steps", [0, 4])
+@pytest.mark.parametrize("change, trained_anew", [
+    ("nothing", False),
+    ("adapter retrained at the same URI", True),
+])
+def test_gate_grpo_continues_only_checkpoints_of_the_same_composition(tmp_path, warm_start_steps, change,
+                                                                     trained_anew):
+    """A finished gate job re-run under its prefix continues its GRPO checkpoints (nothing left to run)
+    only when the composition is the same; with an adapter retrained under the same name and URI the
+    gates are trained anew, from GRPO's first iteration (they used to continue gates fitted to the old
+    adapter when no warm start stood in between)."""
+    config = GateGRPOConfig(**for_labels(dict(RESUME, warm_start_steps=warm_start_steps, max_steps=2), "outcome"))
+    store = open_store((tmp_path / "s").as_uri())
+    run(config, composed(), store)
+    events: list[tuple[str, dict]] = []
+    model = _retrained(composed(), "late") if change.startswith("adapter") else composed()
+    run(config, model, store, on_event=lambda k, p: events.append((k, p)))
+    played = [p["iteration"] for k, p in events if k == "iteration" and not p.get("replayed")]
+    assert bool([i for i in played if i >= 1]) is trained_anew, events
