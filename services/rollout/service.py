@@ -11,7 +11,8 @@ own run's `rollouts/`, holding no object yet and claimed by no live job (docs/de
 request never picks a path outside the store, and one run's request cannot overwrite another's
 results). Every live job claims the prefix it writes -- the one its request named, or its default
 one -- from its creation until it ends; a prefix equal to a claimed one, inside it or holding it is
-refused (ALREADY_EXISTS), and so is one a concurrent request is checking. The store is listed in a
+refused (ALREADY_EXISTS), and so is one a concurrent request is checking -- unless that request is this
+one (same run_id and request_id): a retry waits for the first attempt and gets its job. The store is listed in a
 worker thread (an S3 listing is network I/O; the event loop serves every other call meanwhile)."""
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class Rollouts:
         self._writers: dict[str, str] = {}
         #: Prefixes that requests being created named and are checking against the store now.
         self._checking: set[str] = set()
+        #: (run_id, request_id) of requests being created now -> done when their creation ends, so a retry
+        #: of one waits for its job instead of finding its prefix being checked.
+        self._creating: dict[tuple[str, str], asyncio.Future[None]] = {}
         self.jobs.on_evict.append(self._forget)
         #: Where a policy's model, adapter and composition may lie: this store and TRACE_ROLLOUT_MODEL_ROOTS
         #: (trace_common/model_refs.py; runner.plan checks them before a job exists).
@@ -94,13 +98,26 @@ class Rollouts:
         self.jobs.validate_request(run_id, labels, request_id)
         planned = runner.plan(spec, self.endpoints, self.data_roots, allowed=self.model_roots,
                               max_episodes=self.settings.max_episodes_per_job)  # bad endpoints / environment / tasks fail here, before a job
+        creating = (run_id, request_id) if request_id else None
+        while creating in self._creating:
+            # the same request is being created (its prefix checked against the store): wait for it, then
+            # take its job, rather than being refused because that request is checking the prefix
+            await asyncio.shield(self._creating[creating])
         retried = self.jobs.by_request(request_id, run_id=run_id) if request_id else None
         if retried is not None:
             return retried  # (a retried request gets its job back; its prefix is claimed by that job)
+        if creating is None:
+            return await self._create(spec, run_id, labels, request_id, planned)
+        done = self._creating[creating] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._create(spec, run_id, labels, request_id, planned)
+        finally:
+            del self._creating[creating]
+            done.set_result(None)
+
+    async def _create(self, spec: RolloutSpecModel, run_id: str, labels: dict[str, str], request_id: str,
+                      planned: runner.PlannedRollout) -> JobRecord:
         prefix = await self.output_prefix(spec.output_uri, run_id)
-        retried = self.jobs.by_request(request_id, run_id=run_id) if request_id else None
-        if retried is not None:
-            return retried  # (the same request, created while the store answered)
 
         async def body(ctx):  # (the plan comes back as ctx.spec: held pickled while the job waits, jobs.py)
             try:

@@ -246,3 +246,32 @@ def test_the_store_is_listed_off_the_event_loop(rollout, monkeypatch):
             release.set()
         job = first.result(30)
     assert _wait(rollout, job.job_id).state == t.JOB_STATE_SUCCEEDED
+
+
+def test_a_retry_while_its_request_checks_the_store_gets_the_same_job(rollout, monkeypatch):
+    """A client that retries its create (same request_id) while the first attempt is still checking its
+    output prefix against the store gets the first attempt's job, as any retry does (it used to be
+    refused ALREADY_EXISTS: the prefix was being checked, by itself)."""
+    store = rollout.domain.store
+    listing, release = threading.Event(), threading.Event()
+    real_list = store.list
+
+    def slow_list(prefix: str = ""):
+        listing.set()
+        release.wait(20)
+        return real_list(prefix)
+
+    monkeypatch.setattr(store, "list", slow_list)
+    request = R.CreateRolloutJobRequest(
+        spec=_spec(output_uri=store.uri_for(f"runs/mine/rollouts/retry-{uuid.uuid4().hex[:8]}"), max_turns=1),
+        run_id="mine", request_id=uuid.uuid4().hex)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(lambda: rollout.stub.CreateRolloutJob(request, timeout=60).job)
+        assert listing.wait(30)
+        retry = pool.submit(lambda: rollout.stub.CreateRolloutJob(request, timeout=60).job)
+        time.sleep(0.5)  # the retry reaches the service while the first still lists
+        assert not retry.done()
+        release.set()
+        jobs = first.result(30), retry.result(30)
+    assert jobs[0].job_id == jobs[1].job_id
+    assert _wait(rollout, jobs[0].job_id).state == t.JOB_STATE_SUCCEEDED
