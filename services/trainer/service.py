@@ -113,6 +113,7 @@ class Training:
             if spec.policy.backend == "POLICY_BACKEND_OPENAI_HTTP":
                 self._check_served_weights(spec)   # its served name is the base the gates job loads
             self._check_executor(spec)
+            self._check_resume_model(spec, spec.policy.model)
             return config
         if not CAPABILITY_RE.match(spec.capability):
             raise InvalidArgument(field="spec.capability", expected="a snake_case capability name "
@@ -150,7 +151,22 @@ class Training:
                             job_mounts=mounts)
         if served:
             self._check_served_endpoint(spec, config)
+        self._check_resume_model(spec, ckpt.model_label(spec.policy.model, spec.policy.adapter_uri))
         return config
+
+    def _check_resume_model(self, spec: TrainingSpecModel, label: str) -> None:
+        """A checkpoint named in spec.resume_from_uri exists and was trained on the model this job loads
+        (its label: the worker's rule, `GRPOTrainer.resume`), refused now rather than once the worker
+        loaded the model: NotFound without a checkpoint.json there, FailedPrecondition for another model."""
+        key = self.resume_key(spec.resume_from_uri)
+        if not key:
+            return
+        record = ckpt.read_record(self.store, key)
+        if record.model is not None and record.model != label:
+            raise FailedPrecondition(
+                f"spec.resume_from_uri: checkpoint {spec.resume_from_uri} was trained on model {record.model!r}, and "
+                f"this job trains model {label!r}: training continues only on the model it was trained on. Resume "
+                f"from a checkpoint trained on {label!r}, or start fresh (leave spec.resume_from_uri empty)")
 
     # -- an adapter job's base agent ---------------------------------------------------------------
     # The trainer always loads the base weights itself (the LoRA trains on them): `spec.policy.model`

@@ -57,6 +57,12 @@ WEIGHTS_FILE = "adapter_model.safetensors"
 _CKPT_RE = re.compile(r"/ckpt-(\d+)/checkpoint\.json$")
 
 
+def model_label(model: str, adapter: str = "") -> str:
+    """The label a job's checkpoints record for the model it trains: its PolicyRef's model, with the
+    merged adapter after a '+' (`models.load_base`)."""
+    return f"{model}+{adapter}" if adapter else model
+
+
 def job_identity(*, model_label: str, policy_model: str = "", policy_adapter: str = "",
                  environment: tuple[str, str] | None = None,
                  environment_params: Mapping[str, Any] | None = None, model_key: str = "") -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from services.trainer.grpo.checkpoint import model_label
 from trace_common.artifacts import S3Settings
 from trace_common.errors import InvalidArgument, NotFound
 from trace_common.hf_load import load_causal_lm
@@ -57,6 +58,6 @@ def load_base(ref: str, *, adapter_ref: str = "", cache_dir: Path, s3: S3Setting
         if not (adir / "adapter_config.json").is_file():
             raise NotFound(f"{adapter_ref} is not a PEFT adapter directory (no adapter_config.json)")
         model = PeftModel.from_pretrained(model, str(adir)).merge_and_unload()
-        label = f"{ref}+{adapter_ref}"
+        label = model_label(ref, adapter_ref)
     model.eval()
     return model, tokenizer, label
