@@ -46,6 +46,14 @@ class SandboxConfig(BaseModel):
     cpu_seconds: int = Field(300, ge=1, le=86_400, description="Total CPU seconds of a worker (RLIMIT_CPU).")
     memory_mb: int = Field(1024, ge=128, le=1 << 20, description="Address-space limit (RLIMIT_AS) in MiB.")
     file_size_mb: int = Field(16, ge=1, le=1 << 20, description="Largest file the worker may write (RLIMIT_FSIZE).")
+    scratch_mb: int = Field(256, ge=1, le=1 << 20, description=(
+        "Most the worker's scratch dir may hold on disk, its stderr file included (process backend; a pod's is "
+        "pod.scratch_mb). The service measures it every scratch_check_s during a call and after each reply and "
+        "kills a worker past it (violation 'disk'); it can overshoot by what the worker writes in one interval."))
+    scratch_entries: int = Field(10_000, ge=16, le=10_000_000, description=(
+        "Most files and directories the worker's scratch dir may hold (process backend), checked as scratch_mb."))
+    scratch_check_s: float = Field(0.25, gt=0, le=10, description="How often the scratch dir is measured during a "
+                                   "call (process backend).")
     max_processes: int = Field(0, ge=0, le=4096, description="RLIMIT_NPROC of the sandbox uid; 0 forbids fork.")
     open_files: int = Field(64, ge=16, le=65_536, description="RLIMIT_NOFILE.")
     call_timeout_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock deadline of one call.")

@@ -17,6 +17,11 @@ contained a candidate (`IsolationReport`). Layers, outermost first:
 | `seccomp`       | yes             | socket(), fork/vfork/clone-without-CLONE_THREAD, execve, mount, unshare, bpf, io_uring ... answered with EPERM (clone3 with ENOSYS so glibc falls back to clone); signalling, tracing or reading another process (kill/tkill/tgkill/rt_sigqueueinfo aimed at any pid but the worker's own, pidfd_open, pidfd_send_signal, pidfd_getfd, ptrace, process_vm_readv/writev, kcmp, process_madvise) kills the worker with SIGSYS, so the attempt is always reported | x86_64 or aarch64, no_new_privs |
 | `audit_hook`    | no (Python)     | the same operations at the Python level with a typed violation record: sockets, subprocess/exec/fork, file writes outside scratch, reads outside the interpreter's and TRACE's code, signals, rlimit changes, ctypes, gc introspection | nothing |
 
+Besides these layers the service bounds the worker's scratch dir as a whole (`scratch.usage`,
+`SandboxConfig.scratch_mb` / `scratch_entries`: RLIMIT_FSIZE caps one file only), measuring it during
+and after every call and killing a worker past it (violation "disk"); a pod's emptyDir has its
+sizeLimit instead.
+
 The audit hook is not a security boundary on its own (Python code can sometimes escape
 a hook); it exists so that a blocked attempt is *reported* as a violation of a known kind
 even when the environment code catches the resulting exception. Containment comes from

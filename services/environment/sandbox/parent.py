@@ -63,11 +63,11 @@ from .. import metrics as m
 from .config import SandboxConfig
 from .endings import classify_ending, exit_report, oom_kills, without_exit_report
 from .isolation import NOBODY, REQUIRED_LAYERS, missing_layers
-from .scratch import make_searchable_dirs, scratch_parent
+from .scratch import make_searchable_dirs, scratch_parent, usage
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-VIOLATION_KINDS = ("cpu", "memory", "processes", "file_size", "timeout", "network", "output", "filesystem",
+VIOLATION_KINDS = ("cpu", "memory", "processes", "file_size", "disk", "timeout", "network", "output", "filesystem",
                    "limits", "native", "introspection", "environment", "syscall", "killed", "crash", "protocol")
 
 
@@ -207,6 +207,9 @@ class Transport(Protocol):
         """Bytes of the worker's stdout; b"" at EOF; None when nothing came within `timeout`."""
     def cpu_state(self) -> tuple[str, float] | None:
         """(state letter, CPU seconds) of the worker process, None where it cannot be seen."""
+    def scratch_usage(self) -> tuple[int, int] | None:
+        """(bytes, entries) in the worker's scratch dir where the service bounds it, else None (a pod's
+        emptyDir has its sizeLimit)."""
     def alive(self) -> bool: ...
     def kill(self) -> None: ...
     def shutdown(self, line: bytes) -> None:
@@ -306,6 +309,12 @@ class ProcessTransport:
     def cpu_state(self) -> tuple[str, float] | None:
         pid = self.worker_pid
         return _proc_stat(pid) if pid else None
+
+    def scratch_usage(self) -> tuple[int, int] | None:
+        """(bytes, entries) the worker's scratch dir holds (`scratch.usage`), None before it exists."""
+        if not self.scratch:
+            return None
+        return usage(self.scratch, self.config.scratch_entries)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -547,7 +556,9 @@ class SandboxWorker:
     def _read_line(self, op: str, timeout: float, started: float, cpu0: float | None) -> bytes:
         cap = self.config.max_output_kb << 10
         deadline = started + timeout
+        tick = self.config.scratch_check_s
         while b"\n" not in self._buf:
+            self._check_scratch(op)
             left = deadline - time.perf_counter()
             if left <= 0:
                 # busy (runnable, or most of the time on a CPU) = a compute overrun, else blocked
@@ -557,7 +568,7 @@ class SandboxWorker:
                 how = ("busy computing" if busy else "blocked") if stat is not None else "state not observable"
                 raise self._fail("cpu" if busy else "timeout",
                                  f"no response within {timeout:g} s ({how}, {used:.1f} CPU seconds)", op)
-            chunk = self.transport.read(min(left, 1.0))
+            chunk = self.transport.read(min(left, 1.0, tick))
             if chunk is None:
                 continue
             if not chunk:
@@ -566,7 +577,22 @@ class SandboxWorker:
             if len(self._buf) > cap + 1:
                 raise self._fail("output", f"response exceeds {cap} bytes", op)
         line, self._buf = self._buf.split(b"\n", 1)
+        self._check_scratch(op)  # what a quick call wrote before it answered
         return line
+
+    def _check_scratch(self, op: str) -> None:
+        """Kill the worker (violation "disk") once its scratch dir holds more than scratch_mb or
+        scratch_entries (scratch.py: RLIMIT_FSIZE bounds one file only)."""
+        measured = self.transport.scratch_usage()
+        if measured is None:
+            return
+        used, entries = measured
+        if used > self.config.scratch_mb << 20:
+            raise self._fail("disk", f"scratch dir holds {used >> 20} MiB, over its {self.config.scratch_mb} MiB "
+                             "(scratch_mb)", op)
+        if entries > self.config.scratch_entries:
+            raise self._fail("disk", f"scratch dir holds more than {self.config.scratch_entries} files and "
+                             "directories (scratch_entries)", op)
 
     def _fail(self, kind: str, detail: str, op: str, count_extra: list | None = None) -> SandboxViolation:
         """Kill the worker and return the violation to raise (recorded and counted)."""

@@ -422,6 +422,9 @@ class PodTransport:
     def cpu_state(self) -> tuple[str, float] | None:
         return None  # the worker's /proc is in another pod
 
+    def scratch_usage(self) -> tuple[int, int] | None:
+        return None  # the pod's scratch emptyDir has its sizeLimit (pod.scratch_mb): the kubelet evicts past it
+
     def alive(self) -> bool:
         return self._ws is not None and self._ws.is_open() and not self._ended
 

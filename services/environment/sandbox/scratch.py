@@ -14,6 +14,11 @@ worker would start, lock down, and fail on its first file ("Permission denied").
 
 Only the worker's own scratch dir (mode 0711, its work/ owned by the worker's uid) is opened to
 others; nothing above it is changed.
+
+What the scratch dir holds is bounded by the service, not the kernel: RLIMIT_FSIZE caps one file, so
+a worker could still fill the disk with many files (or its stderr). `usage` measures it (bytes on disk
+and entries, links not followed, the walk stopped once past the entry cap), and the parent kills a
+worker past `SandboxConfig.scratch_mb` / `scratch_entries` (parent.py, violation "disk").
 """
 
 from __future__ import annotations
@@ -96,3 +101,28 @@ def scratch_parent(configured: str, others_must_reach: bool) -> str:
         f"no scratch directory the sandbox uid can reach: the temp dir {default} is blocked at {blocked} "
         f"(mode {_mode(blocked)}) and none of {', '.join(FALLBACKS)} is usable; set "
         "TRACE_ENVIRONMENT_SANDBOX_SCRATCH_ROOT to a directory whose every parent is o+x")
+
+
+def usage(path: str, max_entries: int) -> tuple[int, int]:
+    """(bytes allocated on disk, entries) under `path`, symbolic links not followed; the walk stops once
+    it has seen more than `max_entries` entries (their count is then max_entries + 1). Entries that
+    vanish while it walks are skipped."""
+    total, entries = 0, 0
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > max_entries:
+                        return total, entries
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total, entries

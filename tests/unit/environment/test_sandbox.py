@@ -221,10 +221,22 @@ CASES = [
     ("read_service_environ", "print(open('/proc/PPID/environ').read())", "filesystem"),
     ("huge_output", "return [{'message': 'x' * 5_000_000}]", "output"),
     ("file_size", "open('big.bin', 'wb').write(b'x' * (64 << 20))", "file_size"),
+    # files under RLIMIT_FSIZE each, past scratch_mb together / past scratch_entries (CASE_LIMITS)
+    ("fill_scratch", "for i in range(200):\n    open(f'f{i}.bin', 'wb').write(b'x' * (8 << 20))", "disk"),
+    ("many_files", "for i in range(1_000_000):\n    open(f'e{i}', 'w').close()", "disk"),
+    ("many_dirs", "for i in range(1_000_000):\n    os.mkdir(f'd{i}')", "disk"),
+    # the worker's stderr is a file in its scratch dir: RLIMIT_FSIZE bounds it
+    ("stderr_flood", "import sys\nwhile True:\n    sys.stderr.write('x' * 65536)", "file_size"),
     ("hard_exit", "os._exit(3)", "crash"),
     ("native_code", "import ctypes\nctypes.CDLL(None)", "native"),
     ("raise_limits", "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "limits"),
 ]
+
+
+#: Limits of some cases below their defaults (256 MiB, 10,000 entries), so each is reached well within
+#: the call's 2 s on a loaded machine.
+CASE_LIMITS = {"fill_scratch": {"scratch_mb": 64}, "many_files": {"scratch_entries": 1000},
+               "many_dirs": {"scratch_entries": 1000}}
 
 
 @pytest.mark.parametrize(("name", "payload", "kind"), CASES, ids=[c[0] for c in CASES])
@@ -232,7 +244,7 @@ def test_containment(name, payload, kind, listener):
     mark = marker()
     code = (payload.replace("MARK", str(mark)).replace("PORT", str(listener.getsockname()[1]))
             .replace("PPID", str(os.getpid())).replace("REPO", str(REPO)))
-    w = worker()
+    w = worker(**CASE_LIMITS.get(name, {}))
     try:
         w.call("load", source=module(code))
         started = time.perf_counter()
