@@ -8,7 +8,9 @@ trainer samples instances of a generated environment without ever running its co
 - Workers are per environment version: an idle worker with the module already loaded is
   reused for the next episode of that version (at most `idle_workers` kept per version),
   otherwise a new one is started and the module loaded (its source read from the
-  registry, sha256-verified). One episode runs in one worker at a time.
+  registry, sha256-verified). One episode runs in one worker at a time. A worker that has used
+  `RETIRE_CPU_FRACTION` of its lifetime CPU limit (RLIMIT_CPU counts every episode it served) is
+  not reused, so no episode is killed as a CPU violation for what earlier ones spent.
 - A sandbox violation or a crash ends that episode (the worker is discarded) and is
   reported to the caller as RESOURCE_EXHAUSTED -- except a worker killed from outside the
   sandbox (violation kind "killed": not at its limits, no OOM kill recorded), reported as
@@ -66,6 +68,10 @@ class StepOutcome:
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: Share of a worker's lifetime CPU limit (SandboxConfig.cpu_seconds) past which it is not reused.
+RETIRE_CPU_FRACTION = 0.5
+
+
 class EpisodeTable:
     def __init__(self, registry: EnvironmentRegistry, sandbox: SandboxConfig, *, max_open: int = 256,
                  idle_timeout_s: float = 300.0, idle_workers: int = 2):
@@ -81,6 +87,11 @@ class EpisodeTable:
         self._opening = 0
 
     # -- workers ---------------------------------------------------------------------------
+    def _reusable(self, worker: SandboxWorker) -> bool:
+        """Alive, and with at least 1 - RETIRE_CPU_FRACTION of its CPU limit left (unknown: yes)."""
+        used = worker.cpu_used() if worker.alive else None
+        return worker.alive and (used is None or used < RETIRE_CPU_FRACTION * worker.config.cpu_seconds)
+
     def _worker_for(self, record: EnvironmentRecord) -> tuple[SandboxWorker, LoadedModule]:
         """(blocking) An idle loaded worker for the record, or a new one."""
         while True:
@@ -89,7 +100,7 @@ class EpisodeTable:
                 if not pool:
                     break
                 worker, module = pool.pop()
-            if worker.alive:
+            if self._reusable(worker):
                 return worker, module
             worker.close()
         source = self.registry.source(record)
@@ -106,7 +117,7 @@ class EpisodeTable:
         """(blocking) Give the worker back to the pool, or stop it."""
         key = (episode.record.name, episode.record.version)
         worker = episode.worker
-        if worker.alive:
+        if self._reusable(worker):
             try:
                 episode.env.close()
             except Exception:  # noqa: BLE001 - a worker that cannot close an instance is not reused

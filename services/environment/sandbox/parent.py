@@ -478,6 +478,12 @@ class SandboxWorker:
     def alive(self) -> bool:
         return self.transport is not None and self.transport.alive() and self._dead is None
 
+    def cpu_used(self) -> float | None:
+        """CPU seconds the worker has used so far (its RLIMIT_CPU counts them all, across every call and
+        episode it served); None where not observable (a pod)."""
+        stat = self.transport.cpu_state() if self.transport is not None else None
+        return stat[1] if stat else None
+
     def close(self) -> None:
         """Stop the worker (politely if it is idle and healthy, else kill it) and remove its scratch / pod."""
         transport = self.transport

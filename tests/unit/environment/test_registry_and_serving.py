@@ -135,6 +135,36 @@ def test_episode_plays_to_reward_one_and_the_worker_is_reused(registry):
     assert workers[0] == workers[1]  # the idle loaded worker served the second episode
 
 
+@pytest.mark.parametrize("cpu_used, reused", [
+    (None, True),        # not observable (a pod): reused
+    (0.0, True),
+    (149.0, True),       # under half of cpu_seconds (300)
+    (150.0, False),      # half of it spent: the next episode gets a fresh worker
+    (299.0, False),
+])
+def test_a_worker_that_spent_half_its_cpu_limit_is_not_reused(registry, monkeypatch, cpu_used, reused):
+    """RLIMIT_CPU counts a worker's whole life: a worker reused for episode after episode would kill a
+    cheap episode as a CPU violation once earlier ones had spent its limit."""
+    from services.environment.sandbox.parent import SandboxWorker
+
+    record = _register(registry, "precondition_verification")
+    table = EpisodeTable(registry, SandboxConfig(call_timeout_s=10.0, cpu_seconds=300))
+    monkeypatch.setattr(SandboxWorker, "cpu_used", lambda self: cpu_used)
+
+    async def run():
+        pids = []
+        for seed in (500_001, 500_002):
+            episode_id, _, _ = await table.reset(record, seed)
+            pids.append(table.episodes[episode_id].worker.proc.pid)
+            await table.close(episode_id)
+        return pids
+    try:
+        first, second = asyncio.run(run())
+    finally:
+        table.shutdown()
+    assert (first == second) is reused
+
+
 def test_idle_episodes_are_reaped_and_the_open_limit_holds(registry):
     record = _register(registry, "precondition_verification")
     table = _table(registry, max_open=1, idle_timeout_s=0.2)
