@@ -135,11 +135,12 @@ def composition_identity(composed: ComposedMoEModel, base_model: str) -> dict[st
 
 def _same_composition(record: Any, base_model: str, models_key: str) -> bool:
     """Whether a GRPO checkpoint's record was written for this composition: its identity's model_key is
-    the digest of `composition_identity` (base model, build key, adapter fingerprints). A checkpoint
-    written before identities were recorded is judged by its base model alone, as then."""
+    the digest of `composition_identity` (base model, build key, adapter fingerprints). One written
+    before identities were recorded, or before gate jobs recorded a model_key (""), is judged by its
+    base model alone, as then."""
     if record.identity is None:
         return record.model in (None, base_model)
-    return record.model == base_model and record.identity.get("model_key") == models_key
+    return record.model == base_model and record.identity.get("model_key") in ("", models_key)
 
 
 def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: ComposedMoEModel,
@@ -156,17 +157,21 @@ def _followed_this_warm_start(store: ArtifactStore, prefix: str, composed: Compo
         return True
     if config.warm_start_labels == "outcome":
         where = f"{prefix}/{outcome_labels.OUTCOMES_DIR}/{outcome_labels.RECORD_FILE}"
-        want = outcomes_digest(config, composed.adapter_names, [t for t, _ in target_envs], splits, models)
+        targets = [t for t, _ in target_envs]
+        wanted = {outcomes_digest(config, composed.adapter_names, targets, splits, models),
+                  outcomes_digest(config, composed.adapter_names, targets, splits)}  # + as recorded before models
     else:
         where = f"{prefix}/{provenance_labels.PROVENANCE_DIR}/{provenance_labels.RECORD_FILE}"
-        want = provenance_digest(config, composed.adapter_names, base, splits, models)
+        wanted = {provenance_digest(config, composed.adapter_names, base, splits, models),
+                  provenance_digest(config, composed.adapter_names, base, splits)}
     try:
-        if json.loads(store.get_bytes(where)).get("digest") != want:
-            return False
+        stored = json.loads(store.get_bytes(where)).get("digest")
     except (NotFound, ValueError):
         return False
+    if stored not in wanted:
+        return False
     return not list_gate_checkpoints(store, prefix) or \
-        _matching_warm_start(store, prefix, config.warm_start_config(want).digest()) is not None
+        _matching_warm_start(store, prefix, config.warm_start_config(stored).digest()) is not None
 
 
 @dataclass
@@ -339,7 +344,7 @@ def train_gate_job(config: GateGRPOConfig, composed: ComposedMoEModel, tokenizer
             grpo_ckpt = found.key if found is not None else None
             if grpo_ckpt and not _followed_this_warm_start(store, prefix, composed, target_envs, base, config,
                                                            splits, models):
-                log.warning("the GRPO checkpoints under %s followed a warm start with other settings: warm-starting "
+                log.warning("the GRPO checkpoints under %s followed a warm start with other settings or models: warm-starting "
                             "again and training GRPO on the gates from there", prefix)
                 grpo_ckpt = None
     budget = PlayedBudget()

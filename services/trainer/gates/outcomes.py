@@ -289,6 +289,13 @@ def obtain_outcomes(composed: ComposedMoEModel, tokenizer: Any, factory: EnvFact
         if found is not None:
             log.info("gate outcome replays under %s reused (digest %s): no episode replayed", prefix, digest)
             return found
+        legacy = outcomes_digest(config, composed.adapter_names, targets, splits) if models else None
+        found = load_outcomes(store, prefix, legacy) if legacy else None
+        if found is not None:   # written before the models were part of the digest: as then, reused
+            log.warning("gate outcome replays under %s were recorded before their models were part of the "
+                        "digest: reused without checking that this base model and these adapters played them",
+                        prefix)
+            return found
     seeds = replay_seeds(split, config)
     replays = play_replays(composed, tokenizer, factory, seeds, config)
     table, labelled = outcome_table(replays, names, seeds, samples, fallback, ties)

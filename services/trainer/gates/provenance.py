@@ -231,6 +231,12 @@ def obtain_provenance(composed: ComposedMoEModel, tokenizer: Any, capability_env
         if found is not None:
             log.info("gate provenance under %s reused (digest %s): no episode replayed", prefix, digest)
             return found
+        legacy = provenance_digest(config, composed.adapter_names, base, splits) if models else None
+        found = load_provenance(store, prefix, legacy) if legacy else None
+        if found is not None:   # written before the models were part of the digest: as then, reused
+            log.warning("gate provenance under %s was recorded before its models were part of the digest: "
+                        "reused without checking that these adapters played it", prefix)
+            return found
     played = play_provenance(composed, tokenizer, capability_envs, config, splits)
     trajectories = {BASE_SLOT_NAME: list(base), **played} if base else dict(played)
     provenance = Provenance(trajectories, PlayedBudget.of([t for ts in played.values() for t in ts]), digest)

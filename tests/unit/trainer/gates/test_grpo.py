@@ -451,3 +451,54 @@ def test_gate_grpo_continues_only_checkpoints_of_the_same_composition(tmp_path, 
     run(config, model, store, on_event=lambda k, p: events.append((k, p)))
     played = [p["iteration"] for k, p in events if k == "iteration" and not p.get("replayed")]
     assert bool([i for i in played if i >= 1]) is trained_anew, events
+
+
+@pytest.mark.parametrize("labels", ["outcome", "provenance"])
+def test_warm_start_data_recorded_before_models_were_digested_is_still_reused(tmp_path, labels):
+    """A record written before the models were part of the warm-start data's digest (its digest is the
+    one without them) is reused, as it was then, rather than replayed by every resumed job."""
+    import json
+
+    from services.trainer.gates import outcomes as outcome_labels
+    from services.trainer.gates import provenance as provenance_labels
+    from services.trainer.gates.outcomes import outcomes_digest, replay_seeds
+    from services.trainer.gates.provenance import provenance_digest
+
+    config = GateGRPOConfig(**for_labels(dict(RESUME, max_steps=0, warm_start_steps=4), labels))
+    store = open_store((tmp_path / "s").as_uri())
+    run(config, composed(), store)
+    where = (f"runs/r/moe/m/outcomes/{outcome_labels.RECORD_FILE}" if labels == "outcome"
+             else f"runs/r/moe/m/provenance/{provenance_labels.RECORD_FILE}")
+    record = json.loads(store.get_bytes(where))
+    if labels == "outcome":
+        record["digest"] = outcomes_digest(config, NAMES, [label for label, _ in TARGET])
+    else:
+        base = select_base_provenance(base_rollouts(), TARGET, config, None)
+        record["digest"] = provenance_digest(config, NAMES, base)
+    store.put_bytes(where, json.dumps(record, sort_keys=True).encode())
+    counting = Counting()
+    run(config, composed(), store, counting=counting)
+    if labels == "outcome":
+        replays = set(replay_seeds(range(0, 1000), config))
+        assert not [r for r in counting.resets if r[1] in replays]
+    else:
+        assert not [r for r in counting.resets if r[0] in NAMES]
+
+
+def test_gate_grpo_checkpoints_recorded_before_gate_model_keys_are_still_continued(tmp_path):
+    """Gate checkpoints written before gate jobs recorded their composition's key (model_key "") are
+    continued on their base model, as then: a resumed job does not lose its GRPO progress."""
+    import json
+
+    from services.trainer.grpo import checkpoint as ckpt
+
+    config = GateGRPOConfig(**for_labels(dict(RESUME, warm_start_steps=0, max_steps=2), "outcome"))
+    store = open_store((tmp_path / "s").as_uri())
+    run(config, composed(), store)
+    for found in ckpt.list_checkpoints(store, "runs/r/moe/m"):
+        manifest = json.loads(store.get_bytes(found.key))
+        manifest["identity"]["model_key"] = ""
+        store.put_bytes(found.key, json.dumps(manifest).encode())
+    events: list[tuple[str, dict]] = []
+    run(config, composed(), store, on_event=lambda k, p: events.append((k, p)))
+    assert not [p for k, p in events if k == "iteration" and not p.get("replayed") and p["iteration"] >= 1], events
