@@ -9,8 +9,9 @@ trainer samples instances of a generated environment without ever running its co
   reused for the next episode of that version (at most `idle_workers` kept per version),
   otherwise a new one is started and the module loaded (its source read from the
   registry, sha256-verified). One episode runs in one worker at a time. A worker that has used
-  `RETIRE_CPU_FRACTION` of its lifetime CPU limit (RLIMIT_CPU counts every episode it served) is
-  not reused, so no episode is killed as a CPU violation for what earlier ones spent.
+  `RETIRE_FRACTION` of its lifetime CPU limit (RLIMIT_CPU counts every episode it served) or of its
+  scratch limits (what earlier episodes left there stays) is not reused, so no episode is killed as a
+  violation for what earlier ones spent.
 - A sandbox violation or a crash ends that episode (the worker is discarded) and is
   reported to the caller as RESOURCE_EXHAUSTED -- except a worker killed from outside the
   sandbox (violation kind "killed": not at its limits, no OOM kill recorded), reported as
@@ -68,8 +69,9 @@ class StepOutcome:
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
 
 
-#: Share of a worker's lifetime CPU limit (SandboxConfig.cpu_seconds) past which it is not reused.
-RETIRE_CPU_FRACTION = 0.5
+#: Share of a worker's lifetime CPU limit (SandboxConfig.cpu_seconds), or of its scratch limits
+#: (scratch_mb, scratch_entries), past which it is not reused.
+RETIRE_FRACTION = 0.5
 
 
 class EpisodeTable:
@@ -88,9 +90,17 @@ class EpisodeTable:
 
     # -- workers ---------------------------------------------------------------------------
     def _reusable(self, worker: SandboxWorker) -> bool:
-        """Alive, and with at least 1 - RETIRE_CPU_FRACTION of its CPU limit left (unknown: yes)."""
-        used = worker.cpu_used() if worker.alive else None
-        return worker.alive and (used is None or used < RETIRE_CPU_FRACTION * worker.config.cpu_seconds)
+        """Alive, with at least 1 - RETIRE_FRACTION of its CPU limit and of its scratch limits left
+        (unknown: yes)."""
+        if not worker.alive:
+            return False
+        limits = worker.config
+        used = worker.cpu_used()
+        if used is not None and used >= RETIRE_FRACTION * limits.cpu_seconds:
+            return False
+        scratch = worker.scratch_usage()
+        return scratch is None or (scratch.bytes < RETIRE_FRACTION * (limits.scratch_mb << 20)
+                                   and scratch.entries < RETIRE_FRACTION * limits.scratch_entries)
 
     def _worker_for(self, record: EnvironmentRecord) -> tuple[SandboxWorker, LoadedModule]:
         """(blocking) An idle loaded worker for the record, or a new one."""

@@ -63,7 +63,7 @@ from .. import metrics as m
 from .config import SandboxConfig
 from .endings import classify_ending, exit_report, oom_kills, without_exit_report
 from .isolation import NOBODY, REQUIRED_LAYERS, missing_layers
-from .scratch import make_searchable_dirs, scratch_parent, usage
+from .scratch import ScratchUsage, deleted_open_bytes, make_searchable_dirs, scratch_parent, usage
 
 #: Root of TRACE's sources (what the child needs on PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -207,9 +207,9 @@ class Transport(Protocol):
         """Bytes of the worker's stdout; b"" at EOF; None when nothing came within `timeout`."""
     def cpu_state(self) -> tuple[str, float] | None:
         """(state letter, CPU seconds) of the worker process, None where it cannot be seen."""
-    def scratch_usage(self) -> tuple[int, int] | None:
-        """(bytes, entries) in the worker's scratch dir where the service bounds it, else None (a pod's
-        emptyDir has its sizeLimit)."""
+    def scratch_usage(self) -> ScratchUsage | None:
+        """What the worker's scratch dir holds where the service bounds it, else None (a pod's emptyDir
+        has its sizeLimit)."""
     def alive(self) -> bool: ...
     def kill(self) -> None: ...
     def shutdown(self, line: bytes) -> None:
@@ -310,11 +310,14 @@ class ProcessTransport:
         pid = self.worker_pid
         return _proc_stat(pid) if pid else None
 
-    def scratch_usage(self) -> tuple[int, int] | None:
-        """(bytes, entries) the worker's scratch dir holds (`scratch.usage`), None before it exists."""
+    def scratch_usage(self) -> ScratchUsage | None:
+        """What the worker's scratch dir holds (`scratch.usage`) plus the deleted files the worker holds
+        open; None before it exists."""
         if not self.scratch:
             return None
-        return usage(self.scratch, self.config.scratch_entries)
+        found = usage(self.scratch, self.config.scratch_entries)
+        pid = self.worker_pid if self.alive() else None
+        return found._replace(bytes=found.bytes + deleted_open_bytes(pid)) if pid else found
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -478,6 +481,10 @@ class SandboxWorker:
     def alive(self) -> bool:
         return self.transport is not None and self.transport.alive() and self._dead is None
 
+    def scratch_usage(self) -> ScratchUsage | None:
+        """What its scratch dir holds (process backend), None where the service does not bound it."""
+        return self.transport.scratch_usage() if self.transport is not None else None
+
     def cpu_used(self) -> float | None:
         """CPU seconds the worker has used so far (its RLIMIT_CPU counts them all, across every call and
         episode it served); None where not observable (a pod)."""
@@ -592,7 +599,10 @@ class SandboxWorker:
         measured = self.transport.scratch_usage()
         if measured is None:
             return
-        used, entries = measured
+        used, entries, unreadable = measured
+        if unreadable:
+            raise self._fail("disk", f"scratch dir holds a directory the service cannot read "
+                             f"({os.path.relpath(unreadable, self.transport.scratch)}), so cannot measure", op)
         if used > self.config.scratch_mb << 20:
             raise self._fail("disk", f"scratch dir holds {used >> 20} MiB, over its {self.config.scratch_mb} MiB "
                              "(scratch_mb)", op)

@@ -422,7 +422,7 @@ class PodTransport:
     def cpu_state(self) -> tuple[str, float] | None:
         return None  # the worker's /proc is in another pod
 
-    def scratch_usage(self) -> tuple[int, int] | None:
+    def scratch_usage(self) -> None:
         return None  # the pod's scratch emptyDir has its sizeLimit (pod.scratch_mb): the kubelet evicts past it
 
     def alive(self) -> bool:

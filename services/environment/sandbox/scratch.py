@@ -16,9 +16,11 @@ Only the worker's own scratch dir (mode 0711, its work/ owned by the worker's ui
 others; nothing above it is changed.
 
 What the scratch dir holds is bounded by the service, not the kernel: RLIMIT_FSIZE caps one file, so
-a worker could still fill the disk with many files (or its stderr). `usage` measures it (bytes on disk
-and entries, links not followed, the walk stopped once past the entry cap), and the parent kills a
-worker past `SandboxConfig.scratch_mb` / `scratch_entries` (parent.py, violation "disk").
+a worker could still fill the disk with many files. `usage` measures it (bytes on disk and entries,
+links not followed, the walk stopped once past the entry cap; a directory the service cannot read is
+reported, not skipped) and `deleted_open_bytes` adds the files the worker deleted but holds open; the
+parent kills a worker past `SandboxConfig.scratch_mb` / `scratch_entries`, or one that hid a directory
+(parent.py, violation "disk").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import logging
 import os
 import stat
 import tempfile
+from typing import NamedTuple
 
 from trace_common.errors import FailedPrecondition
 
@@ -103,26 +106,60 @@ def scratch_parent(configured: str, others_must_reach: bool) -> str:
         "TRACE_ENVIRONMENT_SANDBOX_SCRATCH_ROOT to a directory whose every parent is o+x")
 
 
-def usage(path: str, max_entries: int) -> tuple[int, int]:
-    """(bytes allocated on disk, entries) under `path`, symbolic links not followed; the walk stops once
-    it has seen more than `max_entries` entries (their count is then max_entries + 1). Entries that
-    vanish while it walks are skipped."""
+class ScratchUsage(NamedTuple):
+    """What a scratch dir holds: bytes allocated on disk, files and directories, and the first directory
+    the walk could not read ("" when none: a worker that hides one from the service is refused)."""
+
+    bytes: int
+    entries: int
+    unreadable: str = ""
+
+
+def usage(path: str, max_entries: int) -> ScratchUsage:
+    """What `path` holds, symbolic links not followed; the walk stops once it has seen more than
+    `max_entries` entries (their count is then max_entries + 1) or met a directory it cannot read.
+    Entries that vanish while it walks are skipped."""
     total, entries = 0, 0
     stack = [path]
     while stack:
+        current = stack.pop()
         try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    if entries > max_entries:
-                        return total, entries
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    total += st.st_blocks * 512
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(entry.path)
+            it = os.scandir(current)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return ScratchUsage(total, entries, current)
+        with it:
+            for entry in it:
+                entries += 1
+                if entries > max_entries:
+                    return ScratchUsage(total, entries)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(entry.path)
+    return ScratchUsage(total, entries)
+
+
+def deleted_open_bytes(pid: int) -> int:
+    """Bytes allocated to files process `pid` holds open after they were deleted: in no directory, so
+    `usage` cannot see them, yet on disk until closed. 0 where its fds cannot be read."""
+    fds = f"/proc/{pid}/fd"
+    total = 0
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            if not os.readlink(f"{fds}/{name}").endswith(" (deleted)"):
+                continue
+            st = os.stat(f"{fds}/{name}")
         except OSError:
             continue
-    return total, entries
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_blocks * 512
+    return total

@@ -135,21 +135,29 @@ def test_episode_plays_to_reward_one_and_the_worker_is_reused(registry):
     assert workers[0] == workers[1]  # the idle loaded worker served the second episode
 
 
-@pytest.mark.parametrize("cpu_used, reused", [
-    (None, True),        # not observable (a pod): reused
-    (0.0, True),
-    (149.0, True),       # under half of cpu_seconds (300)
-    (150.0, False),      # half of it spent: the next episode gets a fresh worker
-    (299.0, False),
+@pytest.mark.parametrize("cpu_used, scratch, reused", [
+    (None, None, True),            # neither observable (a pod): reused
+    (0.0, (0, 3), True),
+    (149.0, (0, 3), True),         # under half of cpu_seconds (300)
+    (150.0, (0, 3), False),        # half of it spent: the next episode gets a fresh worker
+    (299.0, (0, 3), False),
+    (0.0, (31 << 20, 3), True),    # under half of scratch_mb (64)
+    (0.0, (32 << 20, 3), False),   # half of it left behind by earlier episodes
+    (0.0, (0, 49), True),          # under half of scratch_entries (100)
+    (0.0, (0, 50), False),
 ])
-def test_a_worker_that_spent_half_its_cpu_limit_is_not_reused(registry, monkeypatch, cpu_used, reused):
-    """RLIMIT_CPU counts a worker's whole life: a worker reused for episode after episode would kill a
-    cheap episode as a CPU violation once earlier ones had spent its limit."""
+def test_a_worker_that_spent_half_a_limit_is_not_reused(registry, monkeypatch, cpu_used, scratch, reused):
+    """RLIMIT_CPU counts a worker's whole life, and what episodes leave in its scratch dir stays: a
+    worker reused episode after episode would kill a cheap episode as a violation once earlier ones
+    had spent its limit."""
     from services.environment.sandbox.parent import SandboxWorker
+    from services.environment.sandbox.scratch import ScratchUsage
 
     record = _register(registry, "precondition_verification")
-    table = EpisodeTable(registry, SandboxConfig(call_timeout_s=10.0, cpu_seconds=300))
+    table = EpisodeTable(registry, SandboxConfig(call_timeout_s=10.0, cpu_seconds=300, scratch_mb=64,
+                                                 scratch_entries=100))
     monkeypatch.setattr(SandboxWorker, "cpu_used", lambda self: cpu_used)
+    monkeypatch.setattr(SandboxWorker, "scratch_usage", lambda self: scratch and ScratchUsage(*scratch))
 
     async def run():
         pids = []

@@ -225,6 +225,9 @@ CASES = [
     ("fill_scratch", "for i in range(200):\n    open(f'f{i}.bin', 'wb').write(b'x' * (8 << 20))", "disk"),
     ("many_files", "for i in range(1_000_000):\n    open(f'e{i}', 'w').close()", "disk"),
     ("many_dirs", "for i in range(1_000_000):\n    os.mkdir(f'd{i}')", "disk"),
+    # deleted while held open: in no directory, still on disk (counted from the worker's fds)
+    ("deleted_open_files", "held = []\nfor i in range(40):\n    f = open(f'h{i}', 'wb')\n    f.write(b'x' * (8 << 20))"
+     "\n    f.flush()\n    os.remove(f'h{i}')\n    held.append(f)\ntime.sleep(5)", "disk"),
     # the worker's stderr is a file in its scratch dir: RLIMIT_FSIZE bounds it
     ("stderr_flood", "import sys\nwhile True:\n    sys.stderr.write('x' * 65536)", "file_size"),
     ("hard_exit", "os._exit(3)", "crash"),
@@ -235,7 +238,8 @@ CASES = [
 
 #: Limits of some cases below their defaults (256 MiB, 10,000 entries), so each is reached well within
 #: the call's 2 s on a loaded machine.
-CASE_LIMITS = {"fill_scratch": {"scratch_mb": 64}, "many_files": {"scratch_entries": 1000},
+CASE_LIMITS = {"fill_scratch": {"scratch_mb": 64}, "deleted_open_files": {"scratch_mb": 64},
+               "many_files": {"scratch_entries": 1000},
                "many_dirs": {"scratch_entries": 1000}}
 
 

@@ -112,3 +112,77 @@ def test_a_workers_scratch_is_closed_to_other_workers(tree, monkeypatch):
         work = os.path.join(w.transport.scratch, "work")
         st = os.stat(work)
         assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == w.isolation["uid"]
+
+
+# -- what a scratch dir holds (scratch.usage) ------------------------------------------------------------
+
+def _usage_as(uid: int, path: str, max_entries: int) -> sc.ScratchUsage:
+    """`sc.usage(path)` measured by a child process running as `uid` (as a non-root service would)."""
+    import json
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, json.dumps(sc.usage(path, max_entries)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        out = pipe.read()
+    os.waitpid(pid, 0)
+    return sc.ScratchUsage(*json.loads(out))
+
+
+@pytest.mark.skipif(not ROOT, reason="measuring as another uid needs root")
+@pytest.mark.parametrize("mode, hidden", [(0o700, False), (0o300, True), (0o100, True)])
+def test_a_directory_the_measuring_uid_cannot_read_is_reported_not_skipped(mode, hidden):
+    """A worker running as the service's own uid could chmod a directory it filled so that the service
+    could not list it: the walk reports that directory instead of measuring around it."""
+    nobody = 65534
+    tmp_path = Path(tempfile.mkdtemp(prefix="trace-usage-", dir="/tmp"))  # noqa: S108 - nobody must reach it
+    try:
+        _measure_hidden(tmp_path, nobody, mode, hidden)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _measure_hidden(tmp_path: Path, nobody: int, mode: int, hidden: bool) -> None:
+    work = tmp_path / "work"
+    (work / "d").mkdir(parents=True)
+    (work / "d" / "blob").write_bytes(b"x" * (1 << 20))
+    for p in (tmp_path, work, work / "d", work / "d" / "blob"):
+        os.chown(p, nobody, nobody)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(work / "d", mode)
+    measured = _usage_as(nobody, str(work), 100)
+    assert bool(measured.unreadable) is hidden, measured
+    if hidden:
+        assert measured.unreadable == str(work / "d")
+    else:
+        assert measured.bytes >= 1 << 20 and measured.entries == 2
+
+
+@pytest.mark.parametrize("files, cap, entries", [(3, 10, 3), (10, 10, 10), (11, 10, 11), (50, 10, 11)])
+def test_the_walk_counts_entries_and_stops_past_the_cap(tmp_path, files, cap, entries):
+    for i in range(files):
+        (tmp_path / f"f{i}").write_bytes(b"x" * 4096)
+    measured = sc.usage(str(tmp_path), cap)
+    assert measured.entries == entries and not measured.unreadable
+
+
+def test_a_worker_whose_scratch_cannot_be_read_is_a_disk_violation(monkeypatch):
+    from services.environment.sandbox import parent
+    from services.environment.sandbox.parent import SandboxViolation
+
+    with SandboxWorker(SandboxConfig(call_timeout_s=10.0), label="hidden") as w:
+        w.call("load", source=module())
+        hidden = os.path.join(w.transport.scratch, "work", "d")
+        monkeypatch.setattr(parent, "usage", lambda path, cap: sc.ScratchUsage(0, 2, hidden))
+        with pytest.raises(SandboxViolation) as caught:
+            w.call("solve", seed=1)
+        assert caught.value.kind == "disk" and "work/d" in str(caught.value)
+        assert not w.alive
