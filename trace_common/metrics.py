@@ -14,6 +14,7 @@ the gRPC calls would not.
 
 from __future__ import annotations
 
+import logging
 import platform
 import socket
 import ssl
@@ -36,6 +37,8 @@ from prometheus_client import (
 
 from trace_common import __version__
 from trace_common.grpc.auth import BearerToken
+
+log = logging.getLogger(__name__)
 
 # `_created` series double the exposition size and no dashboard uses them.
 disable_created_metrics()
@@ -84,6 +87,11 @@ class ServiceMetrics:
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a failed TLS handshake, a plain-HTTP scrape of the HTTPS port or a client that times out:
+        # one debug line, not socketserver's traceback on stderr at every scrape
+        log.debug("metrics: connection from %s failed", client_address, exc_info=True)
+
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = 10  # seconds a connection may sit without sending its request (or finishing TLS)
@@ -103,7 +111,7 @@ def _bearer_only(app: Callable, token: BearerToken) -> Callable:
         start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
                                             ("WWW-Authenticate", 'Bearer realm="metrics"'),
                                             ("Content-Length", str(len(body)))])
-        return [body]
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]  # HEAD: the headers only
 
     return guarded
 

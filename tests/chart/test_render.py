@@ -178,12 +178,14 @@ def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar():
     assert cm["data"]["trace.json"].strip() == (CHART / "dashboards" / "trace.json").read_text().strip()
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
-def test_service_monitors_send_the_services_token_over_their_tls(tls):
+@pytest.mark.parametrize("tls, extra", [(False, ()), (True, ()), (True, ("--set", "tls.caKey=null"))],
+                         ids=["plain", "tls", "tls-default-ca-key"])
+def test_service_monitors_send_the_services_token_over_their_tls(tls, extra):
     """A TRACE service's /metrics needs its auth token: each of its ServiceMonitors sends the very Secret
-    key the service's Deployment reads its token from, over HTTPS (trusting tls.caKey, checking the
-    service's in-cluster name) when the services serve TLS. vLLM's /metrics is vLLM's: no token."""
-    out = template(*value_args("monitoring"), *(value_args("tls") if tls else []))
+    key the service's Deployment reads its token from, over HTTPS (trusting tls.caKey, ca.crt by default,
+    checking the service's in-cluster name) when the services serve TLS, and the Service names the
+    metrics port's protocol so. vLLM's /metrics is vLLM's: no token."""
+    out = template(*value_args("monitoring"), *(value_args("tls") if tls else []), *extra)
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
@@ -195,6 +197,9 @@ def test_service_monitors_send_the_services_token_over_their_tls(tls):
             assert not {"authorization", "scheme", "tlsConfig"} & set(endpoint), endpoint
             continue
         (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == f"{FULLNAME}-{component}"]
+        (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == f"{FULLNAME}-{component}"]
+        (port,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
+        assert port["appProtocol"] == ("https" if tls else "http")
         (env,) = [e for c in deployment["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
                   if e["name"] == f"TRACE_{component.upper()}_AUTH_TOKEN"]
         assert endpoint["authorization"] == {"type": "Bearer", "credentials": env["valueFrom"]["secretKeyRef"]}

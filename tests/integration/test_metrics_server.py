@@ -63,7 +63,25 @@ def test_the_token_rule(registry, token, header, status):
         server.stop()
 
 
-def test_with_tls_it_is_https_only_and_a_silent_client_blocks_no_scrape(registry, tmp_path):
+def test_head_gets_the_headers_only(registry):
+    server = MetricsServer(registry, "127.0.0.1", 0, token=TOKEN)
+    try:
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        conn.request("HEAD", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 401 and resp.read() == b""
+        conn.close()
+        with socket.create_connection((server.host, server.port), timeout=10) as raw:  # nothing after headers
+            raw.sendall(b"HEAD /metrics HTTP/1.0\r\n\r\n")
+            reply = b""
+            while chunk := raw.recv(4096):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.0 401") and reply.endswith(b"\r\n\r\n"), reply
+    finally:
+        server.stop()
+
+
+def test_with_tls_it_is_https_only_and_a_silent_client_blocks_no_scrape(registry, tmp_path, capfd):
     cert, key = self_signed(tmp_path)
     server = MetricsServer(registry, "127.0.0.1", 0, token=TOKEN, tls=(cert, key))
     silent = socket.create_connection((server.host, server.port), timeout=10)  # never sends its ClientHello
@@ -78,6 +96,7 @@ def test_with_tls_it_is_https_only_and_a_silent_client_blocks_no_scrape(registry
     finally:
         silent.close()
         server.stop()
+    assert "Traceback" not in capfd.readouterr().err  # a failed connection is a debug line, not stderr noise
 
 
 def test_an_ipv6_host_gives_a_url_that_reaches_it(registry):
