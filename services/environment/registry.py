@@ -19,14 +19,18 @@ An environment's registry name is its capability (the name trainers ask for) and
 version is N, counted per capability across runs (v1, v2, ...), so (name, version) is
 unique in one store. Everything is written with the store's atomic, sha256-recorded puts;
 the manifest goes last, so a manifest's presence means a complete record. On startup the
-registry rebuilds its index from the manifests; reading the code back verifies both the
-store's sha256 and the one the manifest recorded.
+registry rebuilds its index from the manifests, listing only `runs/<run_id>/environments/`
+of each run; a manifest that cannot be read (damaged, no recorded digest, not a manifest) is
+left out, logged and kept in `skipped`, and its version number is not given out again: one bad
+object never stops the service. Reading the code back verifies both the store's sha256 and
+the one the manifest recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
 import time
@@ -40,6 +44,7 @@ from trace_common.errors import ArtifactCorrupted, FailedPrecondition, InvalidAr
 
 _MANIFEST = re.compile(r"^runs/(?P<run>[^/]+)/environments/(?P<cap>[^/]+)/v(?P<n>\d+)/manifest\.json$")
 MANIFEST_SCHEMA = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -101,21 +106,32 @@ class EnvironmentRegistry:
         self.skipped: list[str] = []
 
     def load(self) -> int:
-        """Rebuild the index from the manifests in the store; returns how many were found."""
+        """Rebuild the index from the manifests in the store; returns how many were loaded. A manifest
+        that cannot be read is left out (see `skipped`); its version number stays taken."""
         found = 0
-        for info in self.store.list("runs/"):
-            if not _MANIFEST.match(info.key):
-                continue
-            try:
-                manifest = json.loads(self.store.get_bytes(info.key))
-                record = EnvironmentRecord.from_manifest(manifest, {"uri": info.uri, "sha256": info.sha256,
-                                                                    "size": info.size, "key": info.key})
-            except (ArtifactCorrupted, ValueError, KeyError) as exc:
-                self.skipped.append(f"{info.key}: {exc}")
-                continue
-            with self._lock:
-                self._records[(record.name, record.version)] = record
-            found += 1
+        for run in self.store.list_dirs("runs/"):
+            for info in self.store.list(f"runs/{run}/environments/"):
+                match = _MANIFEST.match(info.key)
+                if not match:
+                    continue
+                with self._lock:  # never hand this version out again, readable or not
+                    self._reserved[match["cap"]] = max(self._reserved.get(match["cap"], 0), int(match["n"]))
+                try:
+                    if info.corruption:
+                        raise ArtifactCorrupted(info.corruption)
+                    manifest = json.loads(self.store.get_bytes(info.key))
+                    if not isinstance(manifest, dict):
+                        raise ValueError(f"a manifest is a JSON object, not {type(manifest).__name__}")
+                    record = EnvironmentRecord.from_manifest(manifest, {"uri": info.uri, "sha256": info.sha256,
+                                                                        "size": info.size, "key": info.key})
+                except (ArtifactCorrupted, NotFound, ValueError, KeyError, TypeError, AttributeError) as exc:
+                    reason = f"{info.key}: {type(exc).__name__}: {exc}"
+                    log.warning("environment registry: leaving out %s", reason)
+                    self.skipped.append(reason)
+                    continue
+                with self._lock:
+                    self._records[(record.name, record.version)] = record
+                found += 1
         return found
 
     def _allocate(self, name: str) -> int:

@@ -195,6 +195,64 @@ def test_overwrite_list_delete(env):
     assert [i.key for i in env.store.list("runs/")] == ["runs/r1/b", "runs/r2/a"]
 
 
+def test_one_object_without_a_digest_is_listed_flagged_not_fatal(env, tmp_path):
+    """Defect: listing raised ArtifactCorrupted for the whole listing when one object had no
+    recorded digest (written by `mc cp` or `cp`, or whose record was lost), and the environment
+    service, which lists at start-up, stopped the embedded stack. Every backend now lists it
+    flagged (`corruption`, sha256 "") beside the others; reading it still raises the fix."""
+    good = {k: env.store.put_bytes(k, k.encode()) for k in ["runs/r1/manifest.json", "runs/r1/rollouts/a.jsonl",
+                                                            "runs/r2/manifest.json"]}
+    env.store.put_bytes("runs/r1/rollouts/mine.jsonl", b"{}")
+    env.corrupt("runs/r1/rollouts/mine.jsonl", b"{}\n", keep_digest=False)
+    listed = env.store.list("runs/")
+    assert [i.key for i in listed] == ["runs/r1/manifest.json", "runs/r1/rollouts/a.jsonl",
+                                       "runs/r1/rollouts/mine.jsonl", "runs/r2/manifest.json"]
+    bad = listed[2]
+    assert (bad.sha256, bad.size) == ("", 3) and "no valid sha256" in bad.corruption
+    assert [i for i in listed if not i.corruption] == sorted(good.values(), key=lambda i: i.key)
+    for reader in ("get_bytes", "get_file", "iter_chunks"):
+        with pytest.raises(ArtifactCorrupted, match="no valid sha256.*rewrite it"):
+            read(env.store, reader, bad.key, tmp_path)
+    with pytest.raises(ArtifactCorrupted, match="no valid sha256"):
+        env.store.stat(bad.key)
+    assert env.store.exists(bad.key)
+    env.store.put_bytes(bad.key, b"rewritten")  # the fix the message gives
+    assert not any(i.corruption for i in env.store.list("runs/"))
+
+
+@pytest.mark.parametrize(("key", "rule"), [
+    ("runs/x.sha256/b", "segments ending in '.sha256'"),
+    ("runs/x.sha256", "segments ending in '.sha256'"),
+    ("runs/\udcff/manifest.json", "not valid UTF-8"),
+])
+@pytest.mark.parametrize("op", ["put_bytes", "get_bytes", "stat", "exists", "delete", "uri_for"])
+def test_keys_one_backend_cannot_hold_are_refused_by_every_backend(env, key, rule, op):
+    """Defect: S3 stored `runs/x.sha256/b` and `runs/x` side by side where the file backend could
+    not (its sidecar of `runs/x` is `runs/x.sha256`), and a key with a lone surrogate raised
+    UnicodeEncodeError. Every backend refuses both the same way, before any request."""
+    with pytest.raises(InvalidArgument) as exc:
+        if op == "put_bytes":
+            env.store.put_bytes(key, b"x")
+        else:
+            getattr(env.store, op)(key)
+    assert exc.value.field == "key" and rule in str(exc.value)
+    assert env.store.list() == []
+
+
+@pytest.mark.parametrize(("prefix", "expected"), [
+    ("", ["runs", "top"]),
+    ("runs/", ["r1", "r10", "r2"]),
+    ("runs/r1/", ["environments", "rollouts"]),
+    ("runs/r1/rollouts/", []),
+    ("nothing/", []),
+])
+def test_list_dirs_names_the_same_directories_on_every_backend(env, prefix, expected):
+    for k in ["runs/r1/manifest.json", "runs/r1/rollouts/p0.jsonl", "runs/r1/environments/c/v1/manifest.json",
+              "runs/r10/m.json", "runs/r2/m.json", "top/x", "top.txt"]:
+        env.store.put_bytes(k, b"x")
+    assert env.store.list_dirs(prefix) == expected
+
+
 def test_concurrent_writers_to_one_key_never_mix(env):
     """Every read returns exactly one writer's complete bytes or fails loudly.
 

@@ -4,7 +4,9 @@ per-operation observation, and the integrity rules every backend shares.
 Integrity rules (docs/design.md, "Data contracts"): every object carries the sha256 of its bytes,
 recorded when it was written; every read recomputes it and raises `ArtifactCorrupted` on a
 mismatch or a missing record instead of returning the bytes. `stat`, `exists` and `list` report
-the *recorded* digest and do not read the data.
+the *recorded* digest and do not read the data. `stat` of an object with no valid record raises
+ArtifactCorrupted; `list` returns it flagged (`ArtifactInfo.corruption`, logged as a warning), so
+one such object never fails a whole listing.
 
 The API is synchronous and thread-safe; services call it through `asyncio.to_thread`.
 """
@@ -24,7 +26,7 @@ from trace_common.errors import ArtifactCorrupted, InvalidArgument, TraceError
 from . import localio
 from .info import ArtifactInfo
 from .integrity import CHUNK
-from .keys import RootSpec, validate_key
+from .keys import RootSpec, is_utf8, validate_key
 
 __all__ = ["ArtifactInfo", "ArtifactStore", "Observer", "as_buffer", "chunks_of", "hold_back_last", "outcome_of"]
 
@@ -35,7 +37,7 @@ class Observer(Protocol):
     """Called once per operation, e.g. to feed Prometheus counters and histograms.
 
     op: put_bytes | put_file | put_stream | get_bytes | get_file | iter_chunks | stat | exists |
-        list | delete. backend: file | s3. outcome: ok | not_found | corrupted | unavailable |
+        list | list_dirs | delete. backend: file | s3. outcome: ok | not_found | corrupted | unavailable |
         invalid_argument | failed_precondition | abandoned (iter_chunks closed early) | error.
     nbytes: object bytes moved (0 for metadata operations). seconds: wall time.
     """
@@ -175,12 +177,48 @@ class ArtifactStore(abc.ABC):
             return self._exists(validate_key(key))
 
     def list(self, prefix: str = "") -> list[ArtifactInfo]:
-        """Every object whose key starts with `prefix` (a plain string prefix, as in S3), sorted by key."""
+        """Every object whose key starts with `prefix` (a plain string prefix, as in S3), sorted by key.
+
+        An object with no valid recorded digest is listed with `sha256=""` and `corruption` set
+        (reading it raises ArtifactCorrupted with that message) and logged as a warning. Objects
+        whose names are not valid keys (written behind the store's back, or by an older store that
+        allowed them, e.g. 'a/x.sha256/b') cannot be read through the store: they are left out,
+        with a warning."""
         with self._observe("list"):
-            if not isinstance(prefix, str) or "\\" in prefix or prefix.startswith("/") or ".." in prefix.split("/"):
-                raise InvalidArgument(field="prefix", expected="'' or the start of a key", got=prefix,
-                                      fix="use a relative '/'-separated prefix such as 'runs/r1/'")
-            return sorted(self._list(prefix), key=lambda info: info.key)
+            _check_prefix(prefix)
+            found = []
+            for info in self._list(prefix):
+                try:
+                    validate_key(info.key)
+                except InvalidArgument as exc:
+                    log.warning("%s: listing %r leaves out an object the store cannot address (%s)",
+                                self.root_uri, prefix, exc)
+                    continue
+                if info.corruption:
+                    log.warning("listing %r: %s", prefix, info.corruption)
+                found.append(info)
+            return sorted(found, key=lambda info: info.key)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """The "directories" directly under `prefix` ('' or ending in '/'), sorted: the distinct
+        segments that follow `prefix` in the keys of the objects below it, as S3 lists common
+        prefixes with the delimiter '/' (`list(prefix + name + '/')` lists each one's objects).
+        Reads no object and no record. The file backend also names a directory that holds no
+        object any more (its objects were deleted), and leaves out directories reached through
+        symbolic links, as `list` does."""
+        with self._observe("list_dirs"):
+            _check_prefix(prefix)
+            if prefix and not prefix.endswith("/"):
+                raise InvalidArgument(field="prefix", expected="'' or a prefix ending in '/'", got=prefix,
+                                      fix=f"use '{prefix}/'")
+            names = set()
+            for name in self._list_dirs(prefix):
+                try:
+                    validate_key(prefix + name)
+                except InvalidArgument:
+                    continue  # the store's own directories (.trace-*), or names no key can have
+                names.add(name)
+            return sorted(names)
 
     def delete(self, key: str) -> None:
         """Remove `key`; deleting an absent key is not an error (retries are safe)."""
@@ -239,7 +277,17 @@ class ArtifactStore(abc.ABC):
     def _list(self, prefix: str) -> Iterable[ArtifactInfo]: ...
 
     @abc.abstractmethod
+    def _list_dirs(self, prefix: str) -> Iterable[str]: ...
+
+    @abc.abstractmethod
     def _delete(self, key: str) -> None: ...
+
+
+def _check_prefix(prefix: object) -> None:
+    if (not isinstance(prefix, str) or "\\" in prefix or prefix.startswith("/") or ".." in prefix.split("/")
+            or not is_utf8(prefix)):
+        raise InvalidArgument(field="prefix", expected="'' or the start of a key", got=prefix,
+                              fix="use a relative '/'-separated UTF-8 prefix such as 'runs/r1/'")
 
 
 class _Obs:

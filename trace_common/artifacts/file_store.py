@@ -7,21 +7,36 @@ Layout, per object `<root>/<key>`:
     <dir>/.trace-lock       one lock file per directory (never deleted or replaced)
     <dir>/.trace-tmp-*      in-flight writes (hidden from listings)
 
-Writes: bytes and sidecar go to temp files in the object's directory, are fsynced, then both
-are renamed into place while holding the directory lock exclusively, then the directory is
-fsynced. Readers hold the lock shared while they read the sidecar and open the data file, and
-then read from that open descriptor, so they always pair a digest with the bytes it describes
-even while other threads or processes overwrite the key: the data rename alone is atomic,
-but without the lock a reader could see new bytes with the old sidecar. `flock` locks belong
-to an open file description, so they exclude threads of one process as well as processes.
+Writes: the bytes and their one-line record go to temp files in the object's directory and are
+fsynced; then, holding the directory lock exclusively, the store publishes them in an order that
+leaves the previous version or the new one readable at every crash point (a SIGKILL, or a power
+loss: the directory is fsynced between the steps), never new bytes beside an old digest:
 
-A crash between the two renames leaves new bytes beside the old digest; readers then raise
-ArtifactCorrupted (never return unverified bytes) until the key is rewritten.
+1. when the key holds bytes with a recorded digest, the sidecar is first replaced by a record of
+   both versions, newest first (`"<new>  <name>\\n<old>  <name>\\n"`, two `sha256sum` lines);
+2. the bytes are renamed into place;
+3. the sidecar is replaced by the new one-line record.
+
+A first write (or one over bytes with no valid record, or of the same bytes again) has nothing to
+keep readable: its one-line record goes into place first, then its bytes, so a crash between the
+two leaves a record without bytes and the key reads as absent. Reads accept bytes that match either
+digest of a two-version record (the bytes are one of two complete versions); `stat` and `list`,
+which report the recorded digest without reading, hash the bytes to tell which version is there
+in that case; the next write of the key replaces the record with a one-line one. Until then
+`sha256sum -c` reports the absent version's line as FAILED.
+
+Readers hold the lock shared while they read the sidecar and open the data file, and then read from
+that open descriptor, so they always pair a digest with the bytes it describes even while other
+threads or processes overwrite the key: each rename alone is atomic, but without the lock a reader
+could pair the bytes of one write with the record of another. Writers to one directory are
+serialized by the same lock (held exclusively from step 1 to step 3), so concurrent writers of a
+key leave the last writer's complete version. `flock` locks belong to an open file description, so
+they exclude threads of one process as well as processes.
 
 Unlike S3, a path cannot be both an object and a "directory" of other objects: writing
 `a/b` when `a` is an object (or vice versa) raises FailedPrecondition. Reading an object whose
 path holds a directory (or a FIFO, a device) raises `NotAFile`, an ArtifactCorrupted: the tree was
-changed behind the store's back.
+changed behind the store's back. A sidecar that is not a regular file counts as no record.
 """
 
 from __future__ import annotations
@@ -40,11 +55,13 @@ from trace_common.errors import ArtifactCorrupted, FailedPrecondition, NotFound
 
 from .base import ArtifactStore, Observer, hold_back_last
 from .info import ArtifactInfo
-from .integrity import CHUNK, ParallelSha256, check_sha256, is_sha256_hex, new_hasher
+from .integrity import CHUNK, ParallelSha256, check_sha256, is_sha256_hex, new_hasher, no_digest_message
 from .keys import RESERVED_SEGMENT_PREFIX, SIDECAR_SUFFIX, RootSpec, file_uri
-from .localio import TMP_PREFIX, fsync_dir, publish_verified, receive_bytes, write_all
+from .localio import TMP_PREFIX, fsync_dir, publish_verified, receive_bytes, sha256_file, write_all
 
 LOCK_NAME = RESERVED_SEGMENT_PREFIX + "lock"
+SIDECAR_READ_MAX = 4096
+"""Bytes of a sidecar read (a two-version record of a 240-byte name is ~620 bytes)."""
 
 
 class NotAFile(ArtifactCorrupted):
@@ -61,13 +78,25 @@ def sidecar_line(hexdigest: str, name: str) -> bytes:
     return f"{hexdigest}  {name}\n".encode()
 
 
-def parse_sidecar(content: bytes, name: str) -> str | None:
-    """The digest recorded for `name`, or None if the sidecar is malformed or names another file."""
-    line = content.decode("utf-8", "replace").split("\n", 1)[0]
-    digest, rest = line[:64], line[64:]
-    if not is_sha256_hex(digest) or rest[:2] not in ("  ", " *") or rest[2:] != name:
-        return None
-    return digest
+def sidecar_record(digests: tuple[str, ...], name: str) -> bytes:
+    """A sidecar's content: one `sha256sum` line per digest, newest first."""
+    return b"".join(sidecar_line(d, name) for d in digests)
+
+
+def parse_sidecar(content: bytes, name: str) -> tuple[str, ...] | None:
+    """The digests recorded for `name`, newest first (one, or two while an interrupted overwrite is
+    unsettled), or None if the sidecar is empty, malformed or names another file."""
+    lines = content.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    digests: list[str] = []
+    for line in lines:
+        digest, rest = line[:64], line[64:]
+        if not is_sha256_hex(digest) or rest[:2] not in ("  ", " *") or rest[2:] != name:
+            return None
+        if digest not in digests:
+            digests.append(digest)
+    return tuple(digests) or None
 
 
 class FileStore(ArtifactStore):
@@ -118,16 +147,39 @@ class FileStore(ArtifactStore):
             if fd >= 0:
                 os.close(fd)  # closing the last descriptor releases the flock
 
-    def _read_record(self, path: str) -> str | None:
-        try:
-            with open(path + SIDECAR_SUFFIX, "rb") as f:
-                content = f.read(4096)
-        except (FileNotFoundError, NotADirectoryError):
+    def _read_record(self, path: str) -> tuple[str, ...] | None:
+        """The digests recorded for the object at `path` (see `parse_sidecar`); None when there is no
+        valid record: no sidecar, a malformed one, or something other than a file in its place."""
+        try:  # (non-blocking: a FIFO planted at the sidecar's path must not hang the reader)
+            fd = os.open(path + SIDECAR_SUFFIX, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            content = os.read(fd, SIDECAR_READ_MAX)
+        finally:
+            os.close(fd)
         return parse_sidecar(content, os.path.basename(path))
 
+    def _settled(self, key: str, recorded: tuple[str, ...], size: int) -> ArtifactInfo:
+        """What stat and list report for `key`: its recorded digest, or, while a two-version record
+        is unsettled, the one its bytes match (the newest when neither does: reading it fails)."""
+        if len(recorded) == 1:
+            return self._info(key, recorded[0], size)
+        with self._open_source(key) as (f, now, size):
+            if now is None:
+                raise ArtifactCorrupted(no_digest_message(self._uri_for(key)))
+            if len(now) == 1:
+                return self._info(key, now[0], size)
+            hasher = hashlib.sha256()
+            while chunk := f.read(CHUNK):
+                hasher.update(chunk)
+        digest = hasher.hexdigest()
+        return self._info(key, digest if digest in now else now[0], size)
+
     @contextmanager
-    def _open_source(self, key: str) -> Iterator[tuple[BinaryIO, str | None, int]]:
+    def _open_source(self, key: str) -> Iterator[tuple[BinaryIO, tuple[str, ...] | None, int]]:
         """Open the data file and read its recorded digest as one consistent pair."""
         path = self._path(key)
         with self._dir_lock(os.path.dirname(path), exclusive=False, key=key):
@@ -150,7 +202,7 @@ class FileStore(ArtifactStore):
     # ----------------------------------------------------------------- writes
 
     def _write(self, key: str, fill) -> ArtifactInfo:
-        """Create the object from `fill(fd, hasher) -> size` with the atomic protocol above."""
+        """Create the object from `fill(fd, hasher) -> size` with the crash-safe protocol above."""
         final = self._path(key)
         directory, name = os.path.split(final)
         try:
@@ -161,6 +213,7 @@ class FileStore(ArtifactStore):
                 "cannot hold both 'a' and 'a/b'; choose a different key") from None
         tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
         tmp_sidecar = tmp + SIDECAR_SUFFIX
+        tmp_both = tmp + "-both" + SIDECAR_SUFFIX
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             try:
@@ -170,28 +223,70 @@ class FileStore(ArtifactStore):
             finally:
                 os.close(fd)
             digest = hasher.hexdigest()
-            fd = os.open(tmp_sidecar, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-            try:
-                write_all(fd, sidecar_line(digest, name))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_synced(tmp_sidecar, sidecar_line(digest, name))
             with self._dir_lock(directory, exclusive=True):
-                try:
-                    os.replace(tmp, final)
-                except IsADirectoryError:
-                    raise FailedPrecondition(
-                        f"cannot store {self._uri_for(key)}: that path holds other artifacts ('{key}/...'), "
-                        "and the file backend cannot hold both 'a' and 'a/b'; choose a different key") from None
-                os.replace(tmp_sidecar, final + SIDECAR_SUFFIX)
+                self._publish(key, tmp, tmp_sidecar, tmp_both, digest)
             fsync_dir(directory)
         finally:
-            for leftover in (tmp, tmp_sidecar):
+            for leftover in (tmp, tmp_sidecar, tmp_both):
                 try:
                     os.unlink(leftover)
                 except FileNotFoundError:
                     pass
         return self._info(key, digest, size)
+
+    def _publish(self, key: str, tmp: str, tmp_sidecar: str, tmp_both: str, digest: str) -> None:
+        """Steps 1-3 of the module docstring; the caller holds the directory lock exclusively."""
+        final = self._path(key)
+        directory, name = os.path.split(final)
+        sidecar = final + SIDECAR_SUFFIX
+        if os.path.isdir(final):
+            raise self._holds_others(key)
+        if os.path.isdir(sidecar):
+            raise FailedPrecondition(
+                f"cannot store {self._uri_for(key)}: a directory stands where its checksum file "
+                f"{file_uri(sidecar)} belongs (e.g. a key '{key}{SIDECAR_SUFFIX}/...', stored before such keys were "
+                "refused); "
+                "move that directory away or choose a different key")
+        keep = tuple(d for d in self._current_digests(final) if d != digest)
+        if keep:
+            _write_synced(tmp_both, sidecar_record((digest, *keep), name))
+            os.replace(tmp_both, sidecar)  # 1. old and new bytes both verify
+            fsync_dir(directory)
+            self._replace_data(key, tmp, final)  # 2. the new bytes
+            fsync_dir(directory)
+            os.replace(tmp_sidecar, sidecar)  # 3. only the new bytes verify
+        else:
+            os.replace(tmp_sidecar, sidecar)  # no bytes to keep readable: the record first,
+            fsync_dir(directory)
+            self._replace_data(key, tmp, final)  # then the bytes
+
+    def _replace_data(self, key: str, tmp: str, final: str) -> None:
+        try:
+            os.replace(tmp, final)
+        except IsADirectoryError:
+            raise self._holds_others(key) from None
+
+    def _holds_others(self, key: str) -> FailedPrecondition:
+        return FailedPrecondition(
+            f"cannot store {self._uri_for(key)}: that path holds other artifacts ('{key}/...'), "
+            "and the file backend cannot hold both 'a' and 'a/b'; choose a different key")
+
+    def _current_digests(self, final: str) -> tuple[str, ...]:
+        """The digest of the bytes now at `final`, when it has a valid record (for a two-version record,
+        hashed to tell which one: an earlier write was interrupted); () when there is nothing to keep."""
+        recorded = self._read_record(final)
+        if not recorded:
+            return ()
+        try:
+            if not stat_mod.S_ISREG(os.stat(final).st_mode):
+                return ()
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        if len(recorded) == 1:
+            return recorded
+        actual, _ = sha256_file(final)
+        return (actual,) if actual in recorded else ()
 
     def _put_bytes(self, key: str, data: bytes | memoryview) -> ArtifactInfo:
         def fill(fd: int, hasher) -> int:
@@ -273,7 +368,7 @@ class FileStore(ArtifactStore):
             raise NotFound(f"artifact {self._uri_for(key)} does not exist (it is a directory of other artifacts)")
         if recorded is None:
             check_sha256(None, "", self._uri_for(key))
-        return self._info(key, recorded, st.st_size)
+        return self._settled(key, recorded, st.st_size)
 
     def _exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
@@ -301,18 +396,40 @@ class FileStore(ArtifactStore):
 
     def _infos_in(self, directory: str, keys: list[str]) -> list[ArtifactInfo]:
         infos = []
+        unsettled = []
         with self._dir_lock(directory, exclusive=False):
             for key in keys:
                 path = self._path(key)
                 try:
                     st = os.stat(path)
-                except FileNotFoundError:
+                except (FileNotFoundError, NotADirectoryError):
                     continue  # deleted since the walk
+                if stat_mod.S_ISDIR(st.st_mode):
+                    continue  # replaced by a directory since the walk
                 recorded = self._read_record(path)
                 if recorded is None:
-                    check_sha256(None, "", self._uri_for(key))
-                infos.append(self._info(key, recorded, st.st_size))
+                    infos.append(ArtifactInfo(uri=self._uri_for(key), key=key, sha256="", size=st.st_size,
+                                              corruption=no_digest_message(self._uri_for(key))))
+                elif len(recorded) > 1:
+                    unsettled.append((key, recorded, st.st_size))
+                else:
+                    infos.append(self._info(key, recorded[0], st.st_size))
+        for key, recorded, size in unsettled:  # (hashed outside the lock: writers need not wait)
+            try:
+                infos.append(self._settled(key, recorded, size))
+            except NotFound:
+                continue  # deleted since the walk
+            except ArtifactCorrupted as exc:  # changed behind the store's back since the walk
+                infos.append(ArtifactInfo(uri=self._uri_for(key), key=key, sha256="", size=size, corruption=str(exc)))
         return infos
+
+    def _list_dirs(self, prefix: str) -> Iterable[str]:
+        try:
+            with os.scandir(os.path.join(self._dir, prefix) if prefix else self._dir) as entries:
+                # (not through symlinks: the walk in `_list` does not follow them either)
+                return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def _delete(self, key: str) -> None:
         path = self._path(key)
@@ -330,3 +447,11 @@ class FileStore(ArtifactStore):
                         raise
 
 
+def _write_synced(path: str, data: bytes) -> None:
+    """Create `path` (it must not exist) holding `data`, fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -11,9 +11,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ArtifactInfo:
-    """One stored object: its full URI, key within its store, recorded sha256 (hex) and size."""
+    """One stored object: its full URI, key within its store, recorded sha256 (hex) and size.
+
+    `corruption` is "" for every object a store operation wrote or verified. Only `list` returns
+    others: an object listed with no valid recorded digest (written behind the store's back, e.g.
+    by `mc cp` or `cp`, or whose record was lost) carries `sha256=""` and, here, the
+    ArtifactCorrupted message that reading it raises, so one such object neither hides nor fails
+    the rest of a listing; the caller decides (skip it, or read it and report the fix)."""
 
     uri: str
     key: str
     sha256: str
     size: int
+    corruption: str = ""

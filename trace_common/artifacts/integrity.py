@@ -41,11 +41,29 @@ memory a fast producer (a page-cache read) can pin ahead of the hash."""
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def check_sha256(recorded: str | None, actual: str, what: str) -> None:
-    """Raise ArtifactCorrupted unless `actual` equals the well-formed `recorded` digest."""
+def no_digest_message(what: str, found: object = None) -> str:
+    """What reading an object with no valid recorded digest raises (ArtifactCorrupted)."""
+    return (f"{what}: no valid sha256 was recorded for this object (found {found!r}); "
+            "it was not written by the artifact store or its record was lost; rewrite it")
+
+
+def check_sha256(recorded: str | tuple[str, ...] | None, actual: str, what: str) -> None:
+    """Raise ArtifactCorrupted unless `actual` equals the well-formed `recorded` digest.
+
+    `recorded` may be a tuple of digests, newest first: the file backend's record of an overwrite
+    that was interrupted between its renames holds the new version's digest and the previous
+    one's, and the bytes there are one of those two complete versions."""
+    if isinstance(recorded, tuple):
+        if len(recorded) > 1 and all(is_sha256_hex(d) for d in recorded):
+            if actual in recorded:
+                return
+            raise ArtifactCorrupted(f"{what}: content sha256 {actual} matches none of the recorded "
+                                    f"{', '.join(recorded)} (an overwrite was interrupted, and the bytes are "
+                                    "neither version); the stored bytes are damaged or were changed behind the "
+                                    "store's back; rewrite the artifact from its source")
+        recorded = recorded[0] if len(recorded) == 1 else None
     if recorded is None or not _HEX64.match(recorded):
-        raise ArtifactCorrupted(f"{what}: no valid sha256 was recorded for this object (found {recorded!r}); "
-                                "it was not written by the artifact store or its record was lost; rewrite it")
+        raise ArtifactCorrupted(no_digest_message(what, recorded))
     if recorded != actual:
         raise ArtifactCorrupted(f"{what}: content sha256 {actual} does not match the recorded {recorded}; "
                                 "the stored bytes are damaged or were changed behind the store's back; "

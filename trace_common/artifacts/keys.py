@@ -5,11 +5,14 @@ accept exactly the same keys, so code written against the embedded file store be
 same against S3. The rules exist because keys become file paths in the file backend:
 
 - relative, `/`-separated, no empty segment (`a//b`, leading or trailing `/`), no `.` or `..`;
+- valid UTF-8: no lone surrogates (what Python makes of undecodable bytes in a file name or a
+  command-line argument; neither a file URI nor an S3 request can carry them);
 - no backslash, NUL or other control character;
 - at most `MAX_KEY_BYTES` UTF-8 bytes (S3's object-name limit) and `MAX_SEGMENT_BYTES` per
   segment (a file name plus the `.sha256` sidecar suffix must fit the usual 255-byte limit);
 - names reserved by the file layout: a segment may not start with `.trace-` (temp files and
-  the directory lock) and the last segment may not end in `.sha256` (sidecars).
+  the directory lock) and no segment may end in `.sha256`: the file backend keeps the digest of
+  `a/x` in the file `a/x.sha256`, so a key `a/x.sha256/b` would make that a directory.
 
 A *root URI* names a store: `file:///abs/dir` or `s3://bucket[/prefix]`. An *object URI* is a
 root URI plus a key (`ArtifactStore.uri_for`); `split_uri` turns one back into (root, key).
@@ -50,7 +53,11 @@ def validate_key(key: object, *, field: str = "key") -> str:
         raise _bad_key(field, key, f"a key is a str, not {type(key).__name__}", "pass the key as a str")
     if not key:
         raise _bad_key(field, key, "the key is empty", "name the object, e.g. 'runs/<run_id>/manifest.json'")
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+    if not is_utf8(key):
+        raise _bad_key(field, key, "the key is not valid UTF-8 (it holds a lone surrogate, which is what undecodable "
+                       "bytes in a file name or a command-line argument become)",
+                       "spell the key in UTF-8 text")
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
         raise _bad_key(field, key, f"the key is longer than {MAX_KEY_BYTES} UTF-8 bytes",
                        "shorten the key (hash long names)")
     if "\\" in key:
@@ -68,16 +75,26 @@ def validate_key(key: object, *, field: str = "key") -> str:
         if segment in (".", ".."):
             raise _bad_key(field, key, f"'{segment}' segments are not allowed",
                            "spell out the path without '.' or '..'")
-        if len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
+        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
             raise _bad_key(field, key, f"segment longer than {MAX_SEGMENT_BYTES} UTF-8 bytes",
                            "shorten that segment")
         if segment.startswith(RESERVED_SEGMENT_PREFIX):
             raise _bad_key(field, key, f"segments starting with '{RESERVED_SEGMENT_PREFIX}' are reserved "
                            "for the store's temp and lock files", "rename that segment")
-    if segments[-1].endswith(SIDECAR_SUFFIX):
-        raise _bad_key(field, key, f"keys ending in '{SIDECAR_SUFFIX}' are reserved for checksum sidecars",
-                       f"use another suffix, e.g. '{SIDECAR_SUFFIX}.txt'")
+        if segment.endswith(SIDECAR_SUFFIX):
+            raise _bad_key(field, key, f"segments ending in '{SIDECAR_SUFFIX}' ({segment!r}) are reserved for "
+                           "checksum sidecars, at the end of a key and inside it",
+                           f"use another suffix, e.g. '{SIDECAR_SUFFIX}.txt'")
     return key
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,9 @@ def _parse_file_path(uri: str, field: str) -> str:
                               expected=_ROOT_EXPECTED, got=uri,
                               fix=f"write 'file:///{rest}' if '{rest}' is meant from the filesystem root")
     path = unquote(rest)
+    if not is_utf8(path):
+        raise InvalidArgument("the path is not valid UTF-8 (it holds a lone surrogate)", field=field,
+                              expected=_ROOT_EXPECTED, got=uri, fix="spell the path in UTF-8 text")
     if "\\" in path or _CONTROL.search(path):
         raise InvalidArgument("backslashes and control characters are not allowed in paths", field=field,
                               expected=_ROOT_EXPECTED, got=uri, fix="use a plain POSIX path")

@@ -115,13 +115,14 @@ def receive_bytes(readinto: Callable[[memoryview], int], size: int,
     return out.finish(), digest
 
 
-def publish_verified(dest: str, durable: bool, what: str, recorded: str | None,
+def publish_verified(dest: str, durable: bool, what: str, recorded: str | tuple[str, ...] | None,
                      readinto: Callable[[memoryview], int], make_info: Callable[[str, int], ArtifactInfo],
                      expected_size: int | None = None, size_hint: int | None = None) -> ArtifactInfo:
     """Copy bytes from `readinto(buf) -> n` (0 at the end) into a temp file beside `dest`,
-    hashing them on the way; rename it to `dest` only if the digest matches `recorded`
-    (and, for network sources, the transfer delivered all `expected_size` bytes). On any
-    failure the temp file is removed and `dest` is left as it was.
+    hashing them on the way; rename it to `dest` only if the digest matches `recorded` (one of
+    them, given a tuple: see `integrity.check_sha256`) and, for network sources, the transfer
+    delivered all `expected_size` bytes. On any failure the temp file is removed and `dest` is
+    left as it was.
 
     Large transfers (`size_hint`, see `integrity.use_helper_thread`) hash on a helper thread
     while the next block is read and written, cycling through a ring of blocks so memory stays

@@ -84,7 +84,7 @@ from trace_common.errors import (
 
 from .base import ArtifactStore, Observer, hold_back_last
 from .info import ArtifactInfo
-from .integrity import CHUNK, ParallelSha256, check_sha256, new_hasher
+from .integrity import CHUNK, ParallelSha256, check_sha256, is_sha256_hex, new_hasher, no_digest_message
 from .keys import MAX_KEY_BYTES, RootSpec
 from .localio import publish_verified, receive_bytes, sha256_file, transfer_ended_early
 from .minio_client import FAST_PATH, TraceMinio
@@ -444,13 +444,17 @@ class S3Store(ArtifactStore):
 
     # ----------------------------------------------------------------- metadata
 
-    def _stat(self, key: str) -> ArtifactInfo:
+    def _head(self, key: str) -> tuple[str | None, int]:
+        """(recorded sha256 or None, size) of `key`, from a HEAD request."""
         with self._errors(key):
             obj = self._client.stat_object(self._bucket, self._name(key))
-        recorded = obj.metadata.get(SHA_HEADER) if obj.metadata is not None else None
-        if recorded is None:
-            check_sha256(None, "", self._uri_for(key))
-        return self._info(key, recorded, obj.size or 0)
+        return obj.metadata.get(SHA_HEADER) if obj.metadata is not None else None, obj.size or 0
+
+    def _stat(self, key: str) -> ArtifactInfo:
+        recorded, size = self._head(key)
+        if not is_sha256_hex(recorded):
+            check_sha256(recorded, "", self._uri_for(key))
+        return self._info(key, recorded, size)
 
     def _exists(self, key: str) -> bool:
         try:
@@ -470,11 +474,24 @@ class S3Store(ArtifactStore):
         for name in names:
             if not name or name.endswith("/"):
                 continue
+            key = name[len(root):]
             try:
-                found.append(self._stat(name[len(root):]))
+                recorded, size = self._head(key)
             except NotFound:
                 continue  # deleted since the listing
+            if is_sha256_hex(recorded):
+                found.append(self._info(key, recorded, size))
+            else:  # e.g. uploaded by `mc cp`: listed, flagged; reading it raises ArtifactCorrupted
+                found.append(ArtifactInfo(uri=self._uri_for(key), key=key, sha256="", size=size,
+                                          corruption=no_digest_message(self._uri_for(key), recorded)))
         return found
+
+    def _list_dirs(self, prefix: str) -> Iterable[str]:
+        start = (f"{self._prefix}/" if self._prefix else "") + prefix
+        with self._errors():
+            return [obj.object_name[len(start):].rstrip("/")
+                    for obj in self._client.list_objects(self._bucket, prefix=start, recursive=False)
+                    if obj.is_dir and obj.object_name]
 
     def _delete(self, key: str) -> None:
         with self._errors(key):

@@ -174,13 +174,55 @@ def test_get_file_keeps_previous_dest_on_corruption(store, tmp_path):
     assert set(os.listdir(tmp_path)) == {"store", "dest.bin"}  # no temp file left beside dest
 
 
-def test_stat_and_list_report_missing_digest_as_corruption(store, tmp_path):
+def test_stat_raises_and_list_flags_a_missing_digest(store, tmp_path):
     store.put_bytes("k", b"x")
     _sidecar_missing(tmp_path / "store" / "k")
     with pytest.raises(ArtifactCorrupted):
         store.stat("k")
-    with pytest.raises(ArtifactCorrupted):
-        store.list()
+    [info] = store.list()
+    assert (info.key, info.sha256, info.size) == ("k", "", 1) and "no valid sha256" in info.corruption
+
+
+#: objects without a valid record, made behind the store's back: (what, how to make it under the root)
+UNRECORDED = [
+    ("written by hand", lambda root: _plant(root / "runs/r1/rollouts/mine.jsonl", b"{}\n")),
+    ("sidecar deleted", lambda root: (root / "runs/r1/rollouts/p0.jsonl.sha256").unlink()),
+    ("sidecar garbage", lambda root: (root / "runs/r1/rollouts/p0.jsonl.sha256").write_text("not a digest\n")),
+    ("sidecar is a directory", lambda root: _plant(root / "runs/r1/rollouts/mine.jsonl", b"{}\n",
+                                                   sidecar_dir=True)),
+    ("sidecar is a FIFO", lambda root: _plant(root / "runs/r1/rollouts/mine.jsonl", b"{}\n", sidecar_fifo=True)),
+    ("killed first write (bytes renamed, record not)", lambda root: _plant(root / "runs/r1/rollouts/mine.jsonl",
+                                                                           b"{}\n")),
+]
+
+
+def _plant(path: Path, data: bytes, *, sidecar_dir: bool = False, sidecar_fifo: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    side = path.with_name(path.name + ".sha256")
+    if sidecar_dir:
+        side.mkdir()
+    if sidecar_fifo:
+        os.mkfifo(side)
+
+
+@pytest.mark.parametrize("make", [m for _, m in UNRECORDED], ids=[w for w, _ in UNRECORDED])
+def test_one_object_without_a_digest_does_not_fail_a_listing(store, tmp_path, make):
+    """Defect: `list("runs/")` raised for the whole listing, and the embedded stack (which lists at
+    start-up) would not start. Now the object is listed, flagged; reading it still raises the fix."""
+    good = {k: store.put_bytes(k, k.encode()) for k in ["runs/r1/manifest.json", "runs/r1/rollouts/p0.jsonl",
+                                                        "runs/r2/manifest.json"]}
+    make(tmp_path / "store")
+    listed = {i.key: i for i in store.list("runs/")}
+    bad = [i for i in listed.values() if i.corruption]
+    assert len(bad) == 1 and bad[0].sha256 == "" and "no valid sha256" in bad[0].corruption
+    assert {k: v for k, v in listed.items() if not v.corruption} == {k: v for k, v in good.items()
+                                                                     if k != bad[0].key}
+    for read in (store.get_bytes, store.stat, lambda k: list(store.iter_chunks(k))):
+        with pytest.raises(ArtifactCorrupted, match="no valid sha256.*rewrite it"):
+            read(bad[0].key)
+    assert store.exists(bad[0].key)
+    assert store.list_dirs("runs/") == ["r1", "r2"]
 
 
 # --------------------------------------------------------------------------- errors
@@ -253,6 +295,86 @@ def test_object_and_prefix_conflict_is_failed_precondition(store, first, second)
     assert store.get_bytes(first) == b"1"
 
 
+@pytest.mark.parametrize(("key", "rule"), [
+    ("runs/x.sha256/b", "segments ending in '.sha256'"),
+    ("a.sha256/b/c", "segments ending in '.sha256'"),
+    ("runs/x.sha256", "segments ending in '.sha256'"),
+    ("runs/\udcff", "not valid UTF-8"),
+    ("runs/\udcff/manifest.json", "not valid UTF-8"),
+    ("\ud800x", "not valid UTF-8"),
+])
+@pytest.mark.parametrize("op", ["put_bytes", "get_bytes", "stat", "exists", "delete", "uri_for"])
+def test_keys_the_file_layout_cannot_hold_are_refused(store, tmp_path, key, rule, op):
+    """Defect: a `.sha256` segment inside a key (`runs/x.sha256/b`) made the sidecar path of
+    `runs/x` a directory; a lone surrogate (`tracectl report $'\\xff'`) raised UnicodeEncodeError
+    from the file URI. Both are InvalidArgument naming the key and the rule, before any I/O."""
+    with pytest.raises(InvalidArgument) as exc:
+        if op == "put_bytes":
+            store.put_bytes(key, b"x")
+        else:
+            getattr(store, op)(key)
+    assert exc.value.field == "key" and rule in str(exc.value) and repr(key)[1:-1] in str(exc.value)
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("op", ["list", "list_dirs"])
+def test_a_prefix_that_is_not_utf8_is_refused(store, tmp_path, op):
+    with pytest.raises(InvalidArgument) as exc:
+        getattr(store, op)("runs/\udcff/")
+    assert exc.value.field == "prefix"
+
+
+def _old_store_wrote(root: Path, key: str, data: bytes, *, sidecar: bool = True) -> None:
+    """Put `key` in the tree as a store before key rule 'no segment ends in .sha256' did."""
+    path = root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if sidecar:
+        path.with_name(path.name + ".sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
+
+
+@pytest.mark.parametrize("op", [
+    lambda s, p: s.put_bytes("runs/x", b"new"),
+    lambda s, p: s.put_file("runs/x", p / "src"),
+    lambda s, p: s.put_stream("runs/x", [b"new"]),
+])
+def test_writing_beside_a_legacy_sidecar_directory_is_failed_precondition(store, tmp_path, op):
+    """Defect: with `runs/x.sha256/b` stored, writing `runs/x` published its bytes, then raised a raw
+    IsADirectoryError renaming the sidecar, leaving `runs/x` with no record."""
+    root = tmp_path / "store"
+    _old_store_wrote(root, "runs/x.sha256/b", b"b")
+    (tmp_path / "src").write_bytes(b"new")
+    with pytest.raises(FailedPrecondition, match="x.sha256"):
+        op(store, tmp_path)
+    assert not (root / "runs/x").exists()  # nothing published
+    assert sorted(p.name for p in (root / "runs").iterdir()) == [".trace-lock", "x.sha256"]
+
+
+@pytest.mark.parametrize(("op", "outcome"), [
+    (lambda s: s.get_bytes("runs/x"), ArtifactCorrupted),
+    (lambda s: list(s.iter_chunks("runs/x")), ArtifactCorrupted),
+    (lambda s: s.stat("runs/x"), ArtifactCorrupted),
+    (lambda s: s.exists("runs/x"), True),
+    (lambda s: [(i.key, bool(i.corruption)) for i in s.list("runs/")], [("runs/r1/m.json", False),
+                                                                         ("runs/x", True)]),
+    (lambda s: s.list_dirs("runs/"), ["r1"]),
+    (lambda s: (s.delete("runs/x"), s.exists("runs/x")), (None, False)),
+])
+def test_a_tree_left_by_the_old_key_rule_reads_as_domain_errors(store, tmp_path, op, outcome):
+    """What the old defect left behind (`runs/x` without a record beside the directory
+    `runs/x.sha256/`) reads as ArtifactCorrupted with its fix, never a raw IsADirectoryError; the
+    unaddressable `runs/x.sha256/b` is left out of listings."""
+    root = tmp_path / "store"
+    store.put_bytes("runs/r1/m.json", b"{}")
+    _old_store_wrote(root, "runs/x.sha256/b", b"b")
+    _old_store_wrote(root, "runs/x", b"x", sidecar=False)
+    if isinstance(outcome, type):
+        with pytest.raises(outcome, match="no valid sha256.*rewrite it"):
+            op(store)
+    else:
+        assert op(store) == outcome
+
+
 def test_failed_write_leaves_previous_object_and_no_temp(store, tmp_path):
     store.put_bytes("k", b"previous")
 
@@ -288,6 +410,22 @@ def test_list_is_a_string_prefix_match_sorted(store, prefix, expected):
     infos = store.list(prefix)
     assert [i.key for i in infos] == expected
     assert all(i == store.stat(i.key) for i in infos)
+
+
+@pytest.mark.parametrize(("prefix", "expected"), [
+    ("", ["runs"]),
+    ("runs/", ["r1", "r10", "r2"]),
+    ("runs/r1/", ["rollouts"]),
+    ("runs/r1/rollouts/", []),
+    ("runs/r3/", []),
+])
+def test_list_dirs_names_the_directories_directly_under_a_prefix(store, tmp_path, prefix, expected):
+    for k in KEYS:
+        store.put_bytes(k, k.encode())
+    (tmp_path / "store" / "runs" / "r1" / "linked").symlink_to(tmp_path / "store" / "runs" / "r2")
+    assert store.list_dirs(prefix) == expected
+    with pytest.raises(InvalidArgument, match="ending in '/'"):
+        store.list_dirs("runs")
 
 
 def test_delete_removes_object_and_sidecar_and_is_idempotent(store, tmp_path):

@@ -19,6 +19,8 @@ VALID_KEYS = [
     ".hidden/.dotfile",
     "x" * MAX_SEGMENT_BYTES,
     "checksums.sha256.txt",
+    "runs/x.sha256.d/b",
+    "runs/sha256/b",
     "a/" * 300 + "b",  # deep but within MAX_KEY_BYTES
 ]
 
@@ -45,6 +47,13 @@ INVALID_KEYS = [
     ("a/.trace-lock", "reserved"),
     (".trace-tmp-123", "reserved"),
     ("model.sha256", "sidecar"),
+    # a `.sha256` segment anywhere: the file backend's sidecar of `runs/x` is the file `runs/x.sha256`
+    ("runs/x.sha256/b", "segments ending in '.sha256'"),
+    ("a.sha256/b", "segments ending in '.sha256'"),
+    # lone surrogates (undecodable bytes of a file name or argv): no file URI or S3 request carries them
+    ("runs/\udcff", "not valid UTF-8"),
+    ("runs/\udcff/report/report.md", "not valid UTF-8"),
+    ("\ud800", "not valid UTF-8"),
     (b"bytes-key", "str"),
     (None, "str"),
 ]
@@ -149,3 +158,16 @@ def test_uri_for_round_trips_through_split_uri_file(key):
 def test_uri_for_round_trips_through_split_uri_s3(key):
     uri = f"s3://bucket/prefix/{key}"
     assert split_uri(uri) == ("s3://bucket", f"prefix/{key}")
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/runs/x.sha256/b", "s3://bucket/\udcff", "file:///data/\udcff",
+                                 "file:///data/\udcff/x", "s3://bucket/\udcff/x"])
+def test_object_uris_with_keys_no_backend_can_hold_are_invalid_argument(uri):
+    with pytest.raises(InvalidArgument):
+        split_uri(uri)
+
+
+@pytest.mark.parametrize("uri", ["file:///data/\udcff", "s3://bucket/\udcff"])
+def test_root_uris_that_are_not_utf8_are_invalid_argument(uri):
+    with pytest.raises(InvalidArgument):
+        open_store(uri)

@@ -89,6 +89,61 @@ def test_list_filters_and_reload_from_the_store(registry):
     assert _register(fresh, "tool_call_precision").version == "2"
 
 
+def _hand_written(root, key: str, data: bytes) -> None:
+    """An object put under the store root behind its back (`cp`, `mc cp`): no recorded digest."""
+    (root / key).parent.mkdir(parents=True, exist_ok=True)
+    (root / key).write_bytes(data)
+
+
+BAD_V = "runs/r9/environments/tool_call_precision/v7/manifest.json"
+#: (what, how to break the store under its root, the manifest key the registry must skip or None)
+DAMAGE = [
+    ("a rollout without a digest", lambda st, root: _hand_written(root, "runs/r1/rollouts/mine.jsonl", b"{}\n"), None),
+    ("an object without a digest outside runs/", lambda st, root: _hand_written(root, "notes.txt", b"x"), None),
+    ("an adapter without a digest", lambda st, root: _hand_written(root, "runs/r1/adapters/c/v1/a.bin", b"x"), None),
+    ("a manifest without a digest", lambda st, root: _hand_written(root, BAD_V, b"{}"), BAD_V),
+    ("a manifest whose bytes changed", lambda st, root: (st.put_bytes(BAD_V, b"{}"),
+                                                         (root / BAD_V).write_bytes(b"[]")), BAD_V),
+    ("a manifest that is a JSON list", lambda st, root: st.put_bytes(BAD_V, b"[]"), BAD_V),
+    ("a manifest that is not JSON", lambda st, root: st.put_bytes(BAD_V, b"\xff\xfe"), BAD_V),
+    ("a manifest missing fields", lambda st, root: st.put_bytes(BAD_V, b'{"name": "x"}'), BAD_V),
+    ("a manifest with fields of the wrong type", lambda st, root: st.put_bytes(BAD_V, json.dumps(
+        {"name": "tool_call_precision", "version": "7", "capability": "c", "mode": "m", "status": "ACCEPTED",
+         "run_id": "r9", "code": {}, "validation": {}, "created": "yesterday"}).encode()), BAD_V),
+    ("a directory left by the old '.sha256' key rule",
+     lambda st, root: _hand_written(root, "runs/r1/environments/x.sha256/v1/manifest.json", b"{}"), None),
+]
+
+
+@pytest.mark.parametrize(("what", "damage", "skipped"), DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_load_survives_any_one_bad_object(registry, tmp_path, what, damage, skipped):
+    """Defect: one object without a digest anywhere under runs/ made `load` (the environment
+    service's start-up, and so every command embedding the stack) fail. Now a bad manifest is left
+    out, recorded in `skipped`, and its version is not given out again; other objects are not read."""
+    _register(registry, "precondition_verification")
+    _register(registry, "tool_call_precision", status="REJECTED", run="r2")
+    damage(registry.store, tmp_path)
+    fresh = EnvironmentRegistry(registry.store)
+    assert fresh.load() == 2
+    assert [(r.name, r.version) for r in fresh.list(include_rejected=True)] == [("precondition_verification", "1"),
+                                                                                 ("tool_call_precision", "1")]
+    assert [s.split(":", 1)[0] for s in fresh.skipped] == ([skipped] if skipped else [])
+    # a skipped manifest's version (v7) stays taken
+    assert _register(fresh, "tool_call_precision").version == ("8" if skipped else "2")
+
+
+def test_load_lists_only_the_runs_environments(registry):
+    _register(registry, "precondition_verification")
+    for key in ["runs/r1/rollouts/part-0.jsonl", "runs/r1/adapters/c/v1/adapter_model.safetensors", "top.txt"]:
+        registry.store.put_bytes(key, b"x")
+    prefixes = []
+    real_list = registry.store.list
+    registry.store.list = lambda prefix="": prefixes.append(prefix) or real_list(prefix)
+    fresh = EnvironmentRegistry(registry.store)
+    assert fresh.load() == 1
+    assert prefixes == ["runs/r1/environments/"]
+
+
 def test_tampered_code_is_detected(registry, tmp_path):
     record = _register(registry, "precondition_verification")
     path = tmp_path / record.code["key"]
