@@ -1,18 +1,32 @@
 """Loaded compositions of the inference service: load, validate, swap; the previous one keeps serving.
 
-Loading runs in a worker thread (downloads, weight loading and validation take seconds) and
+Loading runs in the registry's own build thread (downloads, weight loading and validation take
+seconds; one build at a time, never in the default executor that request preparation uses) and
 builds a complete new `Served` entry before touching the registry. Only when every check passed
-is the entry swapped in under its name; the engine it replaces is closed after the swap (its
-in-flight batch finishes first: the batcher runs it to completion on its own thread). Any failure
--- a reference outside the service's store and model roots (PermissionDenied, decided before anything
-is read: `allowed`, trace_common/model_refs.py), a bad URI, an adapter trained on another base, gates of
-the wrong shape or adapter list -- raises the domain error and leaves the registry exactly as it was.
+is the entry swapped in under its name. Any failure -- a reference outside the service's store and
+model roots (PermissionDenied, decided before anything is read: `allowed`, trace_common/model_refs.py),
+a bad URI, an adapter trained on another base, gates of the wrong shape or adapter list -- raises the
+domain error and leaves the registry exactly as it was.
+
+A load whose caller goes away (a cancelled call, a deadline) keeps the registry lock until its build
+thread has finished -- a build cannot be interrupted, and a second one beside it would bypass both the
+lock and `max_compositions` -- and then *discards* what it built: the caller was told the load did not
+happen, so the registry stays exactly as it was, as after any other failed load.
+
+The engine a swap replaces (or an unload removes) is retired: requests already holding it -- from the
+moment the service looked it up, before tokenizing -- keep being served by it for up to `decoding.DRAIN_S`
+(60 s); what is still unanswered then gets Unavailable ("... was replaced/unloaded; retry"), and the
+model's hooks are removed only after the engine's worker has left its batch (decoding.CompositionEngine.close).
+Retiring runs to its end even when the caller of the swap or unload goes away (the swap then still
+stands: the new entry was serving before the drain began).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +81,10 @@ class CompositionRegistry:
         self.max_compositions = max_compositions
         self._served: dict[str, Served] = {}
         self._lock = asyncio.Lock()
+        #: builds run here, one at a time (module docstring), not in the default executor
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="composition-build")
+        #: retirements under way (kept referenced until done; `close` waits for them)
+        self._retiring: set[asyncio.Task[None]] = set()
 
     def __contains__(self, name: str) -> bool:
         return name in self._served
@@ -105,22 +123,58 @@ class CompositionRegistry:
             if spec.name not in self._served and len(self._served) >= self.max_compositions:
                 raise ResourceExhausted(f"{len(self._served)} compositions are loaded (max_compositions="
                                         f"{self.max_compositions}); unload one ({', '.join(self.names())}) first")
-            served = await asyncio.to_thread(self._build, spec)
+            served = await self._build_to_the_end(spec)
             previous = self._served.get(spec.name)
             self._served[spec.name] = served
         if previous is not None:
-            await previous.engine.close()
-            if previous.loaded.composed is not None:
-                previous.loaded.composed.remove()
+            await self._retire(previous, "replaced")
         log.info("composition %s loaded: %s", spec.name, served.info())
         return served
+
+    async def _build_to_the_end(self, spec: CompositionSpecModel) -> Served:
+        """`_build(spec)` in the build thread. Cancelled, it still waits for the thread to finish (the
+        caller holds the lock meanwhile), discards a finished build and re-raises the cancellation."""
+        build = asyncio.wrap_future(self._builder.submit(self._build, spec))
+        try:
+            return await asyncio.shield(build)
+        except asyncio.CancelledError:
+            while not build.done():
+                with contextlib.suppress(asyncio.CancelledError):   # cancelled again: still wait for the thread
+                    await asyncio.wait([build])
+            if not build.cancelled() and build.exception() is None:
+                self._discard(build.result())
+            raise
+
+    @staticmethod
+    def _discard(served: Served) -> None:
+        """Drop a built entry that never served: its engine's batcher never started (no collector task, no
+        worker thread: the executor starts its thread at the first batch), so only the hooks need removing."""
+        if served.loaded.composed is not None:
+            served.loaded.composed.remove()
+        log.info("composition %s built for a load that was cancelled: discarded", served.spec.name)
+
+    async def _retire(self, served: Served, reason: str) -> None:
+        """Close `served`'s engine (drain, then refuse the rest: module docstring) and remove its hooks once
+        the worker has left, shielded from the caller's cancellation so that it always completes."""
+        async def retire() -> None:
+            await served.engine.close(reason=reason)
+            if served.loaded.composed is not None:
+                served.loaded.composed.remove()
+
+        task = asyncio.ensure_future(retire())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        await asyncio.shield(task)
 
     async def unload(self, name: str) -> None:
         async with self._lock:
             served = self.get(name)
             del self._served[name]
-        await served.engine.close()
+        await self._retire(served, "unloaded")
 
     async def close(self) -> None:
         for name in list(self._served):
             await self.unload(name)
+        if self._retiring:
+            await asyncio.wait(list(self._retiring))
+        self._builder.shutdown(wait=False, cancel_futures=True)

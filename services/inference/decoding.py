@@ -24,6 +24,13 @@ are counted per slot for the `tokens_routed` metric. A `soft_trajectory` composi
 token to one slot: its rows have no routing trace and count no routed tokens, and report their
 weights instead (`RowResult.mixture`). Sampling reuses
 `trace_common.policy.generation.sample_tokens` (same per-row semantics as the rollout backend).
+
+Closing (an unload, or the swap that replaces the composition) first lets what is in flight finish:
+a request counts from the moment the service takes the composition for it (`hold`, before it is
+even tokenized) until its answer, and `close` waits up to `DRAIN_S` (60 s) for the count to reach zero.
+Whatever is still unanswered then gets Unavailable ("... was unloaded/replaced; retry") at once,
+its rows are flagged cancelled so the worker leaves the batch at its next decoding step, and
+`close` returns only after the worker has left it -- so the caller may remove the model's hooks.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +53,8 @@ from trace_common.policy.batcher import RequestBatcher
 from trace_common.policy.generation import sample_tokens
 
 TokenCallback = Callable[[int, list[int] | None], None]
+#: Seconds a closing engine (unload, hot swap) lets the requests in flight finish before it refuses them.
+DRAIN_S = 60.0
 
 
 @dataclass
@@ -75,6 +84,11 @@ class RowResult:
     seconds: float = 0.0
 
 
+def _cancel_row(row: RowRequest) -> None:
+    """The batcher gave up on `row` (engine closed): the worker stops decoding it at its next step."""
+    row.cancelled.set()
+
+
 def _generator(seed: int | None, device: torch.device) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "big") >> 1)
@@ -87,10 +101,12 @@ class CompositionEngine:
     def __init__(self, loaded: LoadedComposition, *, stop_ids: Sequence[int], pad_id: int, max_batch: int = 16,
                  batch_wait_s: float = 0.005, name: str = "composition"):
         self.loaded = loaded
+        self.name = name
         self.stop_ids = sorted(set(int(i) for i in stop_ids))
         self.pad_id = int(pad_id)
         self.batcher: RequestBatcher[RowRequest, RowResult | TraceError] = RequestBatcher(
-            self._run_batch, max_batch=max_batch, max_wait_s=batch_wait_s, thread_name=f"gen-{name}")
+            self._run_batch, max_batch=max_batch, max_wait_s=batch_wait_s, thread_name=f"gen-{name}",
+            on_abandon=_cancel_row)
         config = getattr(loaded.composed.base if loaded.composed is not None else loaded.model, "config", None)
         self.config = config
         self.max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
@@ -104,24 +120,37 @@ class CompositionEngine:
     def batch_sizes(self) -> list[int]:
         return self.batcher.batch_sizes
 
-    async def submit(self, request: RowRequest) -> RowResult:
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Count a request in flight for the whole block, so `close` drains it (module docstring).
+        Enter it on the event loop right where the composition is looked up, with no await between:
+        a swap can then never close the engine between the lookup and the submit."""
         self._inflight += 1
         self._idle.clear()
         try:
-            result = (await self.batcher.submit_many([request]))[0]
+            yield
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    async def submit(self, request: RowRequest) -> RowResult:
+        with self.hold():
+            result = (await self.batcher.submit_many([request]))[0]
         if isinstance(result, TraceError):
             raise result
         return result
 
-    async def close(self, drain_s: float = 60.0) -> None:
-        """Let in-flight requests finish (up to `drain_s`), then stop the worker."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), drain_s)
-        await self.batcher.close()
+    async def close(self, drain_s: float | None = None, *, reason: str = "unloaded") -> None:
+        """Let in-flight requests finish (up to `drain_s`, default DRAIN_S), then answer the rest with Unavailable,
+        cancel their rows and return once the worker has left its batch (module docstring).
+        `reason` ("unloaded" | "replaced") is what the refused callers are told happened."""
+        if self._inflight:   # nothing in flight (a discarded or idle engine): close without suspending
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), DRAIN_S if drain_s is None else drain_s)
+        retry = "retry: the new version serves it" if reason == "replaced" else "retry once it is loaded again"
+        await self.batcher.close(Unavailable(f"composition {self.name!r} was {reason} while this request was in "
+                                             f"flight; {retry}"), wait=True)
 
     # ---- worker thread ------------------------------------------------------------------------
     def _run_batch(self, requests: list[RowRequest]) -> list[RowResult | TraceError]:

@@ -4,8 +4,9 @@ Both APIs (gRPC via the servicer, OpenAI-compatible HTTP via `openai_http`, whic
 around this object) turn their request into a `ChatRequest` and call `generate` /
 `generate_stream`. A request is rendered with the composition's chat template
 (`trace_common.policy.chat.ChatFormat`: tools in the system prompt, Hermes `<tool_call>` calls),
-checked against `max_prompt_tokens` and the model's context, decoded in a batch with other
-concurrent requests (`decoding`), and the reply is parsed with
+checked against `max_prompt_tokens` (first by its characters, every renderable field counted, so
+that no field makes the service tokenize megabytes: `rendered_chars`) and the model's context,
+decoded in a batch with other concurrent requests (`decoding`), and the reply is parsed with
 `trace_common.policy.parse_assistant_text` (the same parser as the rollout service's in-process
 backend), so tool calls come back as structured calls.
 
@@ -17,7 +18,13 @@ Errors (mapped to gRPC codes by the server interceptor, to HTTP statuses by `ope
   * a composition naming a model, adapter or gates
     file outside the store and model roots       -> PermissionDenied (PERMISSION_DENIED)
   * generation failure inside the model          -> Unavailable (UNAVAILABLE / 503)
+  * the composition unloaded or replaced while the
+    request was in flight, past the drain time   -> Unavailable (UNAVAILABLE / 503), "...; retry"
 None of them affects other requests or the loaded compositions.
+
+A request holds its composition's engine from the moment it is looked up (before it is tokenized)
+to its answer (`CompositionEngine.hold`), so a hot swap or an unload drains it instead of closing
+the engine under it (compositions.py).
 """
 
 from __future__ import annotations
@@ -129,15 +136,35 @@ def parse_tool_schemas(tools: list[Any]) -> list[dict[str, Any]]:
         if isinstance(tool, dict) and set(tool) <= {"json"}:
             try:
                 tool = json.loads(tool.get("json", ""))
-            except json.JSONDecodeError as exc:
+            except ValueError as exc:   # JSONDecodeError, or text the decoder cannot take
                 raise InvalidArgument(field=f"tools[{i}].json", expected="an OpenAI function tool schema as JSON",
-                                      reason=f"not JSON ({exc.msg})") from exc
+                                      reason=f"not JSON ({getattr(exc, 'msg', exc)})") from exc
+            except RecursionError as exc:   # "[[[[..." deeper than the decoder's recursion limit
+                raise InvalidArgument(field=f"tools[{i}].json", expected="an OpenAI function tool schema as JSON",
+                                      reason="nested too deeply to parse (a tool schema is a few levels deep)",
+                                      fix="send the function's schema, not a deeply nested document") from exc
         if not isinstance(tool, dict) or not isinstance(tool.get("function", tool), dict) \
                 or not isinstance(tool.get("function", tool).get("name"), str):
             raise InvalidArgument(field=f"tools[{i}]", expected='{"type": "function", "function": {"name": ..., '
                                   '"parameters": {...}}}', got=tool)
         out.append(tool)
     return out
+
+
+def rendered_chars(messages: list[Message], tools: list[dict[str, Any]]) -> int:
+    """Characters of every request string the chat template can render -- content, author name, tool_call_id,
+    each tool call's id, type, function name and arguments, the tools' JSON -- so that no field lets text
+    past the pre-tokenization bound (`_prepare`). Roles are left out: a closed set of short words."""
+    try:
+        total = len(json.dumps(tools)) if tools else 0
+    except RecursionError as exc:   # a tool object nested past the encoder's recursion limit
+        raise InvalidArgument(field="tools", expected="OpenAI function tool schemas",
+                              reason="nested too deeply to encode") from exc
+    for msg in messages:
+        total += len(msg.content or "") + len(msg.name or "") + len(msg.tool_call_id or "")
+        for call in msg.tool_calls or []:
+            total += len(call.id) + len(call.type) + len(call.function.name) + len(call.function.arguments)
+    return total
 
 
 def chat_request_from_generate(req: GenerateModel) -> ChatRequest:
@@ -231,14 +258,12 @@ class Inference:
         m.COMPOSITIONS_LOADED.set(len(self.registry.names()))
 
     # ---- generation ------------------------------------------------------------------------
-    def _prepare(self, req: ChatRequest) -> tuple[Served, RowRequest]:
+    def _prepare(self, served: Served, req: ChatRequest) -> RowRequest:
         """The request rendered, tokenized and checked (run in a worker thread: see generate)."""
-        served = self.registry.get(req.model)
         if not req.messages:
             raise InvalidArgument(field="messages", expected="at least one message")
         limit = self.settings.max_prompt_tokens
-        chars = sum(len(m.content or "") + sum(len(c.function.arguments) for c in m.tool_calls or [])
-                    for m in req.messages) + (len(json.dumps(req.tools)) if req.tools else 0)
+        chars = rendered_chars(req.messages, req.tools)
         if chars > CHARS_PER_PROMPT_TOKEN * limit:
             raise InvalidArgument(field="messages", expected=f"a prompt of at most {limit} tokens",
                                   got=f"{chars} characters, more than {CHARS_PER_PROMPT_TOKEN} per token could hold",
@@ -271,9 +296,8 @@ class Inference:
                                   got={"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k})
         if req.seed is not None and not MIN_SEED <= req.seed <= MAX_SEED:
             raise InvalidArgument(field="seed", expected=f"an integer from {MIN_SEED} to {MAX_SEED}", got=req.seed)
-        row = RowRequest(prompt_ids=ids, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                         max_tokens=max_tokens, seed=req.seed)
-        return served, row
+        return RowRequest(prompt_ids=ids, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                          max_tokens=max_tokens, seed=req.seed)
 
     def _completion(self, served: Served, req: ChatRequest, row: RowRequest, out: RowResult,
                     seconds: float) -> Completion:
@@ -335,32 +359,36 @@ class Inference:
         return self._completion(served, req, row, out, seconds)
 
     async def generate(self, req: ChatRequest) -> Completion:
-        # rendering and tokenizing take milliseconds to seconds: off the event loop, which serves gRPC,
-        # HTTP and health for every other client meanwhile
-        served, row = await asyncio.to_thread(self._prepare, req)
-        return await self._run(served, req, row)
+        served = self.registry.get(req.model)
+        with served.engine.hold():   # in flight from the lookup on: a hot swap drains it, never closes under it
+            # rendering and tokenizing take milliseconds to seconds: off the event loop, which serves gRPC,
+            # HTTP and health for every other client meanwhile
+            row = await asyncio.to_thread(self._prepare, served, req)
+            return await self._run(served, req, row)
 
     async def generate_stream(self, req: ChatRequest) -> AsyncIterator[StreamDelta | Completion]:
         """Token deltas as they are generated, then the `Completion`. Closing the iterator early
         (a client cancelling the stream) cancels the generation at its next decoding step."""
-        served, row = await asyncio.to_thread(self._prepare, req)   # off the event loop, as in generate
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
-        row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
-        task = asyncio.ensure_future(self._run(served, req, row))
-        task.add_done_callback(lambda _t: queue.put_nowait(None))
-        text = IncrementalText(served.tokenizer, set(served.engine.stop_ids))
-        try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    break
-                tid, route = item
-                info = None
-                if req.return_routing_trace and route is not None:
-                    info = TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
-                yield StreamDelta(text.push(tid), tid, info)
-            yield task.result()
-        finally:
-            if not task.done():
-                row.cancelled.set()
+        served = self.registry.get(req.model)
+        with served.engine.hold():   # in flight from the lookup on, as in generate
+            row = await asyncio.to_thread(self._prepare, served, req)   # off the event loop, as in generate
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
+            row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
+            task = asyncio.ensure_future(self._run(served, req, row))
+            task.add_done_callback(lambda _t: queue.put_nowait(None))
+            text = IncrementalText(served.tokenizer, set(served.engine.stop_ids))
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is None:
+                        break
+                    tid, route = item
+                    info = None
+                    if req.return_routing_trace and route is not None:
+                        info = TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
+                    yield StreamDelta(text.push(tid), tid, info)
+                yield task.result()
+            finally:
+                if not task.done():
+                    row.cancelled.set()
