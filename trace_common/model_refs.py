@@ -9,11 +9,13 @@ The rule (docs/design.md, "Trust boundaries"): a reference is accepted only if i
 | `file:///dir`, `/abs/dir`, `./rel/dir` (relative to the service's working directory) | the path, with `..` and symlinks resolved, lies under the service's `file://` store root or under one of the operator's model roots (`ServiceSettings.model_roots`) |
 | `s3://bucket/prefix`                                   | with `..` resolved, it lies under the service's `s3://` store root or an `s3://` model root |
 
-Anything else is `PermissionDenied` naming the field and what is allowed (the store root and the
-operator's roots, nothing else of the host). The decision is made on the resolved path alone
-(`os.path.realpath`: it reads the symlinks along the path, nothing else), never on whether the path
-exists or what it holds, and the message is the same for every refused reference but for the
-reference itself: a refused path gets one answer whether it exists or not. Only an accepted
+A reference holding a control character (a NUL, a newline ...) is no path or URI at all: it is
+`InvalidArgument` naming the field, before any decision. Anything else is `PermissionDenied` naming
+the field and what is allowed (the store root and the operator's roots, nothing else of the host).
+The decision is made on the resolved path alone (`os.path.realpath`: it reads the symlinks along the
+path, nothing else), never on whether the path exists or what it holds, and the message is the same
+for every refused reference but for the reference itself: a refused path gets one answer whether it
+exists or not. Only an accepted
 reference is then looked at, and may be `NotFound` / corrupt.
 
 Resolution of an accepted reference:
@@ -26,7 +28,8 @@ Resolution of an accepted reference:
 | a built-in base agent | its built (or shipped, or cached) model directory                                |
 
 `check_model_ref` is the cheap form for request validation (no download, no build); `fetch_file`
-reads one file (a composition's gates) through the store it lies in, sha256-verified.
+reads one file (a composition's gates) through the store it lies in, sha256-verified, into a cache
+entry named by the resolved location (so `/./`, `//` or `..` spellings of one file share one copy).
 `ModelRoots.of(settings)` is a service's rule; `UNCONFINED` is for trusted in-process callers only
 (benchmarks, tests, a user's own Python), never for a path a request names.
 """
@@ -39,6 +42,7 @@ import posixpath
 import shutil
 import tempfile
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -73,6 +77,17 @@ class Resolved:
     uri: str = ""            # s3: the normalised URI
     root: str = ""
     key: str = ""
+
+
+def _check_printable(ref: str, field: str) -> None:
+    """InvalidArgument naming `field` when `ref` holds a control character: `os.path.realpath` and `open`
+    fail on a NUL with a bare ValueError (an INTERNAL error, not the caller's), and no path, URI or
+    built-in name holds one. Checked here as well as by the request specs (trace_common.specs.check_printable)
+    because references also come from stored manifests and in-process callers."""
+    for i, ch in enumerate(ref):
+        if unicodedata.category(ch) == "Cc":
+            raise InvalidArgument(field=field, expected="a path, URI or built-in agent name of printable characters",
+                                  got=ref, reason=f"control character {ch!r} at position {i}", fix="Remove it")
 
 
 def _local_path(ref: str) -> Path | None:
@@ -161,6 +176,7 @@ class ModelRoots:
         naming `field` when it is not allowed, InvalidArgument when it is empty."""
         if not ref:
             raise InvalidArgument(field=field, expected=self.allowed())
+        _check_printable(ref, field)
         if ref in _built_in():
             return Resolved("built_in", ref, name=ref)
         if ref.startswith("s3://"):
@@ -290,6 +306,9 @@ def fetch_file(uri: str, cache_dir: Path, s3=None, *, allowed: ModelRoots, field
         store, key = open_store(r.root, s3), r.key
     else:  # unconfined: the object's own directory / bucket
         store, key = open_uri(r.path.as_uri() if r.path is not None else r.uri, s3)
-    dest = cache_dir / "files" / hashlib.sha256(uri.encode()).hexdigest()[:16] / Path(key).name
+    # named by where the file resolved to, not by how `uri` spells it: every spelling of one file
+    # (`/./`, `//`, a symlink) would otherwise leave its own permanent copy in the cache
+    where = r.path.as_posix() if r.path is not None else r.uri
+    dest = cache_dir / "files" / hashlib.sha256(where.encode()).hexdigest()[:16] / Path(key).name
     store.get_file(key, dest)
     return dest

@@ -7,6 +7,7 @@ pydantic errors become INVALID_ARGUMENT naming the field (see the error intercep
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -16,12 +17,26 @@ from trace_common.limits import Identifier, Params, UriRef
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
+def check_printable(value: str, field: str) -> str:
+    """`value` unless it holds a control character (NUL, a newline, DEL, C1 ...): ValueError naming `field`.
+
+    A reference is a path or a URI, printable by nature; a NUL would otherwise reach `os.path.realpath`
+    or `open` deep inside a load ("embedded null byte", an INTERNAL error), and a newline would split
+    the log line that records the reference."""
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) == "Cc":
+            raise ValueError(f"{field} holds the control character {ch!r} at position {i}; a path or URI is "
+                             "printable text: remove it")
+    return value
+
+
 def check_uri(value: str, field: str, *, required: bool = True) -> str:
-    """Artifact or data URIs: s3://bucket/key, file:///abs/path, or an absolute local path."""
+    """Artifact or data URIs: s3://bucket/key, file:///abs/path, or an absolute local path (printable)."""
     if not value:
         if required:
             raise ValueError(f"{field} is required: give an s3://bucket/key or file:///absolute/path URI")
         return value
+    check_printable(value, field)
     if value.startswith("s3://"):
         rest = value[5:]
         if not rest or rest.startswith("/"):
@@ -87,6 +102,12 @@ class PolicyRefModel(Strict):
     @classmethod
     def _uris(cls, v: str, info) -> str:
         return check_uri(v, f"policy.{info.field_name}", required=False)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        # a built-in name, a path or a served name: no URI form to check, but never a control character
+        return check_printable(v, "policy.model")
 
     @field_validator("endpoint")
     @classmethod

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from trace_common.limits import Identifier, UriRef
 from trace_common.moe.composition_io import Routing
-from trace_common.specs import SamplingModel, Strict, check_uri, composition_routing_mode
+from trace_common.specs import SamplingModel, Strict, check_printable, check_uri, composition_routing_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
@@ -49,6 +49,13 @@ class CompositionSpecModel(Strict):
     @classmethod
     def _gates(cls, v: str) -> str:
         return check_uri(v, "gates_uri", required=False)
+
+    @field_validator("base_model")
+    @classmethod
+    def _base(cls, v: str) -> str:
+        # a built-in agent name or a path / URI (model_refs decides which may be read): no one URI form,
+        # so only what none of them may hold is refused here
+        return check_printable(v, "base_model")
 
 
 class ChatMessageModel(Strict):

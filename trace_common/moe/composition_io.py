@@ -50,7 +50,7 @@ from typing import Any, Literal, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from trace_common.artifacts import ArtifactStore, S3Settings, open_uri
@@ -159,21 +159,30 @@ def save_gates(model: ComposedMoEModel, path: str | Path, routing_share: Sequenc
     return path
 
 
+def _unreadable_gates(path: Path, exc: Exception) -> InvalidArgument:
+    return InvalidArgument(field="gates_uri", expected=f"a {GATES_FILE} written by gate training",
+                           reason=f"{path.name} is not a readable safetensors file ({exc})")
+
+
 def read_gates(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors, metadata) of a gates file; InvalidArgument when it is not one."""
+    """(tensors, metadata) of a gates file; InvalidArgument when it is not one.
+
+    The header's metadata is read and checked before any tensor: a request may name any safetensors
+    file of the store as its gates (an adapter's or a whole model's), and such a file is refused
+    without being loaded into memory."""
     path = Path(path)
     try:
-        tensors = load_file(str(path))
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt") as handle:   # reads the header only
             meta = dict(handle.metadata() or {})
     except (SafetensorError, OSError, ValueError) as exc:
-        raise InvalidArgument(field="gates_uri", expected=f"a {GATES_FILE} written by gate training",
-                              reason=f"{path.name} is not a readable safetensors file ({exc})") from exc
+        raise _unreadable_gates(path, exc) from exc
     if meta.get("format") != FORMAT:
         raise InvalidArgument(field="gates_uri", expected=f"gates with metadata format={FORMAT!r}",
                               got=meta.get("format"), fix="write gates with trace_common.moe.composition_io.save_gates")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _unreadable_gates(path, exc) from exc
     return tensors, meta
 
 
