@@ -2,7 +2,13 @@
 
 Used by `tracectl up`, `tracectl run` (when no service address is given) and by the test suite's
 `embedded_stack` fixture. The addresses are written to `<root>/embedded.json` so `tracectl status`
-(or any client) can find them.
+(or any client) can find them, and the file is removed when the stack that wrote it stops. One stack
+per root owns that file: while it names a live process other than this one, `tracectl up` refuses to
+start on that root (InvalidArgument naming the pid), and a one-command stack (`up --once`, `run`,
+`rollout`, ...) starts beside it on ports of its own, says so in one log line, and neither
+overwrites nor removes the file. An unusable root (a file, no permission, /proc) and a `--host`
+that cannot be listened on are InvalidArgument naming the flag (`writable_dir`, `check_host`,
+`start_listening`).
 
 Auth, per service: the token in TRACE_<SERVICE>_AUTH_TOKEN when that variable is set (what the
 standalone service reads too), else the stack's `token` (`tracectl up --token` / $TRACE_AUTH_TOKEN),
@@ -37,10 +43,12 @@ run config's local base agent), so a user's own model directories keep working; 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
 import os
+import socket
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -49,8 +57,10 @@ from pathlib import Path
 from services.launch import build
 from trace_common.config import SERVICE_NAMES, check_token, service_token, token_env
 from trace_common.endpoints import EndpointProfile
+from trace_common.errors import InvalidArgument
 from trace_common.grpc.client import Endpoint, open_channel, stub
 from trace_common.grpc.server import TraceServer
+from tracectl.inputs import writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +116,92 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _phase(server: TraceServer) -> str:
+    """Which listener of `server` failed to start, from how far `TraceServer.start` got: it binds gRPC
+    (setting `port`), then /metrics (`metrics_server`), then runs the on_start hooks (the inference
+    service's OpenAI-compatible HTTP API)."""
+    return "grpc" if server.port is None else "metrics" if server.metrics_server is None else "http"
+
+
+def _is_bind_failure(err: BaseException, phase: str) -> bool:
+    """Whether `err`, raised by `TraceServer.start` in `phase`, says an address could not be listened on
+    (not, say, an unreadable TLS file): grpc's "Failed to bind" RuntimeError (or TraceServer's own
+    "could not bind" OSError), or a socket error of the metrics or HTTP listener."""
+    if phase == "grpc":
+        return "bind" in str(err).lower() and isinstance(err, (RuntimeError, OSError))
+    return isinstance(err, socket.gaierror) or (
+        isinstance(err, OSError) and err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES))
+
+
+def _host_problem(host: str) -> str | None:
+    """Why nothing can listen on `host` at all (it does not resolve, or is no address of this machine);
+    None when a free port on it can be bound."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        return f"the name does not resolve ({getattr(err, 'strerror', None) or err})"
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(address)
+        except OSError as err:
+            return f"it is not an address of this machine ({err.strerror or err})"
+    return None
+
+
+def _bad_host(host: str, flag: str, problem: str) -> InvalidArgument:
+    return InvalidArgument(problem, field=f"{flag} {host}", fix="Give an address of this machine: 127.0.0.1 (this "
+                           "machine only) or 0.0.0.0 (every interface)")
+
+
+def check_host(host: str, flag: str = "--host") -> None:
+    """InvalidArgument naming `flag` when nothing can listen on `host` (`_host_problem`): checked before
+    any server starts, so a bad --host is one line and nothing is left half-started."""
+    problem = _host_problem(host)
+    if problem is not None:
+        raise _bad_host(host, flag, problem)
+
+
+async def start_listening(server: TraceServer, flags: dict[str, str]) -> None:
+    """`server.start()`, where an address that cannot be listened on -- a host that does not resolve or
+    is not this machine's, a busy or privileged port -- becomes InvalidArgument naming the flag that chose
+    it (`flags`: "host" and, where a command has one, the port flag of "grpc", "metrics" or "http"), and
+    the half-started server is stopped. Any other failure is raised as it is."""
+    try:
+        await server.start()
+    except (OSError, RuntimeError) as err:
+        phase = _phase(server)
+        if not _is_bind_failure(err, phase):
+            raise
+        try:
+            await server.stop(grace=0)
+        except Exception:  # noqa: BLE001 -- stopping must finish; the bind failure is what the user needs
+            log.debug("stopping %s after a failed start", server.definition.name, exc_info=True)
+        s = server.settings
+        host, port = {"grpc": (s.host, s.port), "metrics": (s.metrics_host, s.metrics_port),
+                      "http": (getattr(s, "http_host", s.host), getattr(s, "http_port", 0))}[phase]
+        what = {"grpc": "gRPC", "metrics": "Prometheus /metrics", "http": "OpenAI-compatible HTTP"}[phase]
+        check_host(host, flags["host"])
+        if phase not in flags or not port:
+            raise _bad_host(host, flags["host"], f"cannot listen there ({getattr(err, 'strerror', None) or 'the bind failed'})") from None
+        code = err.errno if isinstance(err, OSError) and err.errno else _port_errno(host, port)
+        reason = {errno.EADDRINUSE: "the port is in use", errno.EACCES: "ports below 1024 need privileges"}.get(
+            code, "cannot listen there")
+        raise InvalidArgument(f"{what} on {host}:{port}: {reason}", field=f"{flags[phase]} {port}",
+                              fix="Give a free port, or 0 for any free one") from None
+
+
+def _port_errno(host: str, port: int) -> int | None:
+    """The errno of binding `host:port` now (grpc's bind error carries none), None when it binds."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as err:
+        return err.errno
+    return None
+
+
 @dataclass
 class EmbeddedStack:
     root: Path
@@ -122,6 +218,14 @@ class EmbeddedStack:
     cwd_model_root: bool = True
     #: service -> (token or None, its source or None), fixed by `start`.
     auth: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    #: The flag (or config field) that chose `root`, for messages about it.
+    root_flag: str = "--root"
+    #: True for `tracectl up`: refuse to start (InvalidArgument) while another live process's stack owns
+    #: `root`'s embedded.json. False (every one-command stack): start beside it, on ports of its own,
+    #: leaving that file alone (module docstring).
+    exclusive: bool = False
+    #: Whether this stack wrote `state_file` (False when another live stack owns it), fixed by `start`.
+    owns_state: bool = False
 
     @property
     def state_file(self) -> Path:
@@ -196,7 +300,15 @@ class EmbeddedStack:
                         "connect may call every method; %s", what, ", ".join(hosts), how)
 
     async def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        writable_dir(self.root, self.root_flag)
+        check_host(self.host)
+        other = other_stack_pid(self.root)
+        if other is not None and self.exclusive:
+            raise InvalidArgument(f"an embedded stack (pid {other}) is already running on it ({self.state_file})",
+                                  field=f"{self.root_flag} {self.root}",
+                                  fix=f"Use that one (`tracectl status --root {self.root}`), stop it first (Ctrl-C "
+                                      f"where it runs, or `kill {other}`), or give another {self.root_flag}; if pid "
+                                      f"{other} is no TRACE stack, delete {self.state_file}")
         self.auth = self.resolve_auth()
         allowed = self.overrides.get(EMBEDDED_ENDPOINTS) or {}
         common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
@@ -213,7 +325,7 @@ class EmbeddedStack:
                     extra["environment_token"] = self.token_of("environment")  # its token, not the trainer's
                 settings, definition = build(name, **common, **extra, auth_token=self.token_of(name))
                 server = TraceServer(settings, definition, warn_without_auth=False)  # said once, below
-                await server.start()
+                await start_listening(server, {"host": "--host"})  # every port is 0: only the host can fail
                 self.servers[name] = server
             for service, profiles in allowed.items():
                 for profile, fields in profiles.items():
@@ -226,11 +338,18 @@ class EmbeddedStack:
         self._warn_without_auth()
         auth = {name: {"enabled": token is not None, "token_from": source}
                 for name, (token, source) in self.auth.items()}  # where the token is, never the token
+        other = other_stack_pid(self.root)
+        if other is not None:  # its embedded.json stays: `tracectl status` keeps finding that stack
+            log.warning("embedded stack: another stack (pid %d) is running on %s and owns %s; this one serves on "
+                        "ports of its own until it stops and leaves that file alone", other, self.root,
+                        self.state_file)
+            return
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")  # two processes on one root never share it
         tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
                                    "targets": self.targets, "metrics": self.metrics_urls, "http": self.http_urls,
                                    "auth": auth}, indent=2))
         os.replace(tmp, self.state_file)
+        self.owns_state = True
 
     async def stop(self, grace: float = 2.0) -> None:
         for server in list(self.servers.values())[::-1]:
@@ -275,6 +394,22 @@ def allow_data_from_command(args, directory: str | Path) -> None:
     overrides = dict(getattr(args, "overrides", None) or {})
     roots = list(overrides.get(EMBEDDED_DATA_ROOTS) or ())
     args.overrides = {**overrides, EMBEDDED_DATA_ROOTS: [*roots, Path(directory)]}
+
+
+def other_stack_pid(root: Path) -> int | None:
+    """The pid that `root`'s embedded.json names when that process is alive and is not this one (a
+    stack of another process runs there); None otherwise (no file, a stale one, or this process's)."""
+    state = read_state(root)
+    pid = state.get("pid") if state else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except PermissionError:
+        return pid  # alive, under another user
+    except OSError:
+        return None
+    return pid
 
 
 def read_state(root: Path) -> dict | None:

@@ -5,8 +5,9 @@ Each reader returns the parsed value or raises `InvalidArgument` with one line t
 flag and the file and says what is wrong and what was expected: unreadable (missing, a
 directory, no permission), not a regular file (a FIFO, a device such as /dev/zero, a socket),
 larger than its cap, binary (NUL bytes), not UTF-8 (the first bad byte and its offset),
-empty, not parseable (line and column), a YAML file with an alias (`*name`: refused, since
-aliases let a few bytes expand without bound), or of the wrong shape (a list where a mapping belongs).
+empty, not parseable (line and column), nested too deeply to parse (thousands of `[` or `{`:
+refused, not a RecursionError), a YAML file with an alias (`*name`: refused, since aliases let a
+few bytes expand without bound), or of the wrong shape (a list where a mapping belongs).
 
 Only regular files are read, and only up to a cap: `CONFIG_MAX_BYTES` (1 MiB) for configs and
 message files, `DATA_MAX_BYTES` (256 MiB) for data (a tau2 task list, rollout trajectories). The
@@ -19,6 +20,7 @@ traceback and nothing is started.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import stat
@@ -136,9 +138,16 @@ def read_json(path: Path, what: str, expected: type, fix: str = "", max_bytes: i
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise _bad(what, path, f"not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}", fix) from None
+    except RecursionError:  # e.g. 100k nested `[`: the parser recurses once per level
+        raise _bad(what, path, _TOO_DEEP.format(kind="JSON"), fix) from None
     if not isinstance(value, expected):
         raise _bad(what, path, f"expected {_KINDS[expected]} at the top level, got {_kind(value)}", fix)
     return value
+
+
+#: What a reader says about a file whose nesting exceeds the parser's recursion limit.
+_TOO_DEEP = ("nested too deeply to parse ({kind} lists or mappings inside each other beyond Python's recursion "
+             "limit); no tracectl input nests more than a few levels: check the file")
 
 
 def _refuse_aliases(text: str, what: str, path: Path, fix: str) -> None:
@@ -172,6 +181,8 @@ def read_yaml_mapping(path: Path, what: str, fix: str = "") -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise _bad(what, path, f"not valid YAML{where}: {problem}", fix) from None
+    except RecursionError:
+        raise _bad(what, path, _TOO_DEEP.format(kind="YAML"), fix) from None
     if not isinstance(value, dict):
         raise _bad(what, path, f"expected a mapping (key: value lines) at the top level, got {_kind(value)}", fix)
     return value
@@ -188,6 +199,8 @@ def check_jsonl(path: Path, what: str, fix: str = "", model: type[BaseModel] | N
             value = json.loads(line)
         except json.JSONDecodeError as err:
             raise _bad(what, path, f"line {number} is not valid JSON (column {err.colno}: {err.msg})", fix) from None
+        except RecursionError:
+            raise _bad(what, path, f"line {number} is {_TOO_DEEP.format(kind='JSON')}", fix) from None
         if not isinstance(value, dict):
             raise _bad(what, path, f"line {number} is {_kind(value)}, not a JSON object (one record per line)", fix)
         if model is not None:
@@ -200,3 +213,54 @@ def check_jsonl(path: Path, what: str, fix: str = "", model: type[BaseModel] | N
     if count == 0:
         raise _bad(what, path, "the file is empty; expected one JSON record per line", fix)
     return count
+
+
+def writable_dir(path: Path, what: str, fix: str = "") -> Path:
+    """`path` as a directory tracectl may write under (an artifact store, a cache), created with its
+    parents when missing; InvalidArgument naming `what` (the flag) when it cannot be: a file is in the
+    way, no permission, or a file system that holds no directories of ours (/proc, a read-only mount)."""
+    path = Path(path)
+    fix = fix or f"Give {what} a directory this user can write (it is created when missing)"
+    if path.exists() and not path.is_dir():
+        raise _bad(what, path, "it is a file, not a directory", fix)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _bad(what, path, f"cannot create this directory ({err.strerror or type(err).__name__})", fix) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _bad(what, path, "cannot write under this directory (permission denied)", fix)
+    return path
+
+
+#: The largest value of a proto int32 / int64 field (a larger flag value would crash the request's
+#: construction instead of being refused).
+INT32_MAX, INT64_MAX = (1 << 31) - 1, (1 << 63) - 1
+
+
+def int_flag(low: int, high: int = INT32_MAX, meaning: str = ""):
+    """An argparse `type` for a whole-number flag in [low, high]: a value outside is refused while the
+    arguments are parsed (exit 2, `argument --FLAG: ...`), before any work. `meaning` explains a
+    special value in the message (e.g. "0: the service's default")."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or value > high:
+            bound = f"at least {low}" if value < low else f"at most {high}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {bound}{f' ({meaning})' if meaning else ''}, "
+                                             f"got {value}")
+        return value
+
+    parse.__name__ = f"int_{low}_{high}"
+    return parse
+
+
+#: A count of something that must happen at least once (optimizer steps, samples, tokens).
+positive_int = int_flag(1)
+#: A count where 0 asks for the service's default (or "all").
+default_or_count = int_flag(0, meaning="0: the default")
+#: A TCP port; 0 picks a free one.
+port_number = int_flag(0, 65535, meaning="0: any free port")
+#: A seed (a proto int64 field).
+seed_int = int_flag(-INT64_MAX - 1, INT64_MAX)

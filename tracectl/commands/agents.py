@@ -22,6 +22,8 @@ from rich.console import Console
 from trace_common.agents import BUILT_IN, read_meta, resolve_base_agent
 from trace_common.agents.progress import BuildEvent
 from trace_common.errors import TraceError
+from tracectl import exits
+from tracectl.inputs import positive_int, writable_dir
 from tracectl.progress import Reporter
 
 console = Console(stderr=True)
@@ -29,13 +31,21 @@ SHIPPABLE = ("micro",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("agents", help="build / ship / verify the built-in base agents (micro, smollm2)")
+    p = sub.add_parser("agents", help="build / ship / verify the built-in base agents (micro, smollm2)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, 3, c0="built / shipped / the artifact matches the current code",
+                                           c1="the build failed, or the artifact does not match the current code "
+                                              "(the message names the rebuild command)",
+                                           c2="bad input, nothing started: an unknown agent name, a --steps below "
+                                              "1, a --cache-dir that is not a writable directory",
+                                           c3="a shipped file fails its sha256 check"))
     p.add_argument("action", choices=("build", "ship", "verify"))
     p.add_argument("name", help=f"a built-in base agent: {', '.join(BUILT_IN)} (ship/verify: micro)")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="build: the agent cache (default $TRACE_AGENT_CACHE or ~/.cache/trace/agents); ship: where "
                         "to build (default: a fresh temporary directory, so nothing cached is reused)")
-    p.add_argument("--steps", type=int, default=20, help="ship/verify: optimizer steps replayed (default 20)")
+    p.add_argument("--steps", type=positive_int, default=20,
+                   help="ship/verify: optimizer steps replayed, at least 1 (default 20)")
     p.add_argument("--out", type=Path, default=None, help="ship/verify: the artifact directory "
                    "(default trace_common/agents/shipped/NAME)")
     p.set_defaults(func=cmd_agents)
@@ -56,10 +66,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
         print(f"tracectl agents {args.action}: only {', '.join(SHIPPABLE)} is shipped", file=sys.stderr)
         return 2
     try:
+        if args.cache_dir is not None and args.action != "verify":  # before any work: one line, exit 2
+            writable_dir(args.cache_dir, "--cache-dir")
         return {"build": cmd_build, "ship": cmd_ship, "verify": cmd_verify}[args.action](args)
     except TraceError as err:
         print(f"tracectl agents {args.action} {args.name}: {err.code}: {err.reason}", file=sys.stderr)
-        return 1
+        return exits.for_error(err)
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.connect import Connection, add_connection_args, parse_targets
 from tracectl.embedded import allow_from_command
-from tracectl.inputs import check_jsonl
+from tracectl.inputs import check_jsonl, default_or_count, seed_int
 from tracectl.progress import follow, state_name
 
 MODES = ("diagnostics", "llm")
@@ -92,14 +92,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-api-key-env", default="", help="env var (of this process) holding the API key, for the "
                    "embedded service; a deployed one uses its endpoint profile's key (TRACE_ANALYSIS_ENDPOINTS)")
     p.add_argument("--llm-timeout", type=float, default=0.0, help="seconds per LLM request (0: service default)")
-    p.add_argument("--llm-concurrency", type=int, default=0, help="LLM requests in flight (0: service default)")
-    p.add_argument("--runs", type=int, default=0, help="N labeling runs (default 10)")
-    p.add_argument("--min-passing-runs", type=int, default=0, help="K runs a capability must pass (default 8)")
+    p.add_argument("--llm-concurrency", type=default_or_count, default=0, help="LLM requests in flight (0: service default)")
+    p.add_argument("--runs", type=default_or_count, default=0, help="N labeling runs (default 10)")
+    p.add_argument("--min-passing-runs", type=default_or_count, default=0, help="K runs a capability must pass (default 8)")
     p.add_argument("--rho", type=float, default=0.0, help="coverage threshold (default 0.10)")
     p.add_argument("--delta", type=float, default=0.0, help="contrastive gap threshold (default 0.20)")
-    p.add_argument("--max-candidates", type=int, default=0, help="candidates from discovery (default 10)")
-    p.add_argument("--budget", type=int, default=0, help="characters per compacted trajectory (default 6000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-candidates", type=default_or_count, default=0, help="candidates from discovery (default 10)")
+    p.add_argument("--budget", type=default_or_count, default=0, help="characters per compacted trajectory (default 6000)")
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--run-id", default="", help="pipeline run the analysis belongs to (decides the report folder)")
     p.add_argument("--out", type=Path, default=None,
                    help="also put the report files here (default: the run directory)")

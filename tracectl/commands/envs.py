@@ -20,6 +20,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.connect import Connection, add_connection_args
 from tracectl.embedded import allow_from_command
+from tracectl.inputs import default_or_count, seed_int
 from tracectl.progress import follow, state_name
 
 MODES = {"library": 1, "llm": 2}
@@ -48,9 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-model", default="", help="generate --mode llm: model name")
     p.add_argument("--llm-api-key-env", default="", help="generate --mode llm: env var (of this process) holding "
                    "the API key, for the embedded service; a deployed one uses its endpoint profile's key")
-    p.add_argument("--max-retries", type=int, default=0, help="generate: feedback rounds (0: service default)")
+    p.add_argument("--max-retries", type=default_or_count, default=0, help="generate: feedback rounds (0: service default)")
     p.add_argument("--run-id", default="")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     add_connection_args(p)
     p.set_defaults(func=cmd_envs)
 

@@ -14,7 +14,7 @@ from trace_common.proto.trace.v1 import types_pb2 as t
 from tracectl import exits
 from tracectl.connect import Connection, add_connection_args
 from tracectl.embedded import allow_data_from_command, allow_from_command, allow_models_from_command
-from tracectl.inputs import DATA_MAX_BYTES, read_json
+from tracectl.inputs import DATA_MAX_BYTES, default_or_count, int_flag, positive_int, read_json, seed_int
 from tracectl.progress import follow, state_name
 
 BACKENDS = {"scripted": t.POLICY_BACKEND_SCRIPTED, "in-process": t.POLICY_BACKEND_IN_PROCESS,
@@ -30,17 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "right shape, or a spec the service refused"))
     p.add_argument("--env", default="store", help="environment name, or a tau2 data directory (default: store)")
     p.add_argument("--split", default="test", help="task split (default: test)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0 = all)")
+    p.add_argument("--limit", type=int_flag(0, meaning="0: all"), default=0, help="at most this many tasks (0 = all)")
     p.add_argument("--tasks", default="", help="comma-separated task ids instead of a split")
-    p.add_argument("--samples", type=int, default=1, help="samples per task")
+    p.add_argument("--samples", type=positive_int, default=1, help="samples per task (at least 1)")
     p.add_argument("--backend", choices=sorted(BACKENDS), default="in-process", help="policy backend")
     p.add_argument("--model", default="micro", help="model dir / built-in agent / served name / scripted policy")
     p.add_argument("--adapter", default="", help="PEFT adapter URI (in-process) or served adapter name (http)")
     p.add_argument("--endpoint", default="", help="OpenAI-compatible base URL (http backend)")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--concurrency", type=int, default=0)
-    p.add_argument("--max-turns", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=default_or_count, default=0, help="episodes at once (0: the service's default)")
+    p.add_argument("--max-turns", type=default_or_count, default=0, help="turns per episode (0: the environment's default)")
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--run-id", default="")
     add_connection_args(p)
     p.set_defaults(func=cmd_rollout)

@@ -13,8 +13,11 @@ colored by the expert most of its layers chose, and with `--per-layer` one line 
 colored by that layer's choice; then a table of the share of tokens per expert per layer.
 A token's experts are those of the forward position that produced it (see
 services/inference/decoding.py). `--messages-file` holds an OpenAI messages list (JSON);
-`--tools-file` a list of tool schemas. Exit status: 0, or 1 when the service refuses (one line:
-its status code and reason).
+`--tools-file` a list of tool schemas. Exit status (tracectl/exits.py): 0; 1 when the service
+refuses or the composition cannot be read (one line: its status code and reason); 2 bad input,
+nothing generated (a flag: no --message / --messages-file, an unreadable or malformed file, a
+--model the service does not serve, or a request it refused as INVALID_ARGUMENT); 3 a damaged
+composition manifest.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from trace_common.errors import InvalidArgument
+from trace_common.suggest import closest
+from tracectl import exits
 from tracectl.commands.serve import (
     add_composition_args,
     add_inference_target_args,
@@ -39,7 +45,7 @@ from tracectl.commands.serve import (
     inference_target,
     target_token,
 )
-from tracectl.inputs import read_json
+from tracectl.inputs import positive_int, read_json, seed_int
 
 console = Console()
 PALETTE = ("bright_black", "green", "magenta", "cyan", "yellow", "blue", "red", "bright_green", "bright_magenta",
@@ -47,7 +53,15 @@ PALETTE = ("bright_black", "green", "magenta", "cyan", "yellow", "blue", "red", 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("route-trace", help="generate once; show a colored token-by-expert view")
+    p = sub.add_parser("route-trace", help="generate once; show a colored token-by-expert view",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, 3, c1="the service refused, or the composition could not be "
+                                           "read or loaded (its status code and reason)",
+                                           c2="bad input, nothing generated: a flag (no --message or "
+                                              "--messages-file, an unreadable or malformed file, a --model the "
+                                              "service does not serve), or a request the service refused as "
+                                              "INVALID_ARGUMENT",
+                                           c3="the composition manifest's sha256 record is missing or wrong"))
     add_composition_args(p)
     add_inference_target_args(p, what="ask a running inference service instead of starting one here")
     p.add_argument("--model", default="", help="composition name on the --target service")
@@ -55,9 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default="", help="optional system prompt")
     p.add_argument("--messages-file", type=Path, help="JSON list of OpenAI chat messages")
     p.add_argument("--tools-file", type=Path, help="JSON list of tool schemas")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=positive_int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--per-layer", action="store_true", help="one colored line per layer")
     p.add_argument("--root", type=Path, default=Path(".trace"), help="artifact store directory (local mode)")
     p.set_defaults(func=cmd_route_trace)
@@ -67,13 +81,14 @@ def _conversation(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     if args.messages_file:
         messages = read_json(args.messages_file, "--messages-file", list)  # one line, exit 2 for a bad file
         if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-            raise SystemExit(f"--messages-file {args.messages_file}: expected a JSON list of chat messages "
-                             '({"role": ..., "content": ...})')
+            raise InvalidArgument(field=f"--messages-file {args.messages_file}",
+                                  expected='a JSON list of chat messages ({"role": ..., "content": ...})')
     elif args.message:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
                    [{"role": "user", "content": args.message}]
     else:
-        raise SystemExit("give --message TEXT or --messages-file conv.json")
+        raise InvalidArgument(field="--message / --messages-file", expected="one of them",
+                              fix="Give --message TEXT or --messages-file conv.json")
     tools = read_json(args.tools_file, "--tools-file", list) if args.tools_file else []
     return messages, tools
 
@@ -119,10 +134,13 @@ async def _remote(args: argparse.Namespace, target: str, messages: list[dict], t
         model = args.model
         if not model:
             if len(listed) != 1:
-                raise SystemExit(f"--model is required: the service has {sorted(listed) or 'no compositions'}")
+                raise InvalidArgument(field="--model", expected=f"one of the compositions {target} serves: "
+                                      f"{', '.join(sorted(listed)) or 'none (load one with tracectl serve --target)'}")
             model = next(iter(listed))
         if model not in listed:
-            raise SystemExit(f"no composition {model!r} on {target}; loaded: {sorted(listed)}")
+            near = closest(model, sorted(listed)) if listed else None
+            raise InvalidArgument(f"no composition {model!r} on {target}; loaded: {sorted(listed)}", field="--model",
+                                  fix=f"Did you mean {near}?" if near else None)
         return await _generate(stub, metadata, args, messages, tools, listed[model])
 
 
@@ -180,13 +198,13 @@ def cmd_route_trace(args: argparse.Namespace) -> int:
     try:
         names, routes, finish = asyncio.run(_remote(args, target, messages, tools) if target
                                             else _local(args, messages, tools))
-    except TraceError as exc:  # the composition manifest could not be read here
+    except TraceError as exc:  # a flag (2), or the composition manifest could not be read here (1; damaged: 3)
         console.print(f"[red]tracectl route-trace:[/] {exc.code}: {exc}", highlight=False, soft_wrap=True)
-        return 1
+        return exits.for_error(exc)
     except grpc.RpcError as exc:  # the service refused: its code and reason, no traceback
         console.print(f"[red]tracectl route-trace:[/] {exc.code().name}: {exc.details()}", highlight=False,
                       soft_wrap=True)
-        return 1
+        return exits.for_status(exc.code().name)
     for item in render(names, routes, per_layer=args.per_layer):
         console.print(item)
     console.print(f"{len(routes)} tokens, finish_reason={finish}")

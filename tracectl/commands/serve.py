@@ -22,8 +22,14 @@ $TRACE_INFERENCE_AUTH_TOKEN, else `--token` / $TRACE_AUTH_TOKEN).
 
 `--routing per_request | merged` serves one of the export modes instead of token-level routing
 (trace_common/moe/composition_io.py documents their accuracy trade-off). `--once` loads, prints
-and stops (a smoke test). Exit status: 0, or 1 when the composition does not load (one line:
-the service's status code and reason).
+and stops (a smoke test). `--composition` is read here, by tracectl (a path -- relative ones
+against the working directory -- or a file:// or s3:// URI). Exit status (tracectl/exits.py): 0;
+1 when the composition does not load (one line: the service's status code and reason); 2 bad
+input, nothing served (a flag: neither --composition nor --base, a malformed --adapter or
+--target, a blank --token, a --host / --port / --http-port / --metrics-port that cannot be
+listened on, a --root that is not a writable directory, a --composition that is no manifest; or
+a composition the service refused as INVALID_ARGUMENT); 3 a manifest whose sha256 record is
+missing or wrong (or DATA_LOSS from the service).
 """
 
 from __future__ import annotations
@@ -40,16 +46,28 @@ from pathlib import Path
 import grpc
 from rich.console import Console
 
-from trace_common.errors import TraceError
+from trace_common.errors import InvalidArgument, PermissionDenied, TraceError
+from tracectl import exits
 from tracectl.embedded import is_loopback
 from tracectl.exits import BAD_INPUT
+from tracectl.inputs import port_number
 
 console = Console()
 ROUTING_CHOICES = ("token", "per_request", "merged", "soft_trajectory")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve a composition (gRPC + OpenAI-compatible HTTP), here or on a service")
+    p = sub.add_parser("serve", help="serve a composition (gRPC + OpenAI-compatible HTTP), here or on a service",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=exits.epilog(0, 1, 2, 3, c0="served until Ctrl-C / SIGTERM (--once: loaded and "
+                                           "stopped; --target: loaded there)",
+                                           c1="the composition did not load (the service's status code and reason)",
+                                           c2="bad input, nothing started: a flag (no --composition or --base, a "
+                                              "malformed --adapter or --target, a blank --token, a --host or port "
+                                              "that cannot be listened on, an unusable --root) or a composition "
+                                              "the service refused as INVALID_ARGUMENT",
+                                           c3="stored data is damaged: the sha256 record of the --composition manifest (or of a "
+                                              "file it names) is missing or wrong"))
     add_composition_args(p)
     p.add_argument("--name", default="", help="composition name clients use as the model (default: "
                    "the manifest's directory name, or 'composition')")
@@ -58,9 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_inference_target_args(p, what="load the composition on a running inference service instead of "
                               "starting one here")
     p.add_argument("--host", default="127.0.0.1", help="bind address of gRPC, HTTP and metrics")
-    p.add_argument("--port", type=int, default=0, help="gRPC port (0 = free port)")
-    p.add_argument("--http-port", type=int, default=0, help="OpenAI-compatible HTTP port (0 = free port)")
-    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = free port)")
+    p.add_argument("--port", type=port_number, default=0, help="gRPC port (0 = free port)")
+    p.add_argument("--http-port", type=port_number, default=0, help="OpenAI-compatible HTTP port (0 = free port)")
+    p.add_argument("--metrics-port", type=port_number, default=0, help="Prometheus port (0 = free port)")
     p.add_argument("--root", type=Path, default=Path(".trace"), help="artifact store directory (default ./.trace)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda:0")
     p.add_argument("--once", action="store_true", help="load, print the addresses, stop")
@@ -68,8 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_composition_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--composition", default="", help="composition manifest URI (composition.json written by gate "
-                   "training)")
+    p.add_argument("--composition", default="", help="composition manifest (composition.json written by gate "
+                   "training): a path, or a file:// or s3:// URI")
     p.add_argument("--base", default="", help="base model (dir, artifact URI or built-in name) when no manifest")
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=URI",
                    help="capability adapter (repeatable, slot order) when no manifest")
@@ -90,7 +108,9 @@ def inference_target(args: argparse.Namespace) -> str:
     name, sep, addr = target.partition("=")
     if sep:
         if name != "inference" or not addr:
-            raise SystemExit(f"--target {target!r}: expected [inference=]HOST:PORT")
+            where = "--target" if args.target else "TRACE_INFERENCE_TARGET"
+            raise InvalidArgument(field=where, expected="[inference=]HOST:PORT", got=target,
+                                  fix="e.g. --target inference=127.0.0.1:50055 (the inference service's gRPC address)")
         return addr
     return target
 
@@ -108,8 +128,8 @@ def target_token(args: argparse.Namespace) -> str | None:
         else:
             fallback = None
         return service_token("inference", fallback)
-    except ValueError as exc:  # a blank or malformed token variable
-        raise SystemExit(f"tracectl {args.command}: {exc}") from None
+    except ValueError as exc:  # a blank or malformed token (the message names the flag or variable)
+        raise InvalidArgument(str(exc)) from None
 
 
 def composition_spec(args: argparse.Namespace, name: str, routing: str = "token"):
@@ -123,21 +143,39 @@ def composition_spec(args: argparse.Namespace, name: str, routing: str = "token"
         from trace_common.model_refs import UNCONFINED
         from trace_common.moe.composition_io import read_manifest
 
-        manifest = read_manifest(args.composition, allowed=UNCONFINED)  # the user's own file, read here
-        name = name or args.composition.rstrip("/").rsplit("/", 2)[-2].replace("/", "-") or "composition"
+        ref = manifest_ref(args.composition)
+        try:  # the user's own file, read here, wherever it lies
+            manifest = read_manifest(ref, allowed=UNCONFINED, field="--composition")
+        except PermissionDenied:  # only a reference with no local or s3 form, e.g. http:// or file://relative
+            raise InvalidArgument(field="--composition", got=args.composition,
+                                  expected="the path of a composition.json (relative to the working directory, "
+                                  "or absolute), or a file:///ABSOLUTE or s3://BUCKET/KEY URI") from None
+        name = name or ref.rstrip("/").rsplit("/", 2)[-2].replace("/", "-") or "composition"
         return inf.CompositionSpec(name=name, base_model=manifest.base_model, gates_uri=manifest.gates_uri,
                                    adapters=[inf.AdapterRef(name=a.name, uri=a.uri) for a in manifest.adapters],
                                    routing=COMPOSITION_ROUTING[routing])
     if not args.base:
-        raise SystemExit("give --composition URI, or --base (with --adapter NAME=URI ... and --gates URI)")
+        raise InvalidArgument(field="--composition / --base", expected="one of them",
+                              fix="Give --composition composition.json, or --base MODEL (with --adapter NAME=URI ... "
+                                  "and --gates URI)")
     adapters = []
     for item in args.adapter:
         adapter_name, sep, uri = item.partition("=")
         if not sep or not adapter_name or not uri:
-            raise SystemExit(f"--adapter {item!r}: expected NAME=URI")
+            raise InvalidArgument(field="--adapter", expected="NAME=URI", got=item,
+                                  fix="e.g. --adapter refunds=file:///abs/run/adapters/refunds/v3")
         adapters.append(inf.AdapterRef(name=adapter_name, uri=uri))
     return inf.CompositionSpec(name=name or "composition", base_model=args.base, adapters=adapters,
                                gates_uri=args.gates, routing=COMPOSITION_ROUTING[routing])
+
+
+def manifest_ref(ref: str) -> str:
+    """`--composition` as the manifest reader takes it: a path without a scheme (`composition.json`,
+    `run/moe/composition.json`) as its absolute path, since tracectl reads the user's own file and
+    resolves it against the working directory; URIs unchanged."""
+    if not ref or "://" in ref:
+        return ref
+    return str(Path(ref).expanduser().absolute())
 
 
 @dataclass
@@ -162,9 +200,12 @@ async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int
 
     from services.launch import build
     from trace_common.grpc.server import TraceServer
-    from tracectl.embedded import local_model_roots, model_dirs
+    from tracectl.embedded import check_host, local_model_roots, model_dirs, start_listening
+    from tracectl.inputs import writable_dir
 
     refs = [spec.base_model, spec.gates_uri, *(a.uri for a in spec.adapters)] if spec is not None else []
+    writable_dir(root, "--root")
+    check_host(host)
     try:
         service_settings, definition = build("inference", host=host, port=port, http_host=host,
                                              http_port=http_port, metrics_host=host, metrics_port=metrics_port,
@@ -173,10 +214,12 @@ async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int
                                              **settings)
     except ValidationError as err:  # e.g. a blank TRACE_INFERENCE_AUTH_TOKEN
         first = err.errors()[0]
-        raise SystemExit(f"invalid inference settings (env TRACE_INFERENCE_*): "
-                         f"{'.'.join(map(str, first['loc'])) or '-'}: {first['msg']}") from None
+        raise InvalidArgument(first["msg"].removeprefix("Value error, "),
+                              field=f"inference settings (env TRACE_INFERENCE_*): "
+                                    f"{'.'.join(map(str, first['loc'])) or '-'}") from None
     server = TraceServer(service_settings, definition)
-    await server.start()
+    await start_listening(server, {"host": "--host", "grpc": "--port", "metrics": "--metrics-port",
+                                   "http": "--http-port"})
     try:
         token = service_settings.auth_token.get_secret_value() if service_settings.auth_token is not None else None
         yield InferenceHere(target=server.target, token=token, http_url=definition.http_url,
@@ -230,9 +273,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return BAD_INPUT
     try:
         spec = composition_spec(args, args.name, args.routing)
-    except TraceError as exc:
-        console.print(f"[red]tracectl serve:[/] {exc.code}: {exc}")
-        return 1
+    except TraceError as exc:  # bad input: 2; a damaged manifest: 3; one that is not there: 1
+        console.print(f"[red]tracectl serve:[/] {exc.code}: {exc}", highlight=False, soft_wrap=True)
+        return exits.for_error(exc)
 
     async def load(where: str, tok: str | None):
         from trace_common.grpc.client import messages
@@ -246,23 +289,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except grpc.RpcError as exc:
                 console.print(f"[red]tracectl serve: cannot load the composition:[/] {exc.code().name}: "
                               f"{exc.details()}", highlight=False, soft_wrap=True)
-                return None
+                return exits.for_status(exc.code().name)  # INVALID_ARGUMENT: 2, DATA_LOSS: 3, else 1
         console.print(describe(resp.composition), highlight=False, soft_wrap=True)
         return resp.composition
 
     async def main() -> int:
         if target:
             info = await load(target, token)
-            if info is None:
-                return 1
+            if isinstance(info, int):
+                return info
             console.print(f"grpc={target} model={info.spec.name}", highlight=False, soft_wrap=True)
             return 0
         auth = {"auth_token": token} if token is not None else {}
         async with inference_in_process(root=args.root, host=args.host, port=args.port, http_port=args.http_port,
                                         metrics_port=args.metrics_port, device=args.device, spec=spec, **auth) as here:
             info = await load(here.target, here.token)
-            if info is None:
-                return 1
+            if isinstance(info, int):
+                return info
             console.print(f"grpc={here.target} http={here.http_url} metrics={here.metrics_url} "
                           f"model={info.spec.name} auth={'bearer-token' if here.token else 'none'}",
                           highlight=False, soft_wrap=True)

@@ -6,8 +6,16 @@ service's token comes from, or that it runs without auth. `status` sends each se
 TRACE_<SERVICE>_AUTH_TOKEN when set, else `--token` / $TRACE_AUTH_TOKEN -- so in the environment
 `up` was started in it sends what each service expects -- and reports per service whether auth
 is on and whether its token was accepted (a refused token makes the exit status 1).
-Exit status: 0 all healthy (and every token sent accepted), 1 otherwise, 2 bad arguments or a
-blank / malformed token.
+
+Which services `status` checks: those addressed by `--target SERVICE=HOST:PORT` or
+TRACE_<SERVICE>_TARGET (read as every other command reads them, tracectl/connect.py), and only
+those -- the others are neither shown nor counted; with no address given, all five of the stack
+`tracectl up` recorded in `<--root>/embedded.json`.
+Exit status: 0 all checked services healthy (and every token sent accepted), 1 otherwise, 2 bad
+arguments or a blank / malformed token. `up`: 0 (`--once`: all five healthy), 1 (`--once`: not),
+2 bad input with nothing left running: a blank / malformed token or TRACE_* setting, a `--root`
+that is not a writable directory or on which another `tracectl up` runs (its pid is named), a
+`--host` that cannot be listened on.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from rich.table import Table
 
 from trace_common.config import SERVICE_NAMES, service_token, token_env
 from trace_common.grpc.client import Endpoint, messages, open_channel, stub
+from tracectl import exits
+from tracectl.connect import parse_targets
 from tracectl.embedded import EmbeddedStack, read_state
 from tracectl.health import check
 
@@ -65,7 +75,14 @@ def auth_cell(service: str, target: str, token: str | None, where: str) -> tuple
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    up = sub.add_parser("up", help="start all five services in-process (embedded default)")
+    up = sub.add_parser("up", help="start all five services in-process (embedded default)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog=exits.epilog(0, 1, 2, c0="stopped by Ctrl-C / SIGTERM; --once: all five services "
+                                            "healthy", c1="--once: some service is not healthy",
+                                            c2="bad input, nothing left running: a blank or malformed token or "
+                                               "TRACE_* setting, a --root that is not a writable directory or on "
+                                               "which another `tracectl up` runs (its pid is named), a --host "
+                                               "that cannot be listened on"))
     up.add_argument("--root", type=Path, default=Path(".trace"), help="artifact store directory (default ./.trace)")
     up.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     up.add_argument("--token", default=None,
@@ -74,24 +91,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--once", action="store_true", help="start, check health, print, stop (smoke test)")
     up.set_defaults(func=cmd_up)
 
-    st = sub.add_parser("status", help="health of each service")
+    st = sub.add_parser("status", help="health of each service",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog=exits.epilog(0, 1, 2, c0="every service checked is healthy (and accepted the token "
+                                            "sent)", c1="some service checked is not healthy or refused the token, "
+                                            "or no running embedded stack was found",
+                                            c2="bad input: a malformed --target, or a blank or malformed token"))
     st.add_argument("--root", type=Path, default=Path(".trace"), help="where `tracectl up` wrote embedded.json")
     st.add_argument("--target", action="append", default=[], metavar="SERVICE=HOST:PORT",
-                    help="check this address instead (repeatable); default: the running embedded stack")
+                    help="check this service at this address, and only the services so addressed (repeatable; "
+                         "TRACE_<SERVICE>_TARGET too); default: the running embedded stack's five")
     st.add_argument("--token", default=os.environ.get("TRACE_AUTH_TOKEN"),
                     help="bearer token for services whose TRACE_<SERVICE>_AUTH_TOKEN is unset ($TRACE_AUTH_TOKEN)")
     st.set_defaults(func=cmd_status)
 
 
 def _health_table(targets: dict[str, str], tokens: dict[str, tuple[str | None, str]],
-                  auth: dict[str, str] | None = None) -> tuple[Table, bool]:
+                  auth: dict[str, str] | None = None, *, only_named: bool = False) -> tuple[Table, bool]:
     """Health per service; the auth column is `auth[name]` when given (what `up` configured),
-    else probed with `tokens[name]` = (token, where it comes from)."""
+    else probed with `tokens[name]` = (token, where it comes from). A service `targets` lacks is a
+    "not configured" row that fails the check, unless `only_named` (the services addressed by
+    --target / TRACE_<SERVICE>_TARGET are the ones asked about): then it is left out."""
     table = Table(title="TRACE services")
     for col in ("service", "address", "health", "auth", "latency"):
         table.add_column(col)
     all_ok = True
     for name in SERVICE_NAMES:
+        if name not in targets and only_named:
+            continue
         if name not in targets:
             table.add_row(name, "-", "[yellow]not configured[/]", "", "")
             all_ok = False
@@ -124,7 +151,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         stack = EmbeddedStack(root=args.root, host=args.host, token=token, token_source=source,
-                              cwd_model_root=False)  # long-lived: the working directory is no model root
+                              cwd_model_root=False,  # long-lived: the working directory is no model root
+                              exclusive=not args.once)  # a second long-lived `up` on one root is refused
         console.print(f"starting the embedded TRACE stack (artifacts under {args.root.resolve()}) ...")
         try:
             await stack.start()
@@ -146,7 +174,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             if args.once:
                 console.print("all five services healthy" if ok else "[red]some services are not healthy[/]")
                 return 0 if ok else 1
-            console.print(f"addresses written to {stack.state_file}; Ctrl-C to stop")
+            console.print(f"addresses written to {stack.state_file}; Ctrl-C to stop" if stack.owns_state else
+                          f"another stack owns {stack.state_file}: this one is not recorded there; Ctrl-C to stop")
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -161,14 +190,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    targets: dict[str, str] = {}
-    for t in args.target:
-        name, sep, addr = t.partition("=")
-        if not sep or name not in SERVICE_NAMES or not addr:
-            print(f"--target {t!r}: expected SERVICE=HOST:PORT with SERVICE one of {', '.join(SERVICE_NAMES)}",
-                  file=sys.stderr)
-            return 2
-        targets[name] = addr
+    targets = parse_targets(args.target)  # --target and TRACE_<SERVICE>_TARGET; InvalidArgument: exit 2
+    only_named = bool(targets)
     state = None
     if not targets:
         state = read_state(args.root)
@@ -187,7 +210,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         for name, info in recorded.items():
             if name in tokens and tokens[name][0] is None and isinstance(info, dict) and info.get("token_from"):
                 tokens[name] = (None, str(info["token_from"]))
-    table, ok = _health_table(targets, tokens)
+    table, ok = _health_table(targets, tokens, only_named=only_named)
     console.print(table)
     return 0 if ok else 1
 

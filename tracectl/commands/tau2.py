@@ -22,7 +22,10 @@ from tracectl.inputs import DATA_MAX_BYTES, read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("tau2", help="tau2-bench utilities (gold replay)")
+    parser = sub.add_parser("tau2", help="tau2-bench utilities (gold replay)",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=exits.epilog(0, 2, c2="a data problem, nothing written: a missing or malformed "
+                                                "tau2 file, or one that is not UTF-8 text (replay-gold --help)"))
     tau2_sub = parser.add_subparsers(dest="tau2_command", metavar="SUBCOMMAND", required=True)
     replay = tau2_sub.add_parser("replay-gold", help="replay every task's gold actions on a fresh DB and "
                                  "write tool outputs + final DB sha256 per task",
