@@ -220,10 +220,8 @@ def test_a_prefix_is_free_again_when_its_job_ends_without_writing(rollout):
 
 # -- the store listing runs off the event loop ------------------------------------------------------
 
-def test_the_store_is_listed_off_the_event_loop(rollout, monkeypatch):
-    """While the store takes its time to list a requested prefix, the service answers other calls, and a
-    second request naming the same prefix is refused (the first one is checking it)."""
-    store = rollout.domain.store
+def _slow_listing(store, monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """(listing, release): the store's list() sets `listing` and answers only once `release` is set."""
     listing, release = threading.Event(), threading.Event()
     real_list = store.list
 
@@ -233,6 +231,14 @@ def test_the_store_is_listed_off_the_event_loop(rollout, monkeypatch):
         return real_list(prefix)
 
     monkeypatch.setattr(store, "list", slow_list)
+    return listing, release
+
+
+def test_the_store_is_listed_off_the_event_loop(rollout, monkeypatch):
+    """While the store takes its time to list a requested prefix, the service answers other calls, and a
+    second request naming the same prefix is refused (the first one is checking it)."""
+    store = rollout.domain.store
+    listing, release = _slow_listing(store, monkeypatch)
     uri = store.uri_for(f"runs/mine/rollouts/slow-{uuid.uuid4().hex[:8]}")
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(_create, rollout, _spec(output_uri=uri, max_turns=1), "mine")
@@ -253,15 +259,7 @@ def test_a_retry_while_its_request_checks_the_store_gets_the_same_job(rollout, m
     output prefix against the store gets the first attempt's job, as any retry does (it used to be
     refused ALREADY_EXISTS: the prefix was being checked, by itself)."""
     store = rollout.domain.store
-    listing, release = threading.Event(), threading.Event()
-    real_list = store.list
-
-    def slow_list(prefix: str = ""):
-        listing.set()
-        release.wait(20)
-        return real_list(prefix)
-
-    monkeypatch.setattr(store, "list", slow_list)
+    listing, release = _slow_listing(store, monkeypatch)
     request = R.CreateRolloutJobRequest(
         spec=_spec(output_uri=store.uri_for(f"runs/mine/rollouts/retry-{uuid.uuid4().hex[:8]}"), max_turns=1),
         run_id="mine", request_id=uuid.uuid4().hex)
