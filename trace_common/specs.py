@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from trace_common.limits import Identifier, Params, UriRef
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+#: A served composition's name (the inference service's rule; `tracectl serve` derives names by it).
+COMPOSITION_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 def check_printable(value: str, field: str) -> str:

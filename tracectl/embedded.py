@@ -140,13 +140,18 @@ def _host_problem(host: str) -> str | None:
         infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as err:
         return f"the name does not resolve ({getattr(err, 'strerror', None) or err})"
+    # the servers listen wherever one of the addresses binds (gRPC on any; a family this machine cannot
+    # use, e.g. localhost's ::1 with IPv6 off, is skipped), so the host is refused only when none binds
+    failure: OSError | None = None
     for family, kind, proto, _, address in infos:
         try:
             with socket.socket(family, kind, proto) as probe:
                 probe.bind(address)
+            return None
         except OSError as err:
-            return f"it is not an address of this machine ({err.strerror or err})"
-    return None
+            failure = failure if err.errno == errno.EAFNOSUPPORT and failure is not None else err
+    reason = (failure.strerror or str(failure)) if failure is not None else "no address"
+    return f"it is not an address of this machine ({reason})"
 
 
 def _bad_host(host: str, flag: str, problem: str) -> InvalidArgument:
@@ -302,13 +307,13 @@ class EmbeddedStack:
     async def start(self) -> None:
         writable_dir(self.root, self.root_flag)
         check_host(self.host)
-        other = other_stack_pid(self.root)
-        if other is not None and self.exclusive:
-            raise InvalidArgument(f"an embedded stack (pid {other}) is already running on it ({self.state_file})",
+        other = other_stack(self.root)
+        if other is not None and self.exclusive and other.exclusive:
+            raise InvalidArgument(f"`tracectl up` (pid {other.pid}) is already running on it ({self.state_file})",
                                   field=f"{self.root_flag} {self.root}",
                                   fix=f"Use that one (`tracectl status --root {self.root}`), stop it first (Ctrl-C "
-                                      f"where it runs, or `kill {other}`), or give another {self.root_flag}; if pid "
-                                      f"{other} is no TRACE stack, delete {self.state_file}")
+                                      f"where it runs, or `kill {other.pid}`), or give another {self.root_flag}; if "
+                                      f"pid {other.pid} is no TRACE stack, delete {self.state_file}")
         self.auth = self.resolve_auth()
         allowed = self.overrides.get(EMBEDDED_ENDPOINTS) or {}
         common = {**dict(host=self.host, port=0, metrics_host=self.host, metrics_port=0,
@@ -338,14 +343,19 @@ class EmbeddedStack:
         self._warn_without_auth()
         auth = {name: {"enabled": token is not None, "token_from": source}
                 for name, (token, source) in self.auth.items()}  # where the token is, never the token
-        other = other_stack_pid(self.root)
-        if other is not None:  # its embedded.json stays: `tracectl status` keeps finding that stack
+        other = other_stack(self.root)
+        if other is not None and not (self.exclusive and not other.exclusive):
+            # its embedded.json stays: `tracectl status` keeps finding that stack
             log.warning("embedded stack: another stack (pid %d) is running on %s and owns %s; this one serves on "
-                        "ports of its own until it stops and leaves that file alone", other, self.root,
+                        "ports of its own until it stops and leaves that file alone", other.pid, self.root,
                         self.state_file)
             return
+        if other is not None:  # `up` beside a one-command stack (a run): `status` should find the `up`
+            log.warning("embedded stack: a one-command stack (pid %d) is running on %s; %s now names this one",
+                        other.pid, self.root, self.state_file)
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")  # two processes on one root never share it
-        tmp.write_text(json.dumps({"pid": os.getpid(), "artifact_root": common["artifact_root"],
+        tmp.write_text(json.dumps({"pid": os.getpid(), "process": process_identity(os.getpid()),
+                                   "exclusive": self.exclusive, "artifact_root": common["artifact_root"],
                                    "targets": self.targets, "metrics": self.metrics_urls, "http": self.http_urls,
                                    "auth": auth}, indent=2))
         os.replace(tmp, self.state_file)
@@ -396,9 +406,29 @@ def allow_data_from_command(args, directory: str | Path) -> None:
     args.overrides = {**overrides, EMBEDDED_DATA_ROOTS: [*roots, Path(directory)]}
 
 
-def other_stack_pid(root: Path) -> int | None:
-    """The pid that `root`'s embedded.json names when that process is alive and is not this one (a
-    stack of another process runs there); None otherwise (no file, a stale one, or this process's)."""
+@dataclass(frozen=True)
+class OtherStack:
+    """The stack of another live process that `root`'s embedded.json names."""
+
+    pid: int
+    exclusive: bool  # a long-running `tracectl up` (files written before the field: taken as one)
+
+
+def process_identity(pid: int) -> str | None:
+    """'<boot id>:<start time>' of process `pid` (Linux /proc), which no later process with a reused pid
+    shares; None where it cannot be read."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return f"{boot}:{fields[19]}"  # field 22, starttime (fields[0] is field 3, after "pid (comm)")
+    except (OSError, IndexError):
+        return None
+
+
+def other_stack(root: Path) -> OtherStack | None:
+    """The stack `root`'s embedded.json names when its process is alive and is not this one; None
+    otherwise (no file, a stale one -- its process gone, or its pid now another process's, told apart
+    by the boot id and start time recorded beside it -- or this process's)."""
     state = read_state(root)
     pid = state.get("pid") if state else None
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
@@ -406,10 +436,13 @@ def other_stack_pid(root: Path) -> int | None:
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except PermissionError:
-        return pid  # alive, under another user
+        pass  # alive, under another user
     except OSError:
         return None
-    return pid
+    recorded = state.get("process")
+    if isinstance(recorded, str) and process_identity(pid) not in (None, recorded):
+        return None  # the pid was reused (or the machine rebooted): that stack is gone
+    return OtherStack(pid, state.get("exclusive") is not False)
 
 
 def read_state(root: Path) -> dict | None:

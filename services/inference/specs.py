@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator
 
 from trace_common.limits import Identifier, UriRef
 from trace_common.moe.composition_io import Routing
-from trace_common.specs import SamplingModel, Strict, check_printable, check_uri, composition_routing_mode
+from trace_common.specs import (
+    COMPOSITION_NAME_RE,
+    SamplingModel,
+    Strict,
+    check_printable,
+    check_uri,
+    composition_routing_mode,
+)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+NAME_RE = COMPOSITION_NAME_RE
 
 
 class AdapterRefModel(Strict):

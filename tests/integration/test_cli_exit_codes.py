@@ -126,9 +126,9 @@ def other_process():
     proc.wait()
 
 
-def _state(root: Path, pid: int) -> dict:
+def _state(root: Path, pid: int, **extra) -> dict:
     state = {"pid": pid, "artifact_root": root.as_uri(), "targets": {"rollout": "127.0.0.1:1"}, "metrics": {},
-             "http": {}, "auth": {}}
+             "http": {}, "auth": {}, **extra}
     root.mkdir(parents=True, exist_ok=True)
     (root / "embedded.json").write_text(json.dumps(state))
     return state
@@ -171,6 +171,51 @@ def test_a_stale_embedded_json_is_replaced_and_removed_as_before(tmp_path):
     assert not (root / "embedded.json").exists()
 
 
+@pytest.mark.parametrize("recorded, exclusive, taken", [
+    ({"exclusive": False}, True, True),           # `up` beside a one-command stack (a make demo): takes the file
+    ({"process": "another-boot:1"}, False, True),  # the pid now names another process: the file is stale
+    ({"process": "another-boot:1"}, True, True),
+    ({}, False, False),                            # a live stack of a file written before the fields
+])
+def test_whose_embedded_json_it_is(tmp_path, other_process, recorded, exclusive, taken):
+    root = tmp_path / "st"
+    theirs = _state(root, other_process, **recorded)
+
+    async def run() -> dict:
+        stack = EmbeddedStack(root=root, exclusive=exclusive)
+        await stack.start()
+        try:
+            return json.loads((root / "embedded.json").read_text())
+        finally:
+            await stack.stop(grace=0.5)
+
+    during = asyncio.run(run())
+    if taken:
+        assert during["pid"] == os.getpid() and during["exclusive"] is exclusive and during["process"]
+        assert not (root / "embedded.json").exists()           # removed at its stop
+    else:
+        assert during == theirs
+
+
+@pytest.mark.parametrize("addresses, refused", [
+    (["127.0.0.1"], False),
+    (["10.255.255.1", "127.0.0.1"], False),   # one of them binds: the servers listen there
+    (["10.255.255.1"], True),
+    (["10.255.255.1", "10.255.255.2"], True),
+])
+def test_a_host_is_refused_only_when_none_of_its_addresses_binds(monkeypatch, addresses, refused):
+    import socket
+
+    from tracectl.embedded import _host_problem
+
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, 0)) for address in addresses])
+    problem = _host_problem("several.example")
+    assert (problem is not None) is refused, problem
+    if refused:
+        assert "not an address of this machine" in problem
+
+
 def test_a_second_up_on_a_root_with_a_live_stack_is_refused(tmp_path, other_process):
     root = tmp_path / "st"
     theirs = _state(root, other_process)
@@ -179,7 +224,7 @@ def test_a_second_up_on_a_root_with_a_live_stack_is_refused(tmp_path, other_proc
                         text=True, timeout=60)
     assert up.returncode == 2, up.stdout + up.stderr
     assert "Traceback" not in up.stderr and up.stderr.count("\n") == 1, up.stderr
-    assert f"--root {root}: an embedded stack (pid {other_process}) is already running" in up.stderr
+    assert f"--root {root}: `tracectl up` (pid {other_process}) is already running" in up.stderr
     assert f"kill {other_process}" in up.stderr
     assert json.loads((root / "embedded.json").read_text()) == theirs
 

@@ -170,7 +170,12 @@ def test_a_directory_flag_that_cannot_be_a_directory_is_one_line(tmp_path, monke
     assert fragment in line and "this user can write" in line, line
 
 
-def test_serve_reads_a_composition_given_by_a_bare_file_name(tmp_path, monkeypatch):
+@pytest.mark.parametrize("directory, name", [
+    ("moe", "moe"),                       # the composition's directory names it
+    ("my run", "composition"),            # ... unless that is no valid name (trace_common.specs.COMPOSITION_NAME_RE)
+    ("_hidden", "composition"),
+])
+def test_serve_reads_a_composition_given_by_a_bare_file_name(tmp_path, monkeypatch, directory, name):
     """`--composition composition.json` was refused as 'not a model location ... (unconfined)'."""
     from trace_common.artifacts import open_store
     from tracectl.commands.serve import composition_spec
@@ -179,11 +184,11 @@ def test_serve_reads_a_composition_given_by_a_bare_file_name(tmp_path, monkeypat
                 "adapters": [{"name": "refunds", "uri": "file:///abs/adapters/refunds/v1"}],
                 "gates_uri": "file:///abs/moe/gates.safetensors", "hidden_size": 8, "num_layers": 2,
                 "num_slots": 2, "gate_parameters": 36}
-    open_store(tmp_path.as_uri()).put_bytes("moe/composition.json", json.dumps(manifest).encode())
-    monkeypatch.chdir(tmp_path / "moe")
+    open_store(tmp_path.as_uri()).put_bytes(f"{directory}/composition.json", json.dumps(manifest).encode())
+    monkeypatch.chdir(tmp_path / directory)
     args = argparse.Namespace(composition="composition.json", base="", adapter=[], gates="")
     spec = composition_spec(args, "")
-    assert (spec.name, spec.base_model, [a.name for a in spec.adapters]) == ("moe", "micro", ["refunds"])
+    assert (spec.name, spec.base_model, [a.name for a in spec.adapters]) == (name, "micro", ["refunds"])
 
 
 def test_serve_names_what_to_pass_for_a_composition_it_cannot_read(tmp_path, capsys, no_inference_env):

@@ -47,6 +47,7 @@ import grpc
 from rich.console import Console
 
 from trace_common.errors import InvalidArgument, PermissionDenied, TraceError
+from trace_common.specs import COMPOSITION_NAME_RE
 from tracectl import exits
 from tracectl.embedded import is_loopback
 from tracectl.exits import BAD_INPUT
@@ -150,7 +151,9 @@ def composition_spec(args: argparse.Namespace, name: str, routing: str = "token"
             raise InvalidArgument(field="--composition", got=args.composition,
                                   expected="the path of a composition.json (relative to the working directory, "
                                   "or absolute), or a file:///ABSOLUTE or s3://BUCKET/KEY URI") from None
-        name = name or ref.rstrip("/").rsplit("/", 2)[-2].replace("/", "-") or "composition"
+        if not name:  # the composition's directory names it when that is a valid name
+            derived = ref.rstrip("/").rsplit("/", 2)[-2].replace("/", "-")
+            name = derived if COMPOSITION_NAME_RE.match(derived) else "composition"
         return inf.CompositionSpec(name=name, base_model=manifest.base_model, gates_uri=manifest.gates_uri,
                                    adapters=[inf.AdapterRef(name=a.name, uri=a.uri) for a in manifest.adapters],
                                    routing=COMPOSITION_ROUTING[routing])
