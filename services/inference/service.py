@@ -30,6 +30,7 @@ the engine under it (compositions.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -370,25 +371,33 @@ class Inference:
         """Token deltas as they are generated, then the `Completion`. Closing the iterator early
         (a client cancelling the stream) cancels the generation at its next decoding step."""
         served = self.registry.get(req.model)
-        with served.engine.hold():   # in flight from the lookup on, as in generate
+        # in flight from the lookup on, as in generate, until the generation ends: not until the client
+        # has read the last delta (a stalled reader would hold a swap or unload for the whole drain)
+        held = contextlib.ExitStack()
+        held.enter_context(served.engine.hold())
+        try:
             row = await asyncio.to_thread(self._prepare, served, req)   # off the event loop, as in generate
-            loop = asyncio.get_running_loop()
-            queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
-            row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
-            task = asyncio.ensure_future(self._run(served, req, row))
-            task.add_done_callback(lambda _t: queue.put_nowait(None))
-            text = IncrementalText(served.tokenizer, set(served.engine.stop_ids))
-            try:
-                while True:
-                    item = await queue.get()
-                    if item is None:
-                        break
-                    tid, route = item
-                    info = None
-                    if req.return_routing_trace and route is not None:
-                        info = TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
-                    yield StreamDelta(text.push(tid), tid, info)
-                yield task.result()
-            finally:
-                if not task.done():
-                    row.cancelled.set()
+        except BaseException:
+            held.close()
+            raise
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, list[int] | None] | None] = asyncio.Queue()
+        row.on_token = lambda tid, route: loop.call_soon_threadsafe(queue.put_nowait, (tid, route))
+        task = asyncio.ensure_future(self._run(served, req, row))
+        task.add_done_callback(lambda _t: held.close())
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        text = IncrementalText(served.tokenizer, set(served.engine.stop_ids))
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                tid, route = item
+                info = None
+                if req.return_routing_trace and route is not None:
+                    info = TokenRouteInfo(tid, served.tokenizer.decode([tid], skip_special_tokens=False), list(route))
+                yield StreamDelta(text.push(tid), tid, info)
+            yield task.result()
+        finally:
+            if not task.done():
+                row.cancelled.set()

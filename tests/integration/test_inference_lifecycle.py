@@ -295,3 +295,31 @@ def test_a_tool_schema_nested_too_deep_is_invalid_argument(world, store, tmp_pat
     (code, message), after = asyncio.run(main())
     assert code == "INVALID_ARGUMENT" and "tools[0]" in message, (code, message)
     assert after == ("OK", "")
+
+
+def test_a_stream_whose_reader_stalls_holds_no_swap_once_generated(world, store, tmp_path, monkeypatch):
+    """A stream counts as in flight until its generation ends, not until its reader has taken the last
+    delta: an unload after the generation ended returns at once although the reader (here: a consumer
+    that stopped after one delta) never came back (before: it waited the whole drain, DRAIN_S)."""
+    from services.inference.service import ChatRequest
+    from trace_common.env.messages import Message
+
+    monkeypatch.setattr(decoding, "DRAIN_S", 30.0, raising=False)
+
+    async def main():
+        async with serving(world, store, tmp_path) as live:
+            served = live.domain.registry.get(NAME)
+            stream = live.domain.generate_stream(ChatRequest(model=NAME, max_tokens=8,
+                                                             messages=[Message(role="user", content="refund A17")]))
+            await stream.__anext__()                        # one delta read, then the reader stalls
+            deadline = time.monotonic() + 20
+            while served.engine._inflight and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)                   # the generation runs to its end meanwhile
+            started = time.monotonic()
+            await live.stub.UnloadComposition(INF.UnloadCompositionRequest(name=NAME), timeout=60)
+            took = time.monotonic() - started
+            await stream.aclose()
+            return took
+
+    took = asyncio.run(main())
+    assert took < 5, f"the unload waited {took:.1f} s for a reader that had stopped reading"
