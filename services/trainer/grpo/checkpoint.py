@@ -186,11 +186,15 @@ def checkpoint_due(iteration: int, save_steps: int, checkpoint_at: Collection[in
 
 
 def list_checkpoints(store: ArtifactStore, prefix: str) -> list[CheckpointInfo]:
-    """Complete checkpoints (manifest present) under `prefix`, oldest first."""
+    """Complete checkpoints (manifest present, with its digest recorded) under `prefix`, oldest first. A
+    manifest the listing flags (no valid digest: copied in by hand, or damaged) is left out with a
+    warning: resuming from it would fail, the one before it serves."""
     out = []
     for info in store.list(f"{prefix}/ckpt-"):
         m = _CKPT_RE.search("/" + info.key)
-        if m:
+        if m and info.corruption:
+            log.warning("checkpoint %s left out: %s", info.uri, info.corruption)
+        elif m:
             out.append(CheckpointInfo(iteration=int(m.group(1)), key=info.key, uri=info.uri, sha256=info.sha256,
                                       size=info.size))
     return sorted(out, key=lambda c: c.iteration)

@@ -275,7 +275,8 @@ class Trackers:
         root = f"{self.prefix}/{TB_DIR}/"
         try:
             found = [i for i in self.store.list(root)
-                     if "/" not in i.key[len(root):] and i.key[len(root):].startswith(EVENT_FILE_PREFIX)]
+                     if "/" not in i.key[len(root):] and i.key[len(root):].startswith(EVENT_FILE_PREFIX)
+                     and not i.corruption]   # an output names its digest: one without is none to hand out
         except TraceError as exc:
             log.warning("could not list the TensorBoard event files under %s: %s", root, exc)
             return None

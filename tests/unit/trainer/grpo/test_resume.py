@@ -75,6 +75,19 @@ def test_incomplete_checkpoint_is_skipped_and_corruption_detected(tmp_path):
         ckpt.load_checkpoint(store, ckpt.latest_checkpoint(store, PREFIX).key)
 
 
+def test_a_checkpoint_whose_manifest_lost_its_digest_is_left_out(tmp_path):
+    """The store's listing flags a manifest without a recorded digest (ArtifactInfo.corruption) instead
+    of failing: the checkpoint is left out (its load would fail), and the one before it is the latest."""
+    store = open_store(tmp_path.as_uri())
+    config = GRPOConfig(max_steps=4, save_steps=2, groups_per_batch=2, num_generations=4, max_completion_length=3,
+                        seed=1, lora_r=4)
+    run(store, config, PickEnv, "pick")
+    (tmp_path / PREFIX / "ckpt-4" / "checkpoint.json.sha256").unlink()
+    assert [c.iteration for c in ckpt.list_checkpoints(store, PREFIX)] == [2]
+    assert all(c.sha256 for c in ckpt.list_checkpoints(store, PREFIX))
+    assert ckpt.latest_checkpoint(store, PREFIX).iteration == 2
+
+
 @pytest.mark.parametrize("changed, resumes", [
     ({}, True),                       # same config: a re-run continues after the last checkpoint
     ({"learning_rate": 1e-3}, False),  # another config: a new training starts fresh
