@@ -3,10 +3,12 @@
 Used by `tracectl up`, `tracectl run` (when no service address is given) and by the test suite's
 `embedded_stack` fixture. The addresses are written to `<root>/embedded.json` so `tracectl status`
 (or any client) can find them, and the file is removed when the stack that wrote it stops. One stack
-per root owns that file: while it names a live process other than this one, `tracectl up` refuses to
-start on that root (InvalidArgument naming the pid), and a one-command stack (`up --once`, `run`,
-`rollout`, ...) starts beside it on ports of its own, says so in one log line, and neither
-overwrites nor removes the file. An unusable root (a file, no permission, /proc) and a `--host`
+per root owns that file: while it names a live `tracectl up` other than this process, another `up`
+refuses to start on that root (InvalidArgument naming the pid); a one-command stack (`up --once`,
+`run`, `rollout`, ...) starts beside any live owner on ports of its own, says so in one log line,
+and neither overwrites nor removes the file; an `up` beside a live one-command stack takes the file.
+A file whose pid is gone, or now names another process (the boot id and start time recorded in it
+differ), is stale and replaced (`other_stack`). An unusable root (a file, no permission, /proc) and a `--host`
 that cannot be listened on are InvalidArgument naming the flag (`writable_dir`, `check_host`,
 `start_listening`).
 
@@ -149,7 +151,8 @@ def _host_problem(host: str) -> str | None:
                 probe.bind(address)
             return None
         except OSError as err:
-            failure = failure if err.errno == errno.EAFNOSUPPORT and failure is not None else err
+            if failure is None or err.errno != errno.EAFNOSUPPORT:   # say why a usable family failed
+                failure = err
     reason = (failure.strerror or str(failure)) if failure is not None else "no address"
     return f"it is not an address of this machine ({reason})"
 
