@@ -7,7 +7,7 @@ LoRA updating under the local executor -- to the report.
 SmolLM2 is too weak for TRACE's stages to produce anything (it passes no tau2 task; its analyst and
 generator replies are rarely usable): what is checked is that every stage ran over the real
 components, in the processes the chart describes, and that the run reached its report; where a stage
-produced nothing, that it said why. Wall time here (2 cores, nothing else running): ~6-9 min.
+produced nothing, that it said why. Wall time here (2 cores, nothing else running): ~7-10 min.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-# The rehearsal runs ~7 min alone here, and its fixture gives the command 1,500 s; pytest-timeout's suite-wide
+# The rehearsal runs ~7-10 min alone here, and its fixture gives the command 1,500 s; pytest-timeout's suite-wide
 # 600 s would cut it first on a loaded machine (it did, 2026-12-05, beside a demo-sized experiment), so the
 # module's tests get the fixture's limit plus a margin for the assertions.
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1600)]

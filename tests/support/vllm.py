@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.ports import free_port
+from tracectl.rehearsal.local import vllm_cpu_bind
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PY = REPO / ".tools" / "vllm-venv" / "bin" / "python"
@@ -46,6 +47,8 @@ class VLLMServer:
         self.log = open(self.log_path, "w")  # noqa: SIM115 -- closed in stop()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if vllm_cpu_bind():   # decode on every core, as the rehearsal does (tracectl/rehearsal/local.py says why)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = vllm_cpu_bind()
         self.proc = subprocess.Popen(
             [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
              "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),

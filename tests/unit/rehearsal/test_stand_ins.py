@@ -209,6 +209,18 @@ def test_vllm_runs_the_charts_arguments_with_smollm2_and_the_cpu_flags(rendered,
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
+@pytest.mark.parametrize(("cpus", "bind"), [({0, 1}, "0,1"), ({3, 1, 2}, "1,2,3"), ({0}, None)])
+def test_vllm_decodes_on_every_core_it_may_use(rendered, stand, tmp_path, monkeypatch, cpus, bind):
+    assert local.vllm_cpu_bind(cpus) == bind
+    monkeypatch.setattr(local.os, "sched_getaffinity", lambda pid: cpus, raising=False)
+    before = len(stand.changes)
+    _, env = vllm_command(rendered.container("Deployment", f"{RELEASE}-vllm"), stand, tmp_path / "m", Path("/py"))
+    assert env.get("VLLM_CPU_OMP_THREADS_BIND") == bind
+    said = [c for c in stand.changes[before:] if "VLLM_CPU_OMP_THREADS_BIND" in c]   # the change is listed
+    assert said == ([f"vLLM: VLLM_CPU_OMP_THREADS_BIND={bind} (its decoding threads on every core; its default "
+                     "keeps one core for its scheduler)"] if bind else [])
+
+
 def test_the_cluster_config_becomes_a_valid_tiny_local_one(stand):
     cluster = yaml.safe_load(CLUSTER.read_text())
     cfg, changes = rehearsal_config(cluster, stand)

@@ -1,0 +1,129 @@
+"""vLLM-CPU decoding threads: bound to every core (what `tracectl rehearse` and the vLLM tests set,
+`tracectl.rehearsal.local.vllm_cpu_bind`) vs vLLM's default (`VLLM_CPU_OMP_THREADS_BIND=auto`,
+which keeps one core for its scheduler process).
+
+Both servers serve the converted SmolLM2-135M-Instruct (the rehearsal's model) with the rehearsal's
+CPU flags and are up at once; the requests alternate between them (bench/harness.py), so both see
+the same background load. One repetition is what a tau2 rollout asks of the server: 2 parallel chat
+completions of 48 tokens (the rehearsal's `max_completion_length`, `ignore_eos` so every reply is
+48 tokens) after a ~5.5k-token system prompt already in the prefix cache (tau2 retail's is ~6k).
+
+Target: >= 1.2x replies per second (peer median time / TRACE median time) on this project's 2-core
+machines. With one core there is nothing to bind and both sides are the same.
+
+    .venv/bin/python -m bench.vllm_cpu_threads [--reps 6] [--no-write]     # ~5 min here
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.harness import Case, command_line, run_case, write_section
+from bench.harness import machine as machine_info
+from tests.support.ports import free_port
+from tests.support.vllm import VLLM_PY
+from trace_common.agents import smollm2_base_dir
+from tracectl.rehearsal.local import VLLM_CPU_FLAGS, vllm_cpu_bind
+
+TARGET = 1.2
+TOKENS = 48
+PARALLEL = 2
+SYSTEM = " ".join(f"Rule {i}: the agent verifies the order status before it changes the order." for i in range(380))
+
+
+class Server:
+    def __init__(self, model: Path, env: dict[str, str], log: Path):
+        self.port = free_port()
+        flags = [x for f, v in VLLM_CPU_FLAGS for x in (f, v) if x is not None]
+        self.log = open(log, "w")  # noqa: SIM115 -- closed in stop()
+        self.proc = subprocess.Popen(
+            [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
+             "m", "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "8192", *flags],
+            stdout=self.log, stderr=subprocess.STDOUT,
+            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **env})
+        deadline = time.time() + 420
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}): see {log}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"vLLM did not become healthy in 420 s: see {log}")
+
+    def round(self, turn: int) -> None:
+        async def one(client: httpx.AsyncClient, i: int) -> None:
+            r = await client.post(f"http://127.0.0.1:{self.port}/v1/chat/completions", timeout=600, json={
+                "model": "m", "max_tokens": TOKENS, "ignore_eos": True, "temperature": 1.0, "seed": i,
+                "messages": [{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": f"Hello, I am customer {i}, message {turn}."}]})
+            r.raise_for_status()
+
+        async def both() -> None:
+            async with httpx.AsyncClient() as client:
+                await asyncio.gather(*(one(client, i) for i in range(PARALLEL)))
+
+        asyncio.run(both())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    bind = vllm_cpu_bind()
+    if bind is None:
+        raise SystemExit("one CPU (or no affinity information): nothing to bind, both sides would be the same")
+    model = smollm2_base_dir(Path(os.environ.get("TRACE_AGENT_CACHE", Path.home() / ".cache" / "trace" / "agents")))
+    logs = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
+    ours = Server(model, {"VLLM_CPU_OMP_THREADS_BIND": bind}, logs / "bound.log")
+    try:
+        peer = Server(model, {}, logs / "default.log")
+        try:
+            turns = iter(range(10**6))
+            row = run_case(Case(op="round", nbytes=PARALLEL * TOKENS, reps=args.reps,
+                                trace=lambda: ours.round(next(turns)), peer=lambda: peer.round(next(turns))))
+        finally:
+            peer.stop()
+    finally:
+        ours.stop()
+    t, p = row.trace_median, row.peer_median
+    print(f"bound to {bind}: {t:.2f} s per round; vLLM default: {p:.2f} s; ratio {row.ratio:.2f} "
+          f"(paired {row.pair_ratio:.2f})", flush=True)
+    body = "\n".join([
+        "## vLLM-CPU decoding threads: bound to every core vs vLLM's default", "",
+        f"- command: `{command_line('bench.vllm_cpu_threads')}`",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- machine: {machine_info()}; load average at the end: {'/'.join(f'{x:.1f}' for x in os.getloadavg())}",
+        "- peer: vLLM-CPU 0.32 with its default `VLLM_CPU_OMP_THREADS_BIND=auto` (one core kept for the scheduler)",
+        f"- target: ratio >= {TARGET:g} (peer median time / TRACE median time per round)", "",
+        "| round | reps | TRACE s (bind " + bind + ") | peer s (auto) | ratio | paired ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        f"| {PARALLEL} x {TOKENS} tokens after a ~5.5k-token cached prompt | {row.reps} | {t:.2f} | {p:.2f} | "
+        f"{row.ratio:.2f} | {row.pair_ratio:.2f} | {'ok' if row.ratio >= TARGET else '**MISS**'} |", ""])
+    if not args.no_write:
+        write_section("vllm_cpu_threads", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
