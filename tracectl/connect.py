@@ -50,6 +50,8 @@ class Connection:
         self._targets = parse_targets(args.target)
         self._token = args.token
         self._root = args.root
+        #: How the user named `root` (a flag, or `store.root` of a run config), for messages about it.
+        self._root_flag = getattr(args, "root_flag", "--root")
         #: Settings for every embedded service (e.g. an s3:// artifact root and its S3 settings).
         self._overrides = dict(getattr(args, "overrides", None) or {})
         self._exit = ExitStack()
@@ -76,7 +78,7 @@ class Connection:
                 ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], token)))
                 return stub(service, ch)
             if self.embedded is None:
-                self.embedded = BackgroundStack(self._root, overrides=self._overrides)
+                self.embedded = BackgroundStack(self._root, overrides=self._overrides, root_flag=self._root_flag)
                 self._exit.callback(self.embedded.close)
             embedded = self.embedded
         return embedded.stub(service)

@@ -462,11 +462,12 @@ class BackgroundStack:
     `stub(service)` gives a real gRPC stub to it; `call(coro)` runs a coroutine on the
     servers' loop (to reach a service's domain object in-process)."""
 
-    def __init__(self, root: Path, token: str | None = None, overrides: dict | None = None):
+    def __init__(self, root: Path, token: str | None = None, overrides: dict | None = None,
+                 root_flag: str = "--root"):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="embedded-stack", daemon=True)
         self.thread.start()
-        self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {})
+        self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {}, root_flag=root_flag)
         self.channels: dict[str, object] = {}
         self._channels_lock = threading.Lock()
         try:

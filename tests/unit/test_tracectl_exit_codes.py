@@ -14,8 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tracectl.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: (argv, the flag the one-line error must name)
 OUT_OF_RANGE = [
@@ -154,7 +157,7 @@ def _directories(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("kind", ["a file", "under a file", "in /proc"])
-@pytest.mark.parametrize("command", ["up", "serve", "agents"])
+@pytest.mark.parametrize("command", ["up", "serve", "agents", "run"])
 def test_a_directory_flag_that_cannot_be_a_directory_is_one_line(tmp_path, monkeypatch, capsys, no_inference_env,
                                                                  command, kind):
     path, fragment = _directories(tmp_path)[kind]
@@ -163,7 +166,11 @@ def test_a_directory_flag_that_cannot_be_a_directory_is_one_line(tmp_path, monke
 
         monkeypatch.setattr(resolve_module, "provenance_of",
                             lambda *a, **k: (_ for _ in ()).throw(AssertionError("work started")))
+    config = tmp_path / "run.yaml"   # `tracectl run` takes its store root from the config, and names that field
+    config.write_text(yaml.safe_dump({**yaml.safe_load((REPO / "examples" / "quick.yaml").read_text()),
+                                      "store": {"root": f"file://{path}"}}))
     argv, flag = {"up": (["up", "--once", "--root", str(path)], "--root"),
+                  "run": (["run", "--config", str(config)], "store.root"),
                   "serve": (["serve", "--base", "micro", "--once", "--root", str(path)], "--root"),
                   "agents": (["agents", "build", "micro", "--cache-dir", str(path)], "--cache-dir")}[command]
     line = _one_line(capsys, main(argv), f"{flag} {path}")
