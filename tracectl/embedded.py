@@ -59,7 +59,7 @@ from pathlib import Path
 from services.launch import build
 from trace_common.config import SERVICE_NAMES, check_token, service_token, token_env
 from trace_common.endpoints import EndpointProfile
-from trace_common.errors import InvalidArgument
+from trace_common.errors import FailedPrecondition, InvalidArgument
 from trace_common.grpc.client import Endpoint, open_channel, stub
 from trace_common.grpc.server import TraceServer
 from tracectl.inputs import writable_dir
@@ -88,7 +88,11 @@ def local_model_roots(service: str, extra: tuple[str | Path, ...] | list[str | P
     from trace_common.config import parse_model_roots
 
     listed = parse_model_roots(os.environ.get(f"TRACE_{service.upper()}_MODEL_ROOTS", ""))
-    local = [*([Path.cwd()] if cwd else []), default_cache_dir(), *(Path(d) for d in extra)]
+    try:
+        cache = default_cache_dir()
+    except FailedPrecondition as err:   # the operator's setting, refused before anything starts (exit 2)
+        raise InvalidArgument(err.reason) from None
+    local = [*([Path.cwd()] if cwd else []), cache, *(Path(d) for d in extra)]
     roots = [*listed, *(p.expanduser().resolve().as_uri() for p in local)]
     return list(dict.fromkeys(roots))
 

@@ -22,6 +22,16 @@ def test_local_roots_are_the_operators_then_the_working_directory_and_the_agent_
         default_cache_dir().expanduser().resolve().as_uri(), extra.resolve().as_uri()]
 
 
+def test_an_agent_cache_setting_that_is_a_file_is_bad_input(tmp_path, monkeypatch):
+    """tracectl's stacks refuse it before anything starts (InvalidArgument: exit 2), naming the variable."""
+    from trace_common.errors import InvalidArgument
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("TRACE_AGENT_CACHE", str(tmp_path / "afile"))
+    with pytest.raises(InvalidArgument, match="TRACE_AGENT_CACHE=.*afile is not a directory"):
+        local_model_roots("rollout")
+
+
 @pytest.mark.parametrize("cwd_model_root", [True, False])
 def test_a_stack_lists_the_working_directory_only_when_asked(tmp_path, monkeypatch, cwd_model_root):
     """`tracectl up` starts its stack with cwd_model_root=False: started from HOME, it would otherwise

@@ -157,11 +157,11 @@ def _directories(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("kind", ["a file", "under a file", "in /proc"])
-@pytest.mark.parametrize("command", ["up", "serve", "agents", "run"])
+@pytest.mark.parametrize("command", ["up", "serve", "agents", "agents by env", "run"])
 def test_a_directory_flag_that_cannot_be_a_directory_is_one_line(tmp_path, monkeypatch, capsys, no_inference_env,
                                                                  command, kind):
     path, fragment = _directories(tmp_path)[kind]
-    if command == "agents":   # it used to digest the training data (~12 s) first, then raise FileExistsError
+    if command.startswith("agents"):   # it used to digest the training data (~12 s) first, then raise FileExistsError
         from trace_common.agents import resolve as resolve_module
 
         monkeypatch.setattr(resolve_module, "provenance_of",
@@ -172,7 +172,9 @@ def test_a_directory_flag_that_cannot_be_a_directory_is_one_line(tmp_path, monke
     argv, flag = {"up": (["up", "--once", "--root", str(path)], "--root"),
                   "run": (["run", "--config", str(config)], "store.root"),
                   "serve": (["serve", "--base", "micro", "--once", "--root", str(path)], "--root"),
-                  "agents": (["agents", "build", "micro", "--cache-dir", str(path)], "--cache-dir")}[command]
+                  "agents": (["agents", "build", "micro", "--cache-dir", str(path)], "--cache-dir"),
+                  "agents by env": (["agents", "build", "micro"], "TRACE_AGENT_CACHE")}[command]
+    monkeypatch.setenv("TRACE_AGENT_CACHE", str(path if command == "agents by env" else tmp_path / "agents"))
     line = _one_line(capsys, main(argv), f"{flag} {path}")
     assert fragment in line and "this user can write" in line, line
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from trace_common.agents.progress import BuildEvent, BuildProgress, default_progress, fmt_seconds
 from trace_common.agents.shipped_files import REBUILD_COMMAND, install_if_matching, read_record
-from trace_common.errors import ArtifactCorrupted
+from trace_common.errors import ArtifactCorrupted, FailedPrecondition
 
 #: Bumped when a change in the build code changes what a config produces and no digest sees it.
 BUILD_VERSION = 2
@@ -48,8 +48,13 @@ STATE_EVERY_S = 2.0
 
 
 def default_cache_dir() -> Path:
-    """`$TRACE_AGENT_CACHE`, else `~/.cache/trace/agents`."""
+    """`$TRACE_AGENT_CACHE`, else `~/.cache/trace/agents`. FailedPrecondition where the variable names
+    something that is not a directory (a job would otherwise fail on a bare FileExistsError)."""
     env = os.environ.get("TRACE_AGENT_CACHE")
+    if env and os.path.lexists(env) and not os.path.isdir(env):
+        raise FailedPrecondition(f"TRACE_AGENT_CACHE={env} is not a directory: point it at a directory this "
+                                 "process can write (it is created when missing), or unset it for "
+                                 "~/.cache/trace/agents")
     return Path(env) if env else Path.home() / ".cache" / "trace" / "agents"
 
 

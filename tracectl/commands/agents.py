@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -68,6 +69,10 @@ def cmd_agents(args: argparse.Namespace) -> int:
     try:
         if args.cache_dir is not None and args.action != "verify":  # before any work: one line, exit 2
             writable_dir(args.cache_dir, "--cache-dir")
+        elif args.action == "build" and os.environ.get("TRACE_AGENT_CACHE"):   # the cache the build defaults to
+            writable_dir(Path(os.environ["TRACE_AGENT_CACHE"]), "TRACE_AGENT_CACHE",
+                         "Point TRACE_AGENT_CACHE at a directory this user can write (it is created when missing), "
+                         "or give --cache-dir")
         return {"build": cmd_build, "ship": cmd_ship, "verify": cmd_verify}[args.action](args)
     except TraceError as err:
         print(f"tracectl agents {args.action} {args.name}: {err.code}: {err.reason}", file=sys.stderr)

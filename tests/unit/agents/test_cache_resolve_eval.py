@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from trace_common.agents.cache import cached_build, config_hash, read_meta
+from trace_common.agents.cache import cached_build, config_hash, default_cache_dir, read_meta
 from trace_common.agents.data import WarmStartData, expert_trajectories
 from trace_common.agents.evaluate import summarise, wilson_interval
 from trace_common.agents.micro import MicroConfig
 from trace_common.agents.resolve import resolve_base_agent
 from trace_common.agents.sft import SFTConfig
 from trace_common.agents.smollm2 import SmolLM2Config
-from trace_common.errors import InvalidArgument, NotFound
+from trace_common.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 @pytest.mark.parametrize(("k", "n", "low", "high"), [
@@ -140,3 +140,21 @@ def test_report_names_the_decoding(temperature, header):
     report = summarise("expert", "-", trajs, stats, 1.0, None, temperature)
     assert report.format().splitlines()[0].endswith(f"4 test episodes, {header}")
     assert report.to_dict()["temperature"] == temperature
+
+
+@pytest.mark.parametrize("setting", ["unset", "a directory", "missing", "a file", "a link to a file"])
+def test_the_default_cache_is_trace_agent_cache_when_that_can_be_a_directory(tmp_path, monkeypatch, setting):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "afile")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    value = {"unset": None, "a directory": tmp_path, "missing": tmp_path / "new" / "cache",
+             "a file": tmp_path / "afile", "a link to a file": tmp_path / "link"}[setting]
+    if value is None:
+        monkeypatch.delenv("TRACE_AGENT_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("TRACE_AGENT_CACHE", str(value))
+    if setting in ("a file", "a link to a file"):   # a job says so, instead of failing on FileExistsError
+        with pytest.raises(FailedPrecondition, match=f"TRACE_AGENT_CACHE={value} is not a directory"):
+            default_cache_dir()
+    else:
+        assert default_cache_dir() == (value or tmp_path / "home" / ".cache" / "trace" / "agents")
