@@ -40,7 +40,10 @@ $(DEV_STAMP): $(RUNTIME_STAMP)
 tools:
 	@bash scripts/install_tools.sh $(TEST_TOOLS)
 
-setup: dev tools
+# The Python installs (runtime, then dev) and the test tools (their own venvs, apt, npm) touch nothing
+# of each other's: two at a time, lines kept whole (a fresh clone here: 126 s instead of 173 s).
+setup:
+	@$(MAKE) --no-print-directory -j2 --output-sync=line dev tools
 
 # Regenerate trace_common/proto from protos/ (the one command for generated code).
 proto: setup
