@@ -82,6 +82,20 @@ def test_serve_on_a_busy_port_is_one_line(tmp_path, capsys, clean_env, busy_port
     assert f"{what} on 127.0.0.1:{busy_port}: the port is in use" in line and "0 for any free one" in line, line
 
 
+def test_a_start_refused_for_a_busy_port_leaves_no_listener_behind(tmp_path, capsys, clean_env, busy_port):
+    """The gRPC port bound before the busy /metrics port was found is released, not left listening (with
+    SO_REUSEPORT, where another gRPC server could even share it) until the process exits."""
+    from tests.support.ports import free_port
+
+    grpc_port = free_port()
+    code = main(["serve", "--base", "micro", "--port", str(grpc_port), "--metrics-port", str(busy_port), "--once",
+                 "--root", str(tmp_path / "root")])
+    _one_line(capsys, code, f"--metrics-port {busy_port}")
+    with socket.socket() as again:   # no SO_REUSEPORT: fails while any listener holds the port
+        again.bind(("127.0.0.1", grpc_port))
+        again.listen()
+
+
 @pytest.fixture
 def rollout_health():
     """A gRPC server whose health service says trace.v1.RolloutService is SERVING (nothing else)."""

@@ -131,14 +131,18 @@ class TraceServer:
 
     async def start(self) -> None:
         self._server = self._build()
-        self.port = self._bind()
-        s = self.settings
-        token = s.auth_token.get_secret_value() if s.auth_token is not None and s.metrics_auth else None
-        self.metrics_server = MetricsServer(self.definition.metrics.registry, s.metrics_host, s.metrics_port,
-                                            token=token, tls=s.tls_pair)
-        for hook in self.definition.on_start:
-            await hook()
-        await self._server.start()
+        try:
+            self.port = self._bind()
+            s = self.settings
+            token = s.auth_token.get_secret_value() if s.auth_token is not None and s.metrics_auth else None
+            self.metrics_server = MetricsServer(self.definition.metrics.registry, s.metrics_host, s.metrics_port,
+                                                token=token, tls=s.tls_pair)
+            for hook in self.definition.on_start:
+                await hook()
+            await self._server.start()
+        except BaseException:
+            await self._release()
+            raise
         for name in ("", *self.definition.full_names):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("%s serving gRPC on %s, metrics on %s", self.definition.name, self.target,
@@ -151,6 +155,21 @@ class TraceServer:
             where = f" and {self.definition.http_url}" if self.definition.http_url else ""
             log.warning("%s runs WITHOUT AUTH: no token set (%s), so anyone who can reach %s%s may call every "
                         "method", self.definition.name, token_env(self.definition.name), self.target, where)
+
+    async def _release(self) -> None:
+        """Let go of what a start that failed after binding holds (a busy /metrics port, a failed start
+        hook): grpc keeps a bound server's listener open until the process exits unless the server is
+        started and stopped, so it is -- NOT_SERVING, for the moment it runs. `port` and
+        `metrics_server` stay set: they say how far the start got (tracectl names the flag from them)."""
+        server, self._server = self._server, None
+        try:
+            await self.health.enter_graceful_shutdown()
+            await server.start()
+            await server.stop(0)
+        except Exception:  # noqa: BLE001 -- the start's own failure is what the caller needs
+            log.debug("%s: releasing the listener after a failed start", self.definition.name, exc_info=True)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: NOT_SERVING first, then refuse new calls, then wait for in-flight ones."""
