@@ -123,10 +123,9 @@ def is_loopback(host: str) -> bool:
 
 
 def _phase(server: TraceServer) -> str:
-    """Which listener of `server` failed to start, from how far `TraceServer.start` got: it binds gRPC
-    (setting `port`), then /metrics (`metrics_server`), then runs the on_start hooks (the inference
-    service's OpenAI-compatible HTTP API)."""
-    return "grpc" if server.port is None else "metrics" if server.metrics_server is None else "http"
+    """Which listener of `server` failed to start: `TraceServer.start` opens /metrics, then runs the
+    on_start hooks (the inference service's OpenAI-compatible HTTP API), then binds gRPC."""
+    return {"metrics": "metrics", "hooks": "http"}.get(server.starting, "grpc")
 
 
 def _is_bind_failure(err: BaseException, phase: str) -> bool:

@@ -83,8 +83,8 @@ def test_serve_on_a_busy_port_is_one_line(tmp_path, capsys, clean_env, busy_port
 
 
 def test_a_start_refused_for_a_busy_port_leaves_no_listener_behind(tmp_path, capsys, clean_env, busy_port):
-    """The gRPC port bound before the busy /metrics port was found is released, not left listening (with
-    SO_REUSEPORT, where another gRPC server could even share it) until the process exits."""
+    """The gRPC port chosen beside a busy /metrics port is not left listening until the process exits
+    (grpc cannot release a port bound by a server it never started)."""
     from tests.support.ports import free_port
 
     grpc_port = free_port()

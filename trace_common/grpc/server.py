@@ -86,6 +86,8 @@ class TraceServer:
         self.health: health.aio.HealthServicer | None = None
         self.stream_limit: StreamLimitInterceptor | None = None
         self._server: aio.Server | None = None
+        #: The step `start` is at, or stopped at when it failed ("metrics", "hooks", "grpc"); "" when serving.
+        self.starting = ""
 
     def _build(self) -> aio.Server:
         """grpc.aio objects bind to the running event loop, so they are built in `start`."""
@@ -130,19 +132,29 @@ class TraceServer:
         return port
 
     async def start(self) -> None:
+        """/metrics, then the start hooks (the inference HTTP API), then the gRPC port, bound last: grpc
+        holds a bound server's listener until the process exits unless that server is started (stop
+        without start does not release it), so binding is followed by nothing but starting. `starting`
+        names the step under way ("metrics", "hooks", "grpc"; "" once serving). A start that fails stops
+        what it had started, the stop hooks included."""
         self._server = self._build()
+        s = self.settings
         try:
-            self.port = self._bind()
-            s = self.settings
+            self.starting = "metrics"
             token = s.auth_token.get_secret_value() if s.auth_token is not None and s.metrics_auth else None
             self.metrics_server = MetricsServer(self.definition.metrics.registry, s.metrics_host, s.metrics_port,
                                                 token=token, tls=s.tls_pair)
+            self.starting = "hooks"
             for hook in self.definition.on_start:
                 await hook()
+            self.starting = "grpc"
+            self.port = self._bind()
             await self._server.start()
         except BaseException:
-            await self._release()
+            self._server = None   # stop() has nothing left to do
+            await self._stopped_after_failed_start()
             raise
+        self.starting = ""
         for name in ("", *self.definition.full_names):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("%s serving gRPC on %s, metrics on %s", self.definition.name, self.target,
@@ -156,20 +168,17 @@ class TraceServer:
             log.warning("%s runs WITHOUT AUTH: no token set (%s), so anyone who can reach %s%s may call every "
                         "method", self.definition.name, token_env(self.definition.name), self.target, where)
 
-    async def _release(self) -> None:
-        """Let go of what a start that failed after binding holds (a busy /metrics port, a failed start
-        hook): grpc keeps a bound server's listener open until the process exits unless the server is
-        started and stopped, so it is -- NOT_SERVING, for the moment it runs. `port` and
-        `metrics_server` stay set: they say how far the start got (tracectl names the flag from them)."""
-        server, self._server = self._server, None
-        try:
-            await self.health.enter_graceful_shutdown()
-            await server.start()
-            await server.stop(0)
-        except Exception:  # noqa: BLE001 -- the start's own failure is what the caller needs
-            log.debug("%s: releasing the listener after a failed start", self.definition.name, exc_info=True)
+    async def _stopped_after_failed_start(self) -> None:
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        await self._run_stop_hooks()   # the hooks tolerate a start hook that never ran
+
+    async def _run_stop_hooks(self) -> None:
+        for hook in self.definition.on_stop:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 -- stopping must finish
+                log.exception("%s: stop hook failed", self.definition.name)
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: NOT_SERVING first, then refuse new calls, then wait for in-flight ones."""
@@ -178,11 +187,7 @@ class TraceServer:
         await self.health.enter_graceful_shutdown()
         grace = self.settings.grace_seconds if grace is None else grace
         await self._server.stop(grace)
-        for hook in self.definition.on_stop:
-            try:
-                await hook()
-            except Exception:  # noqa: BLE001 -- stopping must finish
-                log.exception("%s: stop hook failed", self.definition.name)
+        await self._run_stop_hooks()
         if self.metrics_server is not None:
             self.metrics_server.stop()
 
