@@ -89,10 +89,10 @@ def local_model_roots(service: str, extra: tuple[str | Path, ...] | list[str | P
 
     listed = parse_model_roots(os.environ.get(f"TRACE_{service.upper()}_MODEL_ROOTS", ""))
     try:
-        cache = default_cache_dir()
-    except FailedPrecondition as err:   # the operator's setting, refused before anything starts (exit 2)
-        raise InvalidArgument(err.reason) from None
-    local = [*([Path.cwd()] if cwd else []), cache, *(Path(d) for d in extra)]
+        cache = [default_cache_dir()]
+    except FailedPrecondition:   # TRACE_AGENT_CACHE names a file: no root; a job that needs it says so
+        cache = []
+    local = [*([Path.cwd()] if cwd else []), *cache, *(Path(d) for d in extra)]
     roots = [*listed, *(p.expanduser().resolve().as_uri() for p in local)]
     return list(dict.fromkeys(roots))
 

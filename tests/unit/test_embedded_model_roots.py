@@ -22,14 +22,13 @@ def test_local_roots_are_the_operators_then_the_working_directory_and_the_agent_
         default_cache_dir().expanduser().resolve().as_uri(), extra.resolve().as_uri()]
 
 
-def test_an_agent_cache_setting_that_is_a_file_is_bad_input(tmp_path, monkeypatch):
-    """tracectl's stacks refuse it before anything starts (InvalidArgument: exit 2), naming the variable."""
-    from trace_common.errors import InvalidArgument
-
+def test_an_agent_cache_setting_that_is_a_file_adds_no_root(tmp_path, monkeypatch):
+    """A stack still starts (its jobs may need no built-in agent); one that does fails, naming the variable."""
     (tmp_path / "afile").write_text("x")
     monkeypatch.setenv("TRACE_AGENT_CACHE", str(tmp_path / "afile"))
-    with pytest.raises(InvalidArgument, match="TRACE_AGENT_CACHE=.*afile is not a directory"):
-        local_model_roots("rollout")
+    monkeypatch.delenv("TRACE_ROLLOUT_MODEL_ROOTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert local_model_roots("rollout") == [tmp_path.resolve().as_uri()]
 
 
 @pytest.mark.parametrize("cwd_model_root", [True, False])

@@ -62,8 +62,9 @@ def resolve_base_agent(name_or_path: str | Path, cache_dir: str | Path | None = 
     `micro` build records a greedy pass-rate probe of `micro.PROBE_EPISODES` test episodes; a
     build of an explicit config does not (tests, experiments: `build_micro` takes the count).
     """
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     name = str(name_or_path)
+    # the cache only for a built-in agent: a model directory needs no usable TRACE_AGENT_CACHE
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) if name in BUILT_IN else None
     shown = progress if progress is not None else default_progress()
     if name == "micro":
         cfg = _expect(config, MicroConfig, name)
@@ -94,9 +95,9 @@ def resolve_base_agent(name_or_path: str | Path, cache_dir: str | Path | None = 
 
 def cached_entry(name: str, cache_dir: str | Path | None = None, config: BaseModel | None = None) -> Path | None:
     """The cache entry `resolve_base_agent(name)` would return, if it is already there (no build)."""
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if name not in ("micro", "smollm2"):
         return None
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final, meta = entry_paths(cache, name, _key(name, _expect(config, CONFIGS[name], name), cache))
     return final if final.is_dir() and meta.is_file() else None
 

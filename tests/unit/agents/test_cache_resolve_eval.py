@@ -90,9 +90,13 @@ def test_failed_build_leaves_nothing_behind(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == []  # no state file either
 
 
-def test_resolve_passes_a_model_dir_through(tmp_path):
+def test_resolve_passes_a_model_dir_through(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text("{}")
     assert resolve_base_agent(tmp_path, tmp_path / "cache") == tmp_path.resolve()
+    monkeypatch.setenv("TRACE_AGENT_CACHE", str(tmp_path / "config.json"))   # unusable, and not needed here
+    assert resolve_base_agent(tmp_path) == tmp_path.resolve()
+    with pytest.raises(FailedPrecondition, match="TRACE_AGENT_CACHE="):     # needed for a built-in agent
+        resolve_base_agent("micro")
 
 
 @pytest.mark.parametrize(("name", "config", "error"), [
