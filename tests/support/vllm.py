@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.support.ports import free_port
-from tracectl.rehearsal.local import vllm_cpu_bind
+from tracectl.rehearsal.local import VLLM_CPU_DECODING_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PY = REPO / ".tools" / "vllm-venv" / "bin" / "python"
@@ -45,10 +45,9 @@ class VLLMServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log_path = workdir / "vllm.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115 -- closed in stop()
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        if vllm_cpu_bind():   # decode on every core, as the rehearsal does (tracectl/rehearsal/local.py says why)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = vllm_cpu_bind()
+        # every core decodes, as in the rehearsal (tracectl/rehearsal/local.py says why); the environment's setting wins
+        env = {**VLLM_CPU_DECODING_ENV, **os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen(
             [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
              "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
@@ -80,9 +79,9 @@ class VLLMServer:
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory) -> Path:
-    from trace_common.agents import smollm2_base_dir
+    from trace_common.agents import default_cache_dir, smollm2_base_dir
 
-    return smollm2_base_dir(Path(os.environ.get("TRACE_AGENT_CACHE", Path.home() / ".cache" / "trace" / "agents")))
+    return smollm2_base_dir(default_cache_dir())
 
 
 @pytest.fixture(scope="session")

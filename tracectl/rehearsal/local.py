@@ -34,20 +34,13 @@ SERVED_NAME = "smollm2-base"   # the built-in agent the trainer resolves to the 
 SMOLLM2_CONTEXT = 8192
 
 
-def vllm_cpu_bind(cpus: set[int] | None = None) -> str | None:
-    """`VLLM_CPU_OMP_THREADS_BIND` for every CPU this process may use ("0,1"), or None (vLLM's own
-    choice) where there is only one or the platform does not say.
-
-    vLLM-CPU's default (`auto`) binds its OpenMP threads to all cores but one, which it keeps for its
-    scheduler process: on a 2-core machine, one decoding thread. Bound to both, SmolLM2 answers
-    2 parallel 48-token turns after a ~6k-token cached prompt 1.39x faster (bench/vllm_cpu_threads.py;
-    the scheduler mostly sleeps between steps), and the rehearsal took 571 s instead of 799 s here."""
-    if cpus is None:
-        try:
-            cpus = os.sched_getaffinity(0)
-        except (AttributeError, OSError):   # macOS has no sched_getaffinity
-            return None
-    return ",".join(map(str, sorted(cpus))) if len(cpus) > 1 else None
+#: vLLM-CPU's OpenMP binding (`VLLM_CPU_OMP_THREADS_BIND=auto`) keeps `local_world_size` cores (here 1) out
+#: of its decoding threads for its scheduler process: on a 2-core machine, one decoding thread. With
+#: none reserved, auto's own choice of cores stands (one logical CPU per physical core, one NUMA node)
+#: and SmolLM2 answers 2 parallel 48-token turns after a ~6k-token cached prompt 1.38x as fast here
+#: (bench/vllm_cpu_threads.py; the scheduler mostly sleeps between steps). A value set in the
+#: environment (or the chart's vLLM env) wins.
+VLLM_CPU_DECODING_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 #: Linux's range for ephemeral ports (a bind to port 0, an outgoing connection's local port).
@@ -235,11 +228,15 @@ def vllm_command(c: Container, s: StandIns, model_dir: Path, python: Path) -> tu
                      "added " + " ".join(f"{f} {v or ''}".strip() for f, v in VLLM_CPU_FLAGS))
     env = {k: v for k, v in c.env.items() if v is not FIELD_REF}
     env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    bind = vllm_cpu_bind()
-    if bind:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        s.changes.append(f"vLLM: VLLM_CPU_OMP_THREADS_BIND={bind} (its decoding threads on every core; its default "
-                         "keeps one core for its scheduler)")
+    for name, value in VLLM_CPU_DECODING_ENV.items():
+        if name in env:
+            continue
+        if name in os.environ:
+            env[name] = os.environ[name]
+            s.changes.append(f"vLLM: {name}={env[name]} (from this shell)")
+        else:
+            env[name] = value
+            s.changes.append(f"vLLM: {name}={value} (no core kept out of its decoding threads for its scheduler)")
     for name in ("PATH", "LANG", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HOME"):
         if name in os.environ:
             env.setdefault(name, os.environ[name])

