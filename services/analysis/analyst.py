@@ -106,7 +106,8 @@ class Analyst:
             LLM_REQUESTS.labels("ok").inc()
             return value
         raise FailedPrecondition(
-            f"{what}: the analyst model's reply was rejected {self.config.max_attempts} times; last problem: "
+            f"{what}: the analyst model's reply was rejected {self.config.max_attempts} "
+            f"time{'' if self.config.max_attempts == 1 else 's'}; last problem: "
             f"{problem}. Use a model that follows JSON instructions, set TRACE_ANALYSIS_LLM_RESPONSE_FORMAT="
             "json_object (or json_schema where the endpoint supports it), or raise "
             "TRACE_ANALYSIS_LLM_MAX_ATTEMPTS")

@@ -16,10 +16,11 @@ TINY: tuple[tuple[str, Any, str], ...] = (
     ("rollout.limit", 2, "two tau2 training tasks"),
     ("rollout.samples", 2, "two episodes each (TRACE's budget, 4, then pays for one GEPA proposal)"),
     ("rollout.concurrency", 2, "two episodes in flight"),
-    ("target.params.max_steps", "8", "tau2 steps per episode (agent, user and tool messages): about 3 agent turns"),
+    ("target.params.max_steps", "4", "tau2 steps per episode (user, agent and tool messages after the agent's "
+     "greeting): two agent turns"),
     ("target.params.user_max_tokens", "48", "one simulated user reply (a 135M model rarely stops on its own)"),
     ("max_completion_length", {"tokens": 48, "reason": "rehearsal on SmolLM2-135M: 48 tokens per agent turn keeps "
-                               "tau2's ~6k-token prompt plus three turns inside its 8k context"}, "one agent turn"),
+                               "tau2's ~6k-token prompt plus the conversation inside its 8k context"}, "one agent turn"),
     ("analysis.num_runs", 1, "one labelling run"),
     ("analysis.min_passing_runs", 1, "of one"),
     ("analysis.max_capabilities", 1, "at most one capability goes on to generation"),
