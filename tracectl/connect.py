@@ -52,6 +52,7 @@ class Connection:
         self._root = args.root
         #: How the user named `root` (a flag, or `store.root` of a run config), for messages about it.
         self._root_flag = getattr(args, "root_flag", "--root")
+        self._root_fix = getattr(args, "root_fix", "")
         #: Settings for every embedded service (e.g. an s3:// artifact root and its S3 settings).
         self._overrides = dict(getattr(args, "overrides", None) or {})
         self._exit = ExitStack()
@@ -78,7 +79,8 @@ class Connection:
                 ch = self._exit.enter_context(open_channel(Endpoint(self._targets[service], token)))
                 return stub(service, ch)
             if self.embedded is None:
-                self.embedded = BackgroundStack(self._root, overrides=self._overrides, root_flag=self._root_flag)
+                self.embedded = BackgroundStack(self._root, overrides=self._overrides, root_flag=self._root_flag,
+                                                root_fix=self._root_fix)
                 self._exit.callback(self.embedded.close)
             embedded = self.embedded
         return embedded.stub(service)

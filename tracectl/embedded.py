@@ -231,6 +231,8 @@ class EmbeddedStack:
     auth: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     #: The flag (or config field) that chose `root`, for messages about it.
     root_flag: str = "--root"
+    #: What to do about an unusable `root`, where "Give <root_flag> a writable directory" does not fit.
+    root_fix: str = ""
     #: True for `tracectl up`: refuse to start (InvalidArgument) while another live process's stack owns
     #: `root`'s embedded.json. False (every one-command stack): start beside it, on ports of its own,
     #: leaving that file alone (module docstring).
@@ -311,7 +313,7 @@ class EmbeddedStack:
                         "connect may call every method; %s", what, ", ".join(hosts), how)
 
     async def start(self) -> None:
-        writable_dir(self.root, self.root_flag)
+        writable_dir(self.root, self.root_flag, self.root_fix)
         check_host(self.host)
         other = other_stack(self.root)
         if other is not None and self.exclusive and other.exclusive:
@@ -466,11 +468,12 @@ class BackgroundStack:
     servers' loop (to reach a service's domain object in-process)."""
 
     def __init__(self, root: Path, token: str | None = None, overrides: dict | None = None,
-                 root_flag: str = "--root"):
+                 root_flag: str = "--root", root_fix: str = ""):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="embedded-stack", daemon=True)
         self.thread.start()
-        self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {}, root_flag=root_flag)
+        self.stack = EmbeddedStack(root=root, token=token, overrides=overrides or {}, root_flag=root_flag,
+                                   root_fix=root_fix)
         self.channels: dict[str, object] = {}
         self._channels_lock = threading.Lock()
         try:

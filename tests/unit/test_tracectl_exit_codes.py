@@ -102,6 +102,10 @@ COMMAND_CHECKS = [
     (["serve", "--base", "micro", "--token=", "--once"], {}, "--token", "blank"),
     (["serve", "--base", "micro", "--token", " tok ", "--once"], {}, "--token", "whitespace"),
     (["serve", "--base", "micro", "--once"], {"TRACE_AUTH_TOKEN": ""}, "TRACE_AUTH_TOKEN", "blank"),
+    (["serve", "--base", "micro", "--port", "18123", "--http-port", "18123", "--once"], {}, "--http-port 18123",
+     "--port and --http-port are both 18123"),
+    (["serve", "--base", "micro", "--http-port", "18124", "--metrics-port", "18124", "--once"], {},
+     "--metrics-port 18124", "--http-port and --metrics-port are both 18124"),
     (["route-trace", "--target", "127.0.0.1:1"], {}, "--message / --messages-file", "expected one of them"),
     (["route-trace", "--target", "127.0.0.1:1", "--message", "hi", "--token="], {}, "--token", "blank"),
 ]
@@ -231,3 +235,20 @@ def test_every_help_lists_its_exit_statuses(command):
 def test_the_commands_are_all_checked():
     assert {"up", "status", "serve", "route-trace", "agents", "tau2", "tau2 replay-gold", "run", "rollout"} <= set(
         COMMANDS)
+
+
+@pytest.mark.parametrize("flag, fix, said", [
+    ("store.root", "", "Give store.root a directory this user can write"),   # `tracectl run` on a file:// store
+    ("the embedded services' state directory", "Remove or rename it", "Remove or rename it"),   # ... on s3://
+])
+def test_an_embedded_stack_names_its_root_as_the_command_chose_it(tmp_path, flag, fix, said):
+    """Refused before any service starts, naming the root as the command's user knows it."""
+    from trace_common.errors import InvalidArgument
+    from tracectl.connect import Connection
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    args = argparse.Namespace(target=[], token=None, root=afile, root_flag=flag, root_fix=fix)
+    with Connection(args) as conn, pytest.raises(InvalidArgument) as refused:
+        conn.stub("rollout")
+    assert f"{flag} {afile}: it is a file, not a directory" in str(refused.value) and said in str(refused.value)

@@ -131,9 +131,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     conn_args = argparse.Namespace(target=[f"{k}={v}" for k, v in cfg.services.items()],
                                    token=args.token or os.environ.get("TRACE_AUTH_TOKEN"),
                                    root=Path(root.removeprefix("file://")) if root.startswith("file://") else Path(".trace"),
-                                   # beside an s3:// store the embedded services keep their state in ./.trace
-                                   root_flag="store.root" if root.startswith("file://") else
-                                   "the embedded services' state directory")
+                                   root_flag="store.root")
+    if not root.startswith("file://"):   # beside an s3:// store the embedded services keep their state in ./.trace
+        conn_args.root_flag = "the embedded services' state directory"
+        conn_args.root_fix = (f"Remove or rename {conn_args.root.resolve()}, or run tracectl from a directory where "
+                              ".trace can be created")
     if root.startswith("s3://") and not cfg.services:
         # embedded services write to the same S3 store as the pipeline
         conn_args.overrides = {"artifact_root": root, "s3_endpoint": cfg.store.s3_endpoint,

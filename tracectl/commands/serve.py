@@ -191,6 +191,17 @@ class InferenceHere:
     metrics_url: str | None
 
 
+def distinct_ports(ports: dict[str, int]) -> None:
+    """InvalidArgument naming both flags where two listeners are given the same port (0, any free port,
+    may repeat): the one started second would otherwise fail on a port its own service holds."""
+    seen: dict[int, str] = {}
+    for flag, port in ports.items():
+        if port and port in seen:
+            raise InvalidArgument(f"{seen[port]} and {flag} are both {port}: each listener needs a port of its own",
+                                  field=f"{flag} {port}", fix="Give different ports, or 0 for any free one")
+        seen.setdefault(port, flag)
+
+
 @contextlib.asynccontextmanager
 async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int = 0, http_port: int = 0,
                                metrics_port: int = 0, spec=None, **settings) -> AsyncIterator[InferenceHere]:
@@ -207,6 +218,7 @@ async def inference_in_process(*, root: Path, host: str = "127.0.0.1", port: int
     from tracectl.inputs import writable_dir
 
     refs = [spec.base_model, spec.gates_uri, *(a.uri for a in spec.adapters)] if spec is not None else []
+    distinct_ports({"--port": port, "--http-port": http_port, "--metrics-port": metrics_port})
     writable_dir(root, "--root")
     check_host(host)
     try:
