@@ -91,8 +91,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    if (os.cpu_count() or 1) < 2:
-        raise SystemExit("one CPU: both sides would be the same")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cpus < 2:
+        raise SystemExit("one CPU for this process: both sides would be the same")
     model = smollm2_base_dir(default_cache_dir())
     logs = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
     ours = Server(model, VLLM_CPU_DECODING_ENV, logs / "ours.log")
