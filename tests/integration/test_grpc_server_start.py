@@ -10,22 +10,12 @@ import socket
 
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.ports import free_port, in_use
 from trace_common.config import settings_class
 from trace_common.grpc.server import ServiceDefinition, TraceServer
 from trace_common.metrics import ServiceMetrics
 
 pytestmark = pytest.mark.integration
-
-
-def _listening(port: int) -> bool:
-    """Whether something holds `port` on loopback (a plain bind fails)."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 @pytest.mark.parametrize("failure, step", [("metrics port busy", "metrics"), ("start hook fails", "hooks"),
@@ -63,7 +53,7 @@ def test_a_failed_start_stops_what_it_started_and_holds_no_port(tmp_path, failur
         assert events == (["stop hook"] if step == "metrics" else ["start hook", "stop hook"])
         asyncio.run(server.stop(grace=0))   # as tracectl does after a refused start: nothing more to stop
         assert events.count("stop hook") == 1
-        assert not [name for name, port in ports.items() if _listening(port)]
+        assert not [name for name, port in ports.items() if in_use(port)]
     finally:
         held.close()
         hook_listener.close()

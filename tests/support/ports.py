@@ -23,6 +23,17 @@ def free_port() -> int:
             return s.getsockname()[1]
 
 
+def in_use(port: int) -> bool:
+    """Whether something holds loopback `port`: a plain bind (no SO_REUSEPORT) fails while any listener
+    does, or a socket lingers on it."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on, for a test of a server that cannot be reached (outside the
     ephemeral range, so no outgoing connection of the test's own takes it meanwhile)."""
